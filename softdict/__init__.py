@@ -1,0 +1,44 @@
+"""softdict: a dictionary whose lookups go by meaning.
+
+Exact access (``sd[key]``) is a plain dict; ``sd.lookup(query)`` embeds the query and returns
+attention over the store, softmax(sim(q, K) / T) · V.
+"""
+
+from softdict._config import Similarity, ValueKind
+from softdict._encoders import Encoder
+from softdict._errors import (
+    ConfigError,
+    EmptyStoreError,
+    EncoderError,
+    InvalidValueError,
+    KeyTypeError,
+    NoMatchError,
+    SoftDictError,
+    StoreFormatError,
+    ValueKindError,
+    ValueShapeError,
+)
+from softdict._mapping import SoftDict
+from softdict._results import Attention
+from softdict._values import Distribution
+
+__all__ = [
+    "Attention",
+    "ConfigError",
+    "Distribution",
+    "EmptyStoreError",
+    "Encoder",
+    "EncoderError",
+    "InvalidValueError",
+    "KeyTypeError",
+    "NoMatchError",
+    "Similarity",
+    "SoftDict",
+    "SoftDictError",
+    "StoreFormatError",
+    "ValueKind",
+    "ValueKindError",
+    "ValueShapeError",
+]
+
+__version__ = "0.1.0"

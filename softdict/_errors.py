@@ -1,0 +1,79 @@
+"""Exceptions raised by softdict.
+
+Every error softdict raises on purpose is a ``SoftDictError``, so one ``except`` catches them all.
+Each subclass also derives from the built-in exception a caller would naturally expect, so code
+written for plain dicts and arrays keeps working (``except KeyError`` catches a ``NoMatchError``)::
+
+    SoftDictError
+    ├── NoMatchError          (KeyError)     no key scored at least ``min_score``
+    ├── EmptyStoreError       (LookupError)  a soft lookup on a store with no keys
+    ├── KeyTypeError          (TypeError)    a key that is not a ``str``
+    ├── ValueKindError        (TypeError)    a value of another kind than the store holds
+    ├── ValueShapeError       (ValueError)   a vector or embedding of the wrong shape
+    ├── InvalidValueError     (ValueError)   NaN, infinity, or a number too large to keep exactly
+    ├── ConfigError           (ValueError)   a bad option: temperature <= 0, unknown similarity, ...
+    ├── EncoderError          (ValueError)   the encoder could not be loaded or returned bad output
+    └── StoreFormatError      (ValueError)   a saved store that cannot be read
+
+Messages say what was wrong and what to do about it. An operation that raises leaves the store
+exactly as it was.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "EmptyStoreError",
+    "EncoderError",
+    "InvalidValueError",
+    "KeyTypeError",
+    "NoMatchError",
+    "SoftDictError",
+    "StoreFormatError",
+    "ValueKindError",
+    "ValueShapeError",
+]
+
+
+class SoftDictError(Exception):
+    """Base class of every error softdict raises on purpose."""
+
+
+class NoMatchError(SoftDictError, KeyError):
+    """No key scored at least ``min_score`` and no ``default`` was given."""
+
+    # KeyError.__str__ shows repr(message) in quotes; a sentence reads better as itself.
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class EmptyStoreError(SoftDictError, LookupError):
+    """A soft lookup was asked of a store that holds no keys."""
+
+
+class KeyTypeError(SoftDictError, TypeError):
+    """A key is not a ``str``."""
+
+
+class ValueKindError(SoftDictError, TypeError):
+    """A value is of another kind (scalar, vector, categorical) than the store holds."""
+
+
+class ValueShapeError(SoftDictError, ValueError):
+    """A vector value, embedding or query batch has the wrong shape."""
+
+
+class InvalidValueError(SoftDictError, ValueError):
+    """A value is NaN, infinite, or otherwise cannot be stored faithfully."""
+
+
+class ConfigError(SoftDictError, ValueError):
+    """An option passed to softdict is out of range or unknown."""
+
+
+class EncoderError(SoftDictError, ValueError):
+    """The encoder could not be loaded, or it returned output of the wrong shape or type."""
+
+
+class StoreFormatError(SoftDictError, ValueError):
+    """A saved store is truncated, corrupted, of an unknown format version, or mismatched."""

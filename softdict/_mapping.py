@@ -1,0 +1,577 @@
+"""SoftDict: an exact ``MutableMapping[str, V]`` with a soft lookup by meaning beside it.
+
+The exact mapping (``sd[key]``, ``in``, ``len``, iteration, ``del``, ``update``) behaves like a
+plain dict. The soft lookup (``lookup``, ``attend``, ``nearest``) embeds the query and attends over
+every stored key: softmax(sim(q, K) / T) · V.
+
+A store is three row-aligned parts, each in its own module: the key index (``_index``: embeddings
+by row), the value column (``_values``), and here the key <-> row maps. Every change is staged and
+validated in full before any part is touched, so an operation that raises leaves the store as it
+was.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from softdict._attention import prepare, softmax, tail_mass_bound
+from softdict._config import Similarity, SoftDictConfig, ValueKind
+from softdict._encoders import TextEncoder, resolve_encoder
+from softdict._errors import (
+    ConfigError,
+    EmptyStoreError,
+    InvalidValueError,
+    KeyTypeError,
+    NoMatchError,
+    ValueShapeError,
+)
+from softdict._index import KeyIndex, new_index
+from softdict._results import Attention
+from softdict._values import CategoricalColumn, ValueColumn, infer_kind, new_column
+
+__all__ = ["SoftDict"]
+
+# Distinguishes "no default given" from default=None, which is a legitimate default.
+_MISSING: Any = object()
+
+# Deleted rows are compacted away once they outnumber live ones (and are at least this many), so
+# a lookup never scores more than about twice the live keys, and compaction cost is amortised.
+_COMPACT_MIN_DEAD = 64
+
+
+@dataclass(frozen=True)
+class _Selection:
+    """The rows each query attends to, with scores and weights; ``rows=None`` means all rows."""
+
+    scores: np.ndarray
+    weights: np.ndarray
+    rows: np.ndarray | None
+    k: int
+    tail_mass: np.ndarray
+
+
+def _check_key(key: object, position: str = "") -> str:
+    if not isinstance(key, str):
+        raise KeyTypeError(
+            f"keys must be str{position}, got {type(key).__name__} ({key!r:.60}); "
+            f"convert it with str() if its text is what should be matched"
+        )
+    return str(key)  # a str subclass (numpy.str_) is stored as a plain str
+
+
+class SoftDict(MutableMapping[str, Any]):
+    """A dictionary whose lookups go by meaning.
+
+    ``sd[key]`` is exact and raises ``KeyError`` for a missing key, as in a dict; ``sd.lookup(q)``
+    embeds ``q`` and returns the attention-weighted blend of the stored values.
+
+    Example (on the bundled encoder)::
+
+        sd = SoftDict({"apple": 10, "banana": 5, "chair": 2})
+        sd.lookup("fruit")              # about 5.1: mostly banana's 5, a little of apple's 10
+        sd.attend("fruit").top(2)       # [('banana', 0.98), ('apple', 0.02)]
+
+    Args:
+        data: optional initial mapping or iterable of (key, value) pairs.
+        encoder: None (``SOFTDICT_MODEL``, else the bundled all-MiniLM-L6-v2), a model name or
+            directory, a SentenceTransformer, or any object with ``.encode(list[str])`` returning
+            an (n, d) array.
+        similarity: "cosine" (default), "dot", "scaled_dot" (q·k/√d) or "l2" (−|q−k|²).
+        temperature: softmax temperature, > 0; None picks the measured default for ``similarity``.
+        top_k: attend only over the k best keys per query (None: every key, exact).
+        index: key index backend; "auto" or "flat" (exact).
+        value_kind: "scalar", "vector" or "categorical"; None infers it from the first value.
+        query_cache_size: how many query embeddings to keep (LRU); 0 disables the cache.
+        batch_size: how many texts the encoder embeds per call.
+
+    Raises:
+        ConfigError: an option is out of range or unknown.
+        EncoderError: the encoder cannot be loaded offline or is not an encoder.
+    """
+
+    def __init__(
+        self,
+        data: Mapping[str, Any] | Iterable[tuple[str, Any]] | None = None,
+        /,
+        *,
+        encoder: object = None,
+        similarity: Similarity | str = "cosine",
+        temperature: float | None = None,
+        top_k: int | None = None,
+        index: str = "auto",
+        value_kind: ValueKind | str | None = None,
+        query_cache_size: int = 1024,
+        batch_size: int = 64,
+    ) -> None:
+        self._config = SoftDictConfig.build(
+            similarity=similarity,
+            temperature=temperature,
+            top_k=top_k,
+            index=index,
+            value_kind=value_kind,
+            query_cache_size=query_cache_size,
+            batch_size=batch_size,
+        )
+        self._encoder = resolve_encoder(encoder, query_cache_size=query_cache_size)
+        self._reset()
+        if data is not None:
+            self.update(data)
+
+    def _reset(self) -> None:
+        self._row_of: dict[str, int] = {}  # insertion-ordered, so iteration follows dict order
+        self._key_of_row: list[str | None] = []  # None marks a deleted row awaiting compaction
+        self._index: KeyIndex | None = None
+        self._values: ValueColumn | None = None
+        self._dead = 0
+
+    # -- options -----------------------------------------------------------------------------
+
+    @property
+    def similarity(self) -> Similarity:
+        """How queries are scored against keys."""
+        return self._config.similarity
+
+    @property
+    def temperature(self) -> float:
+        """The softmax temperature in force (the measured default unless one was set)."""
+        # Only "scaled_dot" depends on the dimension. Before anything has been embedded it is not
+        # known; 384 is the bundled model's, and lookups always use the store's real dimension.
+        dim = self._index.dim if self._index is not None else (self._encoder.dim or 384)
+        return self._config.temperature_for(dim)
+
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        self._config = SoftDictConfig.build(**{**self._config.model_dump(), "temperature": value})
+
+    @property
+    def top_k(self) -> int | None:
+        """How many keys a query attends to; None for all of them."""
+        return self._config.top_k
+
+    @property
+    def value_kind(self) -> ValueKind | None:
+        """The kind of value this store holds, or None while it is empty and not fixed."""
+        return self._values.kind if self._values is not None else self._config.value_kind
+
+    @property
+    def encoder(self) -> TextEncoder:
+        """The encoder that embeds keys and queries."""
+        return self._encoder
+
+    def __repr__(self) -> str:
+        kind = self.value_kind.value if self.value_kind is not None else "no values yet"
+        return (
+            f"SoftDict({len(self)} keys, {kind}, similarity={self.similarity.value!r}, "
+            f"temperature={self.temperature:.4g}, encoder={self._encoder.name!r})"
+        )
+
+    # -- the exact mapping -------------------------------------------------------------------
+
+    def __getitem__(self, key: str) -> Any:
+        row = self._row_of[key]  # KeyError(key) for a missing key, as a dict raises
+        assert self._values is not None
+        return self._values.get(row)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self._insert([_check_key(key)], [value], embeddings=None)
+
+    def __delitem__(self, key: str) -> None:
+        row = self._row_of.pop(key)
+        assert self._index is not None
+        self._index.remove(np.array([row]))
+        self._key_of_row[row] = None
+        self._dead += 1
+        self._after_removal()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._row_of)
+
+    def __len__(self) -> int:
+        return len(self._row_of)
+
+    # Overridden: the mixin fetches the value, which copies a vector, only to test membership.
+    def __contains__(self, key: object) -> bool:
+        return key in self._row_of
+
+    # Overridden: the mixin inserts one item at a time, which would call the encoder once per key
+    # and could leave half a batch inserted. This encodes all new keys in batches and is atomic.
+    def update(self, other: Any = (), /, **kwargs: Any) -> None:
+        """Insert or overwrite many items at once, like ``dict.update``; all or nothing.
+
+        Raises:
+            KeyTypeError: a key is not a str, or an item is not a (key, value) pair.
+            ValueKindError, ValueShapeError, InvalidValueError: a value does not fit the store.
+            EncoderError: the encoder failed or returned the wrong shape.
+        """
+        if isinstance(other, Mapping):
+            pairs = list(other.items())
+        elif hasattr(other, "keys"):
+            pairs = [(key, other[key]) for key in other.keys()]
+        else:
+            pairs = []
+            for i, item in enumerate(other):
+                if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or len(item) != 2:
+                    raise KeyTypeError(
+                        f"update() takes a mapping or an iterable of (key, value) pairs; "
+                        f"item #{i} is {item!r:.60}"
+                    )
+                pairs.append((item[0], item[1]))
+        pairs.extend(kwargs.items())
+        keys = [_check_key(key, f" (item #{i})") for i, (key, _) in enumerate(pairs)]
+        self._insert(keys, [value for _, value in pairs], embeddings=None)
+
+    # Overridden: the mixin pops the first key; dict.popitem pops the last inserted (LIFO).
+    def popitem(self) -> tuple[str, Any]:
+        """Remove and return the most recently inserted (key, value), as ``dict.popitem`` does."""
+        if not self._row_of:
+            raise KeyError("popitem(): SoftDict is empty")
+        key = next(reversed(self._row_of))
+        value = self[key]
+        del self[key]
+        return key, value
+
+    # Overridden: the mixin deletes key by key; emptying the store is one reset.
+    def clear(self) -> None:
+        """Remove every key. The value kind is free again for the next insert."""
+        self._reset()
+
+    # -- inserting ---------------------------------------------------------------------------
+
+    def _insert(self, keys: list[str], values: list[Any], embeddings: np.ndarray | None) -> None:
+        """Stage, validate and then commit an insert; raises before changing anything.
+
+        With ``embeddings=None`` new keys are encoded and existing keys keep their embedding (only
+        the value changes). With embeddings given, every key gets that embedding.
+        """
+        # Later duplicates win, and a key keeps its first position, exactly as dict.update does.
+        merged: dict[str, tuple[Any, int]] = {}
+        for i, (key, value) in enumerate(zip(keys, values)):
+            merged[key] = (value, i)
+        if not merged:
+            return
+        column = self._values
+        if column is None:
+            first_key, (first_value, _) = next(iter(merged.items()))
+            kind = self._config.value_kind or infer_kind(first_value)
+            column = new_column(kind, first_key, first_value)
+
+        if embeddings is None:
+            fresh = [key for key in merged if key not in self._row_of]
+            kept = [key for key in merged if key in self._row_of]
+        else:
+            fresh, kept = list(merged), []
+        staged_fresh = column.stage([merged[k][0] for k in fresh], fresh)
+        staged_kept = column.stage([merged[k][0] for k in kept], kept)
+
+        if embeddings is None:
+            new_vectors = self._encoder.encode_keys(fresh, batch_size=self._config.batch_size)
+        else:
+            new_vectors = embeddings[[merged[k][1] for k in fresh]]
+        new_vectors = self._checked_embeddings(new_vectors, "key embeddings")
+        prepared = prepare(new_vectors, self.similarity) if fresh else new_vectors
+
+        # Commit: nothing below can fail on bad input.
+        if self._index is None:
+            self._index = new_index(self._config.index, new_vectors.shape[1], self.similarity)
+        self._values = column
+        replaced = [self._row_of[key] for key in fresh if key in self._row_of]
+        if replaced:
+            self._index.remove(np.array(replaced))
+            for row in replaced:
+                self._key_of_row[row] = None
+            self._dead += len(replaced)
+        if kept:
+            column.assign(np.array([self._row_of[k] for k in kept]), staged_kept)
+        if fresh:
+            first_row = self._index.size
+            self._index.add(prepared)
+            column.append(staged_fresh)
+            for offset, key in enumerate(fresh):
+                self._row_of[key] = first_row + offset
+            self._key_of_row.extend(fresh)
+        if replaced:
+            self._after_removal()
+
+    def _checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
+        array = np.asarray(embeddings, dtype=np.float32)
+        dim = self._index.dim if self._index is not None else None
+        if array.ndim != 2 or (dim is not None and array.shape[1] != dim) or array.shape[1] == 0:
+            expected = f"(n, {dim})" if dim is not None else "(n, d) with d >= 1"
+            raise ValueShapeError(
+                f"{what} have shape {array.shape}, expected {expected}"
+                + (
+                    f": this store's keys are {dim}-dim embeddings, so queries and new keys must "
+                    f"be too (use the encoder the store was built with)"
+                    if dim is not None
+                    else ""
+                )
+            )
+        if not np.all(np.isfinite(array)):
+            raise InvalidValueError(
+                f"{what} contain NaN or infinity (or values beyond float32 range); "
+                f"embeddings must be finite"
+            )
+        return array
+
+    def _after_removal(self) -> None:
+        if not self._row_of:
+            self._reset()
+        elif self._dead > max(_COMPACT_MIN_DEAD, len(self._row_of)):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop deleted rows and renumber live ones, keeping their relative order."""
+        assert self._index is not None and self._values is not None
+        live_rows = np.flatnonzero(self._index.live)
+        self._index.keep(live_rows)
+        self._values.keep(live_rows)
+        self._key_of_row = [self._key_of_row[row] for row in live_rows]
+        for new_row, key in enumerate(self._key_of_row):
+            assert key is not None
+            self._row_of[key] = new_row
+        self._dead = 0
+
+    def add_embeddings(
+        self, keys: Sequence[str], embeddings: Any, values: Sequence[Any]
+    ) -> None:
+        """Insert keys with embeddings you already have, skipping the encoder; all or nothing.
+
+        Args:
+            keys: n keys (str).
+            embeddings: (n, d) array; d must match the store's existing keys.
+            values: n values.
+
+        Raises:
+            ValueShapeError: lengths differ, or the embeddings have the wrong shape.
+            InvalidValueError: an embedding or value is NaN or infinite.
+        """
+        keys = [_check_key(key, f" (item #{i})") for i, key in enumerate(keys)]
+        values = list(values)
+        array = self._checked_embeddings(embeddings, "embeddings")
+        if not len(keys) == len(values) == len(array):
+            raise ValueShapeError(
+                f"add_embeddings got {len(keys)} keys, {len(array)} embeddings and {len(values)} "
+                f"values; give one embedding and one value per key"
+            )
+        self._insert(keys, values, embeddings=array)
+
+    # -- soft lookup -------------------------------------------------------------------------
+
+    def lookup(
+        self, query: str | Sequence[str], *, min_score: float | None = None, default: Any = _MISSING
+    ) -> Any:
+        """The attention-weighted blend of stored values for ``query`` (a str, or a list of them).
+
+        Returns a float (scalar store), a float64 array (vector store) or a label (categorical
+        store); for a list of queries, a stacked array, or a list of labels.
+
+        Args:
+            query: one query text or a sequence of them (encoded and scored in one batch).
+            min_score: if the best key's similarity score is below this, the query has no match.
+            default: returned for a query with no match; without it, no match raises.
+
+        Raises:
+            NoMatchError: a query had no key scoring at least ``min_score``, and no default.
+            EmptyStoreError: the store has no keys.
+        """
+        texts, single = self._query_texts(query)
+        self._check_lookup_args(min_score, default, single)
+        queries = self._encoder.encode_queries(texts, batch_size=self._config.batch_size)
+        return self._lookup(queries, texts, single, min_score, default)
+
+    def lookup_embeddings(
+        self, queries: Any, *, min_score: float | None = None, default: Any = _MISSING
+    ) -> Any:
+        """Like ``lookup``, for query embeddings: (n, d) gives n results, (d,) gives one."""
+        array, single = self._query_array(queries)
+        self._check_lookup_args(min_score, default, single)
+        return self._lookup(array, None, single, min_score, default)
+
+    def attend(self, query: str | Sequence[str]) -> Any:
+        """How ``query`` attends over the store: an ``Attention``, or a list for a list of queries."""
+        texts, single = self._query_texts(query)
+        self._require_keys()
+        queries = self._encoder.encode_queries(texts, batch_size=self._config.batch_size)
+        attentions = self._attentions(self._select(self._prepared_queries(queries)), texts)
+        return attentions[0] if single else attentions
+
+    def attend_embeddings(self, queries: Any) -> list[Attention]:
+        """``attend`` for query embeddings (n, d): one ``Attention`` per row."""
+        array, single = self._query_array(queries)
+        self._require_keys()
+        return self._attentions(self._select(self._prepared_queries(array)), None)
+
+    def nearest(self, query: str | Sequence[str], k: int = 3) -> Any:
+        """The ``k`` keys most similar to ``query``, as (key, score) pairs, best first.
+
+        Fewer than ``k`` pairs come back when the store holds fewer keys. For a list of queries,
+        a list of such lists.
+        """
+        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 1:
+            raise ConfigError(f"k must be a whole number >= 1, got {k!r}")
+        texts, single = self._query_texts(query)
+        self._require_keys()
+        queries = self._encoder.encode_queries(texts, batch_size=self._config.batch_size)
+        assert self._index is not None
+        scores, rows = self._index.search(self._prepared_queries(queries), int(k))
+        found = [
+            [(self._key_of_row[r], float(s)) for r, s in zip(row_ids, row_scores) if r >= 0]
+            for row_ids, row_scores in zip(rows, scores)
+        ]
+        return found[0] if single else found
+
+    # -- lookup internals --------------------------------------------------------------------
+
+    @staticmethod
+    def _query_texts(query: Any) -> tuple[list[str], bool]:
+        if isinstance(query, str):
+            return [str(query)], True
+        if isinstance(query, (bytes, Mapping)) or not isinstance(query, Iterable):
+            raise KeyTypeError(
+                f"a query must be a str or a sequence of str, got {type(query).__name__}"
+            )
+        return [_check_key(q, f" (query #{i})") for i, q in enumerate(query)], False
+
+    def _query_array(self, queries: Any) -> tuple[np.ndarray, bool]:
+        array = np.asarray(queries, dtype=np.float32)
+        single = array.ndim == 1
+        return self._checked_embeddings(array[None, :] if single else array, "query embeddings"), single
+
+    def _require_keys(self) -> None:
+        if not self._row_of:
+            raise EmptyStoreError(
+                "soft lookup on an empty SoftDict: insert keys first "
+                "(sd[key] = value, sd.update(...) or sd.add_embeddings(...))"
+            )
+
+    def _check_lookup_args(self, min_score: Any, default: Any, single: bool) -> None:
+        self._require_keys()
+        if min_score is not None and not (
+            isinstance(min_score, numbers.Real) and math.isfinite(min_score)
+        ):
+            raise ConfigError(f"min_score must be a finite number or None, got {min_score!r}")
+        if default is _MISSING or single or self._values is None:
+            return
+        # A batch result is one array, so a default has to fit in it.
+        if self._values.kind is ValueKind.SCALAR:
+            fits = np.ndim(default) == 0 and isinstance(default, numbers.Real)
+            expected = "a number (float('nan') marks a miss)"
+        elif self._values.kind is ValueKind.VECTOR:
+            length = self._values.length  # type: ignore[attr-defined]
+            fits = np.shape(default) == (length,) and np.issubdtype(np.asarray(default).dtype, np.number)
+            expected = f"a vector of length {length}"
+        else:
+            return
+        if not fits:
+            raise ValueShapeError(
+                f"a batch lookup returns one array, so default must be {expected}; got "
+                f"{default!r:.60}. To get {default!r:.20} back, look the queries up one at a time"
+            )
+
+    def _prepared_queries(self, queries: np.ndarray) -> np.ndarray:
+        return prepare(self._checked_embeddings(queries, "query embeddings"), self.similarity)
+
+    def _select(self, queries: np.ndarray) -> _Selection:
+        """Score prepared queries and choose, per query, the rows its softmax runs over."""
+        assert self._index is not None
+        n_live = len(self._row_of)
+        temperature = self.temperature
+        top_k = self._config.top_k
+        if top_k is None or top_k >= n_live:
+            scores = self._index.score_all(queries)
+            return _Selection(
+                scores, softmax(scores, temperature), None, n_live, np.zeros(len(queries))
+            )
+        scores, rows = self._index.search(queries, top_k)
+        return _Selection(
+            scores,
+            softmax(scores, temperature),
+            rows,
+            top_k,
+            tail_mass_bound(scores, n_live, temperature),
+        )
+
+    def _lookup(
+        self,
+        queries: np.ndarray,
+        texts: list[str] | None,
+        single: bool,
+        min_score: float | None,
+        default: Any,
+    ) -> Any:
+        assert self._values is not None
+        selection = self._select(self._prepared_queries(queries))
+        blended = self._values.blend(selection.weights, self._gather_rows(selection))
+        misses = np.zeros(len(selection.scores), dtype=bool)
+        if min_score is not None:
+            misses = selection.scores.max(axis=1) < min_score
+            if misses.any() and default is _MISSING:
+                first = int(np.argmax(misses))
+                raise self._no_match(selection, texts, first, min_score, int(misses.sum()))
+        if single:
+            if misses[0]:
+                return default
+            return float(blended[0]) if self._values.kind is ValueKind.SCALAR else blended[0]
+        for i in np.flatnonzero(misses):
+            blended[i] = default  # _check_lookup_args made sure it fits the array
+        return blended
+
+    @staticmethod
+    def _gather_rows(selection: _Selection) -> np.ndarray | None:
+        # FAISS-style padding (-1) has weight 0; point it at row 0 so the gather stays in bounds.
+        return None if selection.rows is None else np.maximum(selection.rows, 0)
+
+    def _no_match(
+        self, selection: _Selection, texts: list[str] | None, i: int, min_score: float, n: int
+    ) -> NoMatchError:
+        best = int(np.argmax(selection.scores[i]))
+        row = best if selection.rows is None else int(selection.rows[i, best])
+        what = f"query {texts[i]!r}" if texts is not None else f"query embedding #{i}"
+        others = f" ({n - 1} other queries in the batch missed too)" if n > 1 else ""
+        return NoMatchError(
+            f"no key scored at least min_score={min_score} for {what}; the best was "
+            f"{self._key_of_row[row]!r} at {selection.scores[i, best]:.4f}{others}. "
+            f"Lower min_score, or pass default= to get a value back instead of this error"
+        )
+
+    def _attentions(self, selection: _Selection, texts: list[str] | None) -> list[Attention]:
+        assert self._index is not None and self._values is not None
+        values = self._values.blend(selection.weights, self._gather_rows(selection))
+        if self._values.kind is ValueKind.SCALAR:
+            values = [float(v) for v in values]
+        live_rows = np.flatnonzero(self._index.live)
+        categorical = self._values if isinstance(self._values, CategoricalColumn) else None
+        live_codes = categorical.live_codes(live_rows) if categorical is not None else None
+        results = []
+        for i in range(len(selection.weights)):
+            if selection.rows is None:
+                rows = live_rows
+                weights, scores = selection.weights[i, rows], selection.scores[i, rows]
+            else:
+                found = selection.rows[i] >= 0
+                rows = selection.rows[i, found]
+                weights, scores = selection.weights[i, found], selection.scores[i, found]
+            order = np.argsort(-scores, kind="stable")
+            distribution = None
+            if categorical is not None and live_codes is not None:
+                mass = categorical.label_mass(weights[None, :], rows[None, :])[0]
+                distribution = categorical.distribution(mass, live_codes)
+            results.append(
+                Attention(
+                    query=texts[i] if texts is not None else None,
+                    value=values[i],
+                    keys=tuple(self._key_of_row[r] for r in rows[order]),  # type: ignore[misc]
+                    weights=weights[order],
+                    scores=scores[order],
+                    k=selection.k,
+                    tail_mass=float(selection.tail_mass[i]),
+                    distribution=distribution,
+                )
+            )
+        return results

@@ -1,0 +1,37 @@
+"""Row storage: a numpy array that grows in place, shared by the key index and the value columns."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["GrowableRows"]
+
+
+class GrowableRows:
+    """A numpy array that grows by doubling, so appending n rows one at a time is O(n)."""
+
+    def __init__(self, row_shape: tuple[int, ...], dtype: type | np.dtype) -> None:
+        self._data = np.zeros((16, *row_shape), dtype=dtype)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def view(self) -> np.ndarray:
+        return self._data[: self._size]
+
+    def append(self, rows: np.ndarray) -> None:
+        needed = self._size + len(rows)
+        if needed > len(self._data):
+            grown = np.zeros((max(needed, 2 * len(self._data)), *self._data.shape[1:]), self._data.dtype)
+            grown[: self._size] = self._data[: self._size]
+            self._data = grown
+        self._data[self._size : needed] = rows
+        self._size = needed
+
+    def keep(self, rows: np.ndarray) -> None:
+        kept = self._data[rows]
+        self._data = np.zeros((max(16, len(kept)), *self._data.shape[1:]), self._data.dtype)
+        self._data[: len(kept)] = kept
+        self._size = len(kept)

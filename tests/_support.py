@@ -1,0 +1,52 @@
+"""Helpers shared by the tests: a tiny seeded fake encoder and sample values of every kind."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+FAKE_DIM = 16
+
+
+def _token_vector(token: str) -> np.ndarray:
+    seed = int.from_bytes(hashlib.blake2b(token.encode(), digest_size=8).digest(), "little")
+    return np.random.default_rng(seed).standard_normal(FAKE_DIM)
+
+
+class FakeEncoder:
+    """Seeded bag-of-words encoder: the sum of one fixed random vector per lower-case word.
+
+    Texts that share words are similar ("red apple" ~ "apple"), texts that share none are not,
+    and the same text always gets the same embedding. It counts its calls and texts so tests can
+    check batching and caching.
+    """
+
+    name = "fake-bag-of-words"
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.texts_encoded: list[str] = []
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        self.texts_encoded.extend(texts)
+        out = np.zeros((len(texts), FAKE_DIM), dtype=np.float32)
+        for i, text in enumerate(texts):
+            for token in text.lower().split():
+                out[i] += _token_vector(token)
+        return out
+
+
+# One sample of each value kind, used to run the same contract over every kind of store.
+VALUE_SAMPLES = {
+    "scalar": [1, 2.5, -3, 4.0, 1e6],
+    "vector": [np.array([1.0, 0.0]), [0.5, 0.5], (2.0, -1.0), np.array([0.0, 3.0]), [1e3, 1.0]],
+    "categorical": ["fruit", {"id": 3, "tags": ["a"]}, None, True, "furniture"],
+}
+
+
+def same_value(a: object, b: object) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
+    return a == b and type(a) is type(b)

@@ -1,0 +1,205 @@
+"""Soft lookup on a seeded fake encoder: the store's output is exactly the attention formula."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _support import FakeEncoder
+
+from softdict import Attention, EmptyStoreError, NoMatchError, SoftDict
+from softdict._attention import attention
+from softdict._config import Similarity
+
+KEYS = ["red apple", "green apple", "yellow banana", "wooden chair", "soft sofa", "red car"]
+
+
+def reference(encoder: FakeEncoder, keys, values, queries, similarity="cosine", temperature=0.05):
+    """softmax(sim(Q, K)/T)·V from the pure math module, on the encoder's own embeddings."""
+    K = encoder.encode(list(keys))
+    Q = encoder.encode(list(queries))
+    return attention(Q, K, np.asarray(values, dtype=float), similarity=similarity, temperature=temperature)
+
+
+@pytest.mark.parametrize("similarity", [s.value for s in Similarity])
+@pytest.mark.parametrize("temperature", [0.05, 0.5, 3.0])
+def test_scalar_lookup_is_the_attention_formula(similarity: str, temperature: float) -> None:
+    values = [1.0, 2.0, 3.0, 10.0, 20.0, 5.0]
+    sd = SoftDict(dict(zip(KEYS, values)), encoder=FakeEncoder(), similarity=similarity,
+                  temperature=temperature)
+    queries = ["apple", "red", "chair sofa"]
+    expected, weights = reference(FakeEncoder(), KEYS, values, queries, similarity, temperature)
+    np.testing.assert_allclose(sd.lookup(queries), expected, rtol=1e-5, atol=1e-6)
+    for query, value in zip(queries, expected):
+        got = sd.lookup(query)
+        assert isinstance(got, float)
+        assert got == pytest.approx(value, rel=1e-5, abs=1e-6)
+
+
+def test_vector_lookup_blends_vectors() -> None:
+    values = np.arange(18, dtype=float).reshape(6, 3)
+    sd = SoftDict(dict(zip(KEYS, values)), encoder=FakeEncoder())
+    expected, _ = reference(FakeEncoder(), KEYS, values, ["apple", "chair"])
+    got = sd.lookup(["apple", "chair"])
+    assert got.shape == (2, 3)
+    np.testing.assert_allclose(got, expected, rtol=1e-5)
+    np.testing.assert_allclose(sd.lookup("apple"), expected[0], rtol=1e-5)
+
+
+def test_categorical_lookup_returns_the_label_with_most_weight() -> None:
+    labels = ["fruit", "fruit", "fruit", "furniture", "furniture", "vehicle"]
+    sd = SoftDict(dict(zip(KEYS, labels)), encoder=FakeEncoder(), temperature=0.5)
+    _, weights = reference(FakeEncoder(), KEYS, np.zeros(6), ["apple", "chair sofa"], temperature=0.5)
+    for query, w in zip(["apple", "chair sofa"], weights):
+        mass = {label: w[[i for i, l in enumerate(labels) if l == label]].sum() for label in set(labels)}
+        assert sd.lookup(query) == max(mass, key=mass.get)
+        distribution = sd.attend(query).distribution
+        assert list(distribution) == sorted(mass, key=mass.get, reverse=True)
+        for label, p in mass.items():
+            assert distribution[label] == pytest.approx(p)
+        assert sum(distribution.values()) == pytest.approx(1.0)
+    assert sd.lookup(["apple", "chair sofa"]) == ["fruit", "furniture"]
+
+
+def test_attend_reports_keys_weights_scores_sorted() -> None:
+    values = [1.0, 2.0, 3.0, 10.0, 20.0, 5.0]
+    sd = SoftDict(dict(zip(KEYS, values)), encoder=FakeEncoder(), temperature=0.3)
+    att = sd.attend("apple")
+    assert isinstance(att, Attention)
+    assert att.query == "apple" and att.k == 6 and att.tail_mass == 0.0
+    assert sorted(att.keys) == sorted(KEYS)
+    assert np.all(np.diff(att.weights) <= 0) and np.all(np.diff(att.scores) <= 0)
+    assert att.weights.sum() == pytest.approx(1.0)
+    assert att.value == pytest.approx(sum(w * values[KEYS.index(k)] for k, w in zip(att.keys, att.weights)))
+    assert att.keys[:2] in (("red apple", "green apple"), ("green apple", "red apple"))
+    assert "Attention(query='apple'" in repr(att)
+    batch = sd.attend(["apple", "chair"])
+    assert [a.query for a in batch] == ["apple", "chair"]
+
+
+def test_nearest_returns_best_keys_and_scores() -> None:
+    sd = SoftDict(dict(zip(KEYS, range(6))), encoder=FakeEncoder())
+    best = sd.nearest("red apple", k=3)
+    assert best[0] == ("red apple", pytest.approx(1.0))
+    assert [key for key, _ in best][1:] in (["green apple", "red car"], ["red car", "green apple"])
+    assert best[0][1] >= best[1][1] >= best[2][1]
+    assert len(sd.nearest("apple", k=50)) == 6
+    assert [len(r) for r in sd.nearest(["apple", "chair"], k=2)] == [2, 2]
+
+
+def test_a_batch_is_encoded_in_one_call_and_keys_never_again() -> None:
+    encoder = FakeEncoder()
+    sd = SoftDict(encoder=encoder, batch_size=1000)
+    sd.update({key: float(i) for i, key in enumerate(KEYS)})
+    assert encoder.calls == 1
+    sd.lookup(["apple", "chair", "car"])
+    assert encoder.calls == 2
+    sd.lookup("sofa")
+    sd.attend("banana")
+    sd["red apple"] = 9.0  # overwriting a value does not re-embed its key
+    sd.update({"red car": 1.0, "blue bike": 2.0})  # only the new key is encoded
+    assert encoder.texts_encoded == KEYS + ["apple", "chair", "car", "sofa", "banana", "blue bike"]
+
+
+def test_update_encodes_in_batches_of_batch_size() -> None:
+    encoder = FakeEncoder()
+    sd = SoftDict(encoder=encoder, batch_size=4)
+    sd.update({f"key {i}": i for i in range(10)})
+    assert encoder.calls == 3 and len(sd) == 10
+    sd.lookup([f"query {i}" for i in range(9)])
+    assert encoder.calls == 6
+
+
+def test_repeated_queries_hit_a_bounded_cache() -> None:
+    encoder = FakeEncoder()
+    sd = SoftDict(dict(zip(KEYS, range(6))), encoder=encoder, query_cache_size=2)
+    calls = encoder.calls
+    sd.lookup("apple")
+    sd.lookup("apple")
+    sd.lookup(["apple", "apple"])
+    assert encoder.calls == calls + 1
+    sd.lookup("chair")
+    sd.lookup("car")  # evicts "apple", the least recently used of three
+    sd.lookup("car")
+    assert encoder.calls == calls + 3
+    sd.lookup("apple")
+    assert encoder.calls == calls + 4
+    assert len(sd.encoder._cache) == 2
+
+
+def test_cache_can_be_disabled() -> None:
+    encoder = FakeEncoder()
+    sd = SoftDict({"apple": 1}, encoder=encoder, query_cache_size=0)
+    sd.lookup("fruit")
+    sd.lookup("fruit")
+    assert encoder.calls == 3
+
+
+def test_min_score_and_default() -> None:
+    sd = SoftDict(dict(zip(KEYS, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])), encoder=FakeEncoder())
+    assert sd.lookup("red apple", min_score=0.9) == pytest.approx(sd.lookup("red apple"))
+    assert sd.lookup("spaceship", min_score=0.9, default=None) is None
+    with pytest.raises(NoMatchError) as info:
+        sd.lookup("spaceship", min_score=0.9)
+    assert isinstance(info.value, KeyError)
+    assert "spaceship" in str(info.value) and "min_score=0.9" in str(info.value)
+    # In a batch, only the queries below min_score get the default.
+    got = sd.lookup(["red apple", "spaceship"], min_score=0.9, default=float("nan"))
+    assert got[0] == pytest.approx(sd.lookup("red apple")) and np.isnan(got[1])
+    with pytest.raises(NoMatchError, match="spaceship"):
+        sd.lookup(["red apple", "spaceship"], min_score=0.9)
+
+
+def test_min_score_default_in_categorical_and_vector_batches() -> None:
+    labels = SoftDict(dict(zip(KEYS, "aabbcc")), encoder=FakeEncoder())
+    assert labels.lookup(["red apple", "spaceship"], min_score=0.9, default=None)[1] is None
+    vectors = SoftDict({k: [float(i), 1.0] for i, k in enumerate(KEYS)}, encoder=FakeEncoder())
+    got = vectors.lookup(["red apple", "spaceship"], min_score=0.9, default=[0.0, 0.0])
+    np.testing.assert_array_equal(got[1], [0.0, 0.0])
+
+
+def test_top_k_attends_to_the_k_best_and_bounds_the_tail() -> None:
+    values = [1.0, 2.0, 3.0, 10.0, 20.0, 5.0]
+    sd = SoftDict(dict(zip(KEYS, values)), encoder=FakeEncoder(), top_k=2, temperature=0.5)
+    exact = SoftDict(dict(zip(KEYS, values)), encoder=FakeEncoder(), temperature=0.5)
+    att, full = sd.attend("apple"), exact.attend("apple")
+    assert att.k == 2 and att.keys == full.keys[:2]
+    top = np.exp((full.scores[:2] - full.scores[0]) / 0.5)
+    np.testing.assert_allclose(att.weights, top / top.sum())
+    true_tail = full.weights[2:].sum()
+    assert true_tail <= att.tail_mass < 1.0
+    assert sd.lookup("apple") == pytest.approx(float(att.weights @ [values[KEYS.index(k)] for k in att.keys]))
+
+
+def test_embeddings_api_matches_the_formula() -> None:
+    rng = np.random.default_rng(0)
+    K, Q = rng.standard_normal((5, 4)), rng.standard_normal((3, 4))
+    values = rng.standard_normal(5)
+    sd = SoftDict(encoder=FakeEncoder(), similarity="scaled_dot", temperature=1.0)
+    sd.add_embeddings([f"k{i}" for i in range(5)], K, values)
+    expected, weights = attention(Q, K, values, similarity="scaled_dot", temperature=1.0)
+    np.testing.assert_allclose(sd.lookup_embeddings(Q), expected, rtol=1e-5)
+    assert sd.lookup_embeddings(Q[0]) == pytest.approx(expected[0], rel=1e-5)
+    attentions = sd.attend_embeddings(Q)
+    assert len(attentions) == 3 and attentions[0].query is None
+    np.testing.assert_allclose(sorted(attentions[1].weights), sorted(weights[1]), rtol=1e-5)
+    # add_embeddings on an existing key replaces its embedding and value.
+    sd.add_embeddings(["k0"], -K[:1], [100.0])
+    assert sd["k0"] == 100.0 and len(sd) == 5
+    K2, values2 = K.copy(), values.copy()
+    K2[0], values2[0] = -K[0], 100.0
+    expected2, _ = attention(Q, K2, values2, similarity="scaled_dot", temperature=1.0)
+    np.testing.assert_allclose(sd.lookup_embeddings(Q), expected2, rtol=1e-5)
+
+
+def test_lookup_on_an_empty_store() -> None:
+    sd = SoftDict(encoder=FakeEncoder())
+    for call in (lambda: sd.lookup("x"), lambda: sd.attend("x"), lambda: sd.nearest("x"),
+                 lambda: sd.lookup_embeddings(np.zeros((1, 16)))):
+        with pytest.raises(EmptyStoreError, match="insert keys first"):
+            call()
+    assert isinstance(EmptyStoreError("x"), LookupError)
+
+
+def test_empty_query_batch_gives_an_empty_result() -> None:
+    sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
+    assert sd.lookup([]).shape == (0,)

@@ -1,0 +1,161 @@
+"""One mapping contract, run over every value kind: a SoftDict behaves like a plain dict."""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+
+import numpy as np
+import pytest
+from _support import VALUE_SAMPLES, same_value
+
+from softdict import SoftDict
+
+KEYS = ["apple", "banana", "chair", "red apple", "green chair"]
+
+
+@pytest.fixture(params=sorted(VALUE_SAMPLES))
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def items(kind: str) -> list[tuple[str, object]]:
+    return list(zip(KEYS, VALUE_SAMPLES[kind]))
+
+
+def assert_matches_dict(sd: SoftDict, expected: dict[str, object]) -> None:
+    assert len(sd) == len(expected)
+    assert list(sd) == list(expected)
+    assert list(sd.keys()) == list(expected.keys())
+    for key, value in expected.items():
+        assert key in sd
+        assert same_value(sd[key], value)
+    assert [k for k, _ in sd.items()] == list(expected)
+
+
+def test_is_a_mutable_mapping(make_store) -> None:
+    assert isinstance(make_store(), MutableMapping)
+
+
+def test_set_get_len_iter_contains(make_store, items) -> None:
+    sd = make_store()
+    expected: dict[str, object] = {}
+    for key, value in items:
+        sd[key] = value
+        expected[key] = value
+        assert_matches_dict(sd, expected)
+    assert "pear" not in sd
+    assert 42 not in sd
+
+
+def test_missing_key_raises_key_error_with_the_key(make_store, items) -> None:
+    sd = make_store(items)
+    with pytest.raises(KeyError) as info:
+        sd["pear"]
+    assert info.value.args == ("pear",)
+    with pytest.raises(KeyError):
+        del sd["pear"]
+    assert sd.get("pear") is None
+    assert sd.get("pear", 7) == 7
+
+
+def test_update_like_dict_update(make_store, items) -> None:
+    sd = make_store()
+    sd.update(items[:2])
+    sd.update(dict(items[2:4]))
+    sd.update(**{items[4][0].replace(" ", "_"): items[4][1]})
+    expected = dict(items[:4])
+    expected[items[4][0].replace(" ", "_")] = items[4][1]
+    assert_matches_dict(sd, expected)
+
+
+def test_update_with_duplicate_keys_keeps_first_position_and_last_value(make_store, items) -> None:
+    (k0, v0), (k1, v1), (_, v2) = items[:3]
+    sd = make_store()
+    sd.update([(k0, v0), (k1, v1), (k0, v2)])
+    expected = dict([(k0, v0), (k1, v1), (k0, v2)])
+    assert_matches_dict(sd, expected)
+
+
+def test_overwrite_keeps_position(make_store, items) -> None:
+    sd = make_store(items)
+    sd[items[1][0]] = items[3][1]
+    expected = dict(items)
+    expected[items[1][0]] = items[3][1]
+    assert_matches_dict(sd, expected)
+
+
+def test_delete_and_reinsert_goes_to_the_end(make_store, items) -> None:
+    sd = make_store(items)
+    expected = dict(items)
+    del sd[items[0][0]]
+    del expected[items[0][0]]
+    assert_matches_dict(sd, expected)
+    sd[items[0][0]] = items[0][1]
+    expected[items[0][0]] = items[0][1]
+    assert_matches_dict(sd, expected)
+
+
+def test_pop_popitem_setdefault_clear(make_store, items) -> None:
+    sd = make_store(items)
+    expected = dict(items)
+    assert same_value(sd.pop(items[2][0]), expected.pop(items[2][0]))
+    assert sd.pop("pear", "none") == "none"
+    key, value = sd.popitem()
+    expected_key, expected_value = expected.popitem()  # LIFO, like dict
+    assert key == expected_key and same_value(value, expected_value)
+    assert same_value(sd.setdefault(items[0][0], items[4][1]), items[0][1])
+    assert_matches_dict(sd, expected)
+    sd.clear()
+    assert len(sd) == 0 and list(sd) == []
+    with pytest.raises(KeyError):
+        sd.popitem()
+
+
+def test_equals_a_dict_with_the_same_items(make_store) -> None:
+    sd = make_store({"apple": 1, "chair": 2.5})
+    assert sd == {"apple": 1, "chair": 2.5}
+    assert sd != {"apple": 1}
+
+
+def test_deleted_keys_never_contribute_and_survive_compaction(make_store, items) -> None:
+    """Enough deletes to trigger compaction; the mapping and soft lookup stay consistent."""
+    sd = make_store()
+    keys = [f"word{i} thing{i % 7}" for i in range(300)]
+    sd.update({key: items[i % len(items)][1] for i, key in enumerate(keys)})
+    expected = {key: items[i % len(items)][1] for i, key in enumerate(keys)}
+    for key in keys[:250]:
+        del sd[key]
+        del expected[key]
+    assert_matches_dict(sd, expected)
+    attention = sd.attend("word3 thing3")
+    assert set(attention.keys) == set(expected)
+    assert attention.weights.sum() == pytest.approx(1.0)
+    # Re-inserted keys are found again, with their new values.
+    sd[keys[3]] = items[0][1]
+    expected[keys[3]] = items[0][1]
+    assert_matches_dict(sd, expected)
+    assert sd.nearest(keys[3], k=1)[0][0] == keys[3]
+
+
+def test_values_come_back_as_independent_copies(make_store, kind) -> None:
+    mutable = {"vector": np.array([1.0, 2.0]), "categorical": {"id": [1, 2]}}.get(kind)
+    if mutable is None:
+        mutable = 3.5
+    sd = make_store({"apple": mutable})
+    got = sd["apple"]
+    if isinstance(got, np.ndarray):
+        got[0] = 99.0
+        mutable[0] = 42.0
+    elif isinstance(got, dict):
+        got["id"].append(99)
+        mutable["id"].append(42)
+    assert same_value(sd["apple"], {"vector": np.array([1.0, 2.0]), "categorical": {"id": [1, 2]}}.get(kind, 3.5))
+
+
+def test_emptied_store_accepts_a_new_kind(make_store) -> None:
+    sd = make_store({"apple": 1})
+    del sd["apple"]
+    sd["apple"] = "label"
+    assert sd["apple"] == "label"
+    assert sd.value_kind.value == "categorical"
