@@ -24,16 +24,18 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from categories import CATEGORIES  # noqa: E402
+from categories import CATEGORIES
 
-from softdict import SoftDict  # noqa: E402
-from softdict._attention import similarity_scores, softmax  # noqa: E402
-from softdict._config import Similarity  # noqa: E402
+from softdict import SoftDict
+from softdict._attention import similarity_scores, softmax
+from softdict._config import Similarity
 
 TEMPERATURES = [0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3, 0.5]
 
 
-def category_mass(weights: np.ndarray, member_category: np.ndarray, n_categories: int) -> np.ndarray:
+def category_mass(
+    weights: np.ndarray, member_category: np.ndarray, n_categories: int
+) -> np.ndarray:
     """(m, n) key weights -> (m, n_categories) attention mass per category."""
     onehot = np.eye(n_categories)[member_category]
     return weights @ onehot
@@ -65,8 +67,10 @@ def main() -> None:
     np.fill_diagonal(loo_scores, -np.inf)
     seed = SoftDict({"apple": 10, "banana": 5, "chair": 2}, encoder=sd.encoder)
 
-    print("| T | queries: Brier / log-lik / acc | leave-one-out: Brier / log-lik / acc "
-          "| mean Brier | mean log-lik | fruit -> banana / apple / chair |")
+    print(
+        "| T | queries: Brier / log-lik / acc | leave-one-out: Brier / log-lik / acc "
+        "| mean Brier | mean log-lik | fruit -> banana / apple / chair |"
+    )
     print("|" + "---|" * 6)
     rows = []
     for t in TEMPERATURES:
@@ -79,9 +83,11 @@ def main() -> None:
         seed.temperature = t
         fruit = dict(seed.attend("fruit").top(3))
         rows.append((t, (q_brier + l_brier) / 2, (q_ll + l_ll) / 2))
-        print(f"| {t} | {q_brier:.3f} / {q_ll:.3f} / {q_acc:.3f} | {l_brier:.3f} / {l_ll:.3f} / "
-              f"{l_acc:.3f} | {rows[-1][1]:.3f} | {rows[-1][2]:.3f} | {fruit['banana']:.2f} / "
-              f"{fruit['apple']:.2f} / {fruit['chair']:.3f} |")
+        print(
+            f"| {t} | {q_brier:.3f} / {q_ll:.3f} / {q_acc:.3f} | {l_brier:.3f} / {l_ll:.3f} / "
+            f"{l_acc:.3f} | {rows[-1][1]:.3f} | {rows[-1][2]:.3f} | {fruit['banana']:.2f} / "
+            f"{fruit['apple']:.2f} / {fruit['chair']:.3f} |"
+        )
     by_brier = min(rows, key=lambda row: row[1])
     by_likelihood = max(rows, key=lambda row: row[2])
     print(f"\nlowest mean Brier score (error of the blended value): T = {by_brier[0]}")

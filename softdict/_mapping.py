@@ -212,7 +212,8 @@ class SoftDict(MutableMapping[str, Any]):
         if isinstance(other, Mapping):
             pairs = list(other.items())
         elif hasattr(other, "keys"):
-            pairs = [(key, other[key]) for key in other.keys()]
+            # dict.update's protocol: any object with .keys() is read as a mapping.
+            pairs = [(key, other[key]) for key in other.keys()]  # noqa: SIM118
         else:
             pairs = []
             for i, item in enumerate(other):
@@ -337,9 +338,7 @@ class SoftDict(MutableMapping[str, Any]):
             self._row_of[key] = new_row
         self._dead = 0
 
-    def add_embeddings(
-        self, keys: Sequence[str], embeddings: Any, values: Sequence[Any]
-    ) -> None:
+    def add_embeddings(self, keys: Sequence[str], embeddings: Any, values: Sequence[Any]) -> None:
         """Insert keys with embeddings you already have, skipping the encoder; all or nothing.
 
         Args:
@@ -394,18 +393,19 @@ class SoftDict(MutableMapping[str, Any]):
         return self._lookup(array, None, single, min_score, default)
 
     def attend(self, query: str | Sequence[str]) -> Any:
-        """How ``query`` attends over the store: an ``Attention``, or a list for a list of queries."""
+        """How ``query`` attends: an ``Attention``, or a list of them for a list of queries."""
         texts, single = self._query_texts(query)
         self._require_keys()
         queries = self._encoder.encode_queries(texts, batch_size=self._config.batch_size)
         attentions = self._attentions(self._select(self._prepared_queries(queries)), texts)
         return attentions[0] if single else attentions
 
-    def attend_embeddings(self, queries: Any) -> list[Attention]:
-        """``attend`` for query embeddings (n, d): one ``Attention`` per row."""
+    def attend_embeddings(self, queries: Any) -> Any:
+        """``attend`` for query embeddings: (n, d) gives a list of n ``Attention``, (d,) one."""
         array, single = self._query_array(queries)
         self._require_keys()
-        return self._attentions(self._select(self._prepared_queries(array)), None)
+        attentions = self._attentions(self._select(self._prepared_queries(array)), None)
+        return attentions[0] if single else attentions
 
     def nearest(self, query: str | Sequence[str], k: int = 3) -> Any:
         """The ``k`` keys most similar to ``query``, as (key, score) pairs, best first.
@@ -441,7 +441,9 @@ class SoftDict(MutableMapping[str, Any]):
     def _query_array(self, queries: Any) -> tuple[np.ndarray, bool]:
         array = np.asarray(queries, dtype=np.float32)
         single = array.ndim == 1
-        return self._checked_embeddings(array[None, :] if single else array, "query embeddings"), single
+        return self._checked_embeddings(
+            array[None, :] if single else array, "query embeddings"
+        ), single
 
     def _require_keys(self) -> None:
         if not self._row_of:
@@ -464,7 +466,9 @@ class SoftDict(MutableMapping[str, Any]):
             expected = "a number (float('nan') marks a miss)"
         elif self._values.kind is ValueKind.VECTOR:
             length = self._values.length  # type: ignore[attr-defined]
-            fits = np.shape(default) == (length,) and np.issubdtype(np.asarray(default).dtype, np.number)
+            fits = np.shape(default) == (length,) and np.issubdtype(
+                np.asarray(default).dtype, np.number
+            )
             expected = f"a vector of length {length}"
         else:
             return
@@ -566,7 +570,7 @@ class SoftDict(MutableMapping[str, Any]):
                 Attention(
                     query=texts[i] if texts is not None else None,
                     value=values[i],
-                    keys=tuple(self._key_of_row[r] for r in rows[order]),  # type: ignore[misc]
+                    keys=tuple(self._key_of_row[r] for r in rows[order]),
                     weights=weights[order],
                     scores=scores[order],
                     k=selection.k,

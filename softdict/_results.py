@@ -43,9 +43,11 @@ class Attention:
     def __repr__(self) -> str:
         shown = ", ".join(f"({key!r}, {w:.3f})" for key, w in self.top(3))
         more = ", ..." if len(self.keys) > 3 else ""
-        value = np.array2string(self.value, precision=4, threshold=6) if isinstance(
-            self.value, np.ndarray
-        ) else repr(self.value)
+        value = (
+            np.array2string(self.value, precision=4, threshold=6)
+            if isinstance(self.value, np.ndarray)
+            else repr(self.value)
+        )
         return (
             f"Attention(query={self.query!r}, value={value}, k={self.k}, "
             f"tail_mass={self.tail_mass:.3g}, top=[{shown}{more}])"

@@ -24,7 +24,9 @@ class GrowableRows:
     def append(self, rows: np.ndarray) -> None:
         needed = self._size + len(rows)
         if needed > len(self._data):
-            grown = np.zeros((max(needed, 2 * len(self._data)), *self._data.shape[1:]), self._data.dtype)
+            grown = np.zeros(
+                (max(needed, 2 * len(self._data)), *self._data.shape[1:]), self._data.dtype
+            )
             grown[: self._size] = self._data[: self._size]
             self._data = grown
         self._data[self._size : needed] = rows

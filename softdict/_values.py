@@ -325,4 +325,3 @@ def new_column(kind: ValueKind, first_key: str, first_value: object) -> ValueCol
             f"with value_kind='vector'; give a non-empty 1-D sequence of numbers"
         )
     return VectorColumn(len(first_value))  # type: ignore[arg-type]
-

