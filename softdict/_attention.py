@@ -6,8 +6,10 @@ With ``similarity="scaled_dot"`` and ``temperature=1`` this is exactly the seed 
 softmax(QKᵀ/√d)V, which the tests check against a naive implementation. Nothing here knows about
 keys, encoders or indexes; the store calls these functions on the rows it has selected.
 
-Keys are "prepared" once when they are inserted (unit-normalised for cosine), so a lookup does a
-single matrix product against them instead of renormalising every key per query.
+Keys are "prepared" once when they are inserted (unit-normalised for cosine), and queries so that
+the score is a plain inner product (or, for "l2", a negative squared distance): a lookup is then a
+single matrix product, and a FAISS index with an inner-product or L2 metric computes the same
+scores.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from softdict._config import Similarity
 __all__ = [
     "attention",
     "blend",
-    "prepare",
+    "prepare_keys",
+    "prepare_queries",
     "prepared_scores",
     "similarity_scores",
     "softmax",
@@ -27,8 +30,8 @@ __all__ = [
 ]
 
 
-def prepare(vectors: np.ndarray, similarity: Similarity) -> np.ndarray:
-    """Return float32 rows in the form ``prepared_scores`` expects: unit-normalised for cosine.
+def prepare_keys(vectors: np.ndarray, similarity: Similarity) -> np.ndarray:
+    """Key rows as float32 in the form the index stores: unit-normalised for cosine.
 
     A zero vector stays zero rather than becoming NaN, so it scores 0 against everything.
     """
@@ -39,6 +42,16 @@ def prepare(vectors: np.ndarray, similarity: Similarity) -> np.ndarray:
     return (rows / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32)
 
 
+def prepare_queries(vectors: np.ndarray, similarity: Similarity) -> np.ndarray:
+    """Query rows as float32, prepared so that a plain inner product with prepared keys is the
+    similarity score: normalised for cosine, scaled by 1/√d for scaled_dot (l2 uses distances).
+    """
+    if similarity is Similarity.SCALED_DOT:
+        rows = np.asarray(vectors, dtype=np.float64)
+        return np.ascontiguousarray(rows / np.sqrt(rows.shape[-1]), dtype=np.float32)
+    return prepare_keys(vectors, similarity)
+
+
 def prepared_scores(
     queries: np.ndarray,
     keys: np.ndarray,
@@ -47,8 +60,8 @@ def prepared_scores(
 ) -> np.ndarray:
     """Score prepared queries (m, d) against prepared keys (n, d); returns float64 (m, n).
 
-    ``key_sq_norms`` (the squared norms of the keys) is only used by ``"l2"``; it is computed when
-    not given, and a store passes the cached one.
+    Every similarity but "l2" is then the inner product. ``key_sq_norms`` (the squared norms of
+    the keys) is only used by "l2"; it is computed when not given.
     """
     with np.errstate(over="ignore", invalid="ignore"):
         dots = queries @ keys.T
@@ -56,21 +69,21 @@ def prepared_scores(
         # Finite float32 inputs can overflow float32 in the product; float64 cannot overflow here.
         dots = queries.astype(np.float64) @ keys.astype(np.float64).T
     dots = dots.astype(np.float64, copy=False)
-    if similarity is Similarity.SCALED_DOT:
-        return dots / np.sqrt(keys.shape[-1])
-    if similarity is Similarity.L2:
-        if key_sq_norms is None:
-            key_sq_norms = np.einsum("ij,ij->i", keys, keys, dtype=np.float64)
-        query_sq_norms = np.einsum("ij,ij->i", queries, queries, dtype=np.float64)
-        squared_distance = query_sq_norms[:, None] - 2.0 * dots + key_sq_norms[None, :]
-        # The expansion can round to a tiny negative distance; a distance is never negative.
-        return -np.maximum(squared_distance, 0.0)
-    return dots
+    if similarity is not Similarity.L2:
+        return dots
+    if key_sq_norms is None:
+        key_sq_norms = np.einsum("ij,ij->i", keys, keys, dtype=np.float64)
+    query_sq_norms = np.einsum("ij,ij->i", queries, queries, dtype=np.float64)
+    squared_distance = query_sq_norms[:, None] - 2.0 * dots + key_sq_norms[None, :]
+    # The expansion can round to a tiny negative distance; a distance is never negative.
+    return -np.maximum(squared_distance, 0.0)
 
 
 def similarity_scores(queries: np.ndarray, keys: np.ndarray, similarity: Similarity) -> np.ndarray:
     """Score raw query embeddings (m, d) against raw key embeddings (n, d); float64 (m, n)."""
-    return prepared_scores(prepare(queries, similarity), prepare(keys, similarity), similarity)
+    return prepared_scores(
+        prepare_queries(queries, similarity), prepare_keys(keys, similarity), similarity
+    )
 
 
 def softmax(scores: np.ndarray, temperature: float) -> np.ndarray:

@@ -56,25 +56,19 @@ class SoftDictConfig(BaseModel):
     similarity: Similarity = Similarity.COSINE
     temperature: float | None = None
     top_k: int | None = Field(default=None, gt=0)
+    max_k: int = Field(default=1024, gt=0)
+    tail_tolerance: float = Field(default=0.01, gt=0.0, lt=1.0)
     index: str = "auto"
     value_kind: ValueKind | None = None
     query_cache_size: int = Field(default=1024, ge=0)
     batch_size: int = Field(default=64, gt=0)
+    progress: bool | None = None
 
     @field_validator("temperature")
     @classmethod
     def _temperature_positive_finite(cls, value: float | None) -> float | None:
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError("must be a finite number > 0")
-        return value
-
-    @field_validator("index")
-    @classmethod
-    def _known_index(cls, value: str) -> str:
-        if value not in ("auto", "flat"):
-            raise ValueError(
-                "this version supports index='auto' or 'flat' (exact attention over all keys)"
-            )
         return value
 
     @classmethod

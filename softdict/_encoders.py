@@ -122,10 +122,16 @@ class TextEncoder:
     def __repr__(self) -> str:
         return f"TextEncoder({self.name!r}, dim={self.dim})"
 
-    def _call(self, texts: list[str], role: str, batch_size: int) -> np.ndarray:
+    def _call(
+        self, texts: list[str], role: str, batch_size: int, progress: bool = False
+    ) -> np.ndarray:
         """Encode in chunks of ``batch_size``, so no encoder is handed more texts at once."""
-        chunks = [texts[i : i + batch_size] for i in range(0, len(texts), batch_size)]
-        return np.concatenate([self._call_once(chunk, role) for chunk in chunks])
+        starts = range(0, len(texts), batch_size)
+        if progress:
+            from tqdm.auto import tqdm
+
+            starts = tqdm(starts, desc="softdict: embedding keys", unit="batch")
+        return np.concatenate([self._call_once(texts[i : i + batch_size], role) for i in starts])
 
     def _call_once(self, texts: list[str], role: str) -> np.ndarray:
         try:
@@ -169,11 +175,16 @@ class TextEncoder:
         self.dim = embeddings.shape[1]
         return embeddings
 
-    def encode_keys(self, texts: list[str], *, batch_size: int = 64) -> np.ndarray:
-        """Embed keys (documents), float32 (n, d), in batches of ``batch_size``."""
+    def encode_keys(
+        self, texts: list[str], *, batch_size: int = 64, progress: bool = False
+    ) -> np.ndarray:
+        """Embed keys (documents), float32 (n, d), in batches of ``batch_size``.
+
+        With ``progress``, a tqdm bar counts the batches.
+        """
         if not texts:
             return np.zeros((0, self.dim or 0), dtype=np.float32)
-        return self._call(texts, "document", batch_size)
+        return self._call(texts, "document", batch_size, progress)
 
     def encode_queries(self, texts: Sequence[str], *, batch_size: int = 64) -> np.ndarray:
         """Embed queries, float32 (n, d); repeated queries come from a bounded LRU cache."""

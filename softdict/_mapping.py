@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from softdict._attention import prepare, softmax, tail_mass_bound
+from softdict._attention import prepare_keys, prepare_queries, softmax, tail_mass_bound
 from softdict._config import Similarity, SoftDictConfig, ValueKind
 from softdict._encoders import TextEncoder, resolve_encoder
 from softdict._errors import (
@@ -31,7 +32,7 @@ from softdict._errors import (
     NoMatchError,
     ValueShapeError,
 )
-from softdict._index import KeyIndex, new_index
+from softdict._index import EXACT_MAX_KEYS, KeyIndex, index_spec
 from softdict._results import Attention
 from softdict._values import CategoricalColumn, ValueColumn, infer_kind, new_column
 
@@ -44,15 +45,27 @@ _MISSING: Any = object()
 # a lookup never scores more than about twice the live keys, and compaction cost is amortised.
 _COMPACT_MIN_DEAD = 64
 
+# Adaptive top-k starts here and grows 4x per round until the tail bound is met or max_k reached.
+_INITIAL_K = 64
+
+# Without progress=, a bar is drawn only for inserts of at least this many keys, on a terminal.
+_PROGRESS_MIN_KEYS = 2_000
+
+# A mask: the keys that may be attended to, or a predicate over keys.
+Mask = Iterable[str] | Callable[[str], bool] | None
+
 
 @dataclass(frozen=True)
 class _Selection:
-    """The rows each query attends to, with scores and weights; ``rows=None`` means all rows."""
+    """The rows each query attends to, with scores and weights; ``rows=None`` means all rows.
+
+    Padded rows are -1 with score -inf and weight 0; ``k`` and ``tail_mass`` are per query.
+    """
 
     scores: np.ndarray
     weights: np.ndarray
     rows: np.ndarray | None
-    k: int
+    k: np.ndarray
     tail_mass: np.ndarray
 
 
@@ -84,11 +97,18 @@ class SoftDict(MutableMapping[str, Any]):
             an (n, d) array.
         similarity: "cosine" (default), "dot", "scaled_dot" (q·k/√d) or "l2" (−|q−k|²).
         temperature: softmax temperature, > 0; None picks the measured default for ``similarity``.
-        top_k: attend only over the k best keys per query (None: every key, exact).
-        index: key index backend; "auto" or "flat" (exact).
+        top_k: attend over the k best keys per query. None: every key while the store (or the
+            masked part of it) holds at most 10,000 keys, then an adaptive k that grows until
+            the bound on the left-out mass is below ``tail_tolerance`` or k reaches ``max_k``.
+        max_k: the largest k adaptive top-k may grow to.
+        tail_tolerance: the left-out attention mass adaptive top-k aims to stay under.
+        index: "auto" (exact up to 10,000 keys, then IVF), "flat" (exact), "hnsw", "ivf",
+            "ivf_sq8" (compressed, 1 byte per dimension), or a FAISS index_factory string.
         value_kind: "scalar", "vector" or "categorical"; None infers it from the first value.
         query_cache_size: how many query embeddings to keep (LRU); 0 disables the cache.
         batch_size: how many texts the encoder embeds per call.
+        progress: draw a progress bar while encoding inserts; None draws one only for large
+            inserts when stderr is a terminal.
 
     Raises:
         ConfigError: an option is out of range or unknown.
@@ -104,20 +124,27 @@ class SoftDict(MutableMapping[str, Any]):
         similarity: Similarity | str = "cosine",
         temperature: float | None = None,
         top_k: int | None = None,
+        max_k: int = 1024,
+        tail_tolerance: float = 0.01,
         index: str = "auto",
         value_kind: ValueKind | str | None = None,
         query_cache_size: int = 1024,
         batch_size: int = 64,
+        progress: bool | None = None,
     ) -> None:
         self._config = SoftDictConfig.build(
             similarity=similarity,
             temperature=temperature,
             top_k=top_k,
+            max_k=max_k,
+            tail_tolerance=tail_tolerance,
             index=index,
             value_kind=value_kind,
             query_cache_size=query_cache_size,
             batch_size=batch_size,
+            progress=progress,
         )
+        self._index_spec = index_spec(self._config.index)
         self._encoder = resolve_encoder(encoder, query_cache_size=query_cache_size)
         self._reset()
         if data is not None:
@@ -153,6 +180,13 @@ class SoftDict(MutableMapping[str, Any]):
     def top_k(self) -> int | None:
         """How many keys a query attends to; None for all of them."""
         return self._config.top_k
+
+    @property
+    def index_description(self) -> str:
+        """Which index backend holds the keys now, e.g. "auto: exact" or "ivf (nlist=4000, ...)"."""
+        return (
+            self._index.describe() if self._index is not None else self._index_spec.describe(None)
+        )
 
     @property
     def value_kind(self) -> ValueKind | None:
@@ -270,16 +304,23 @@ class SoftDict(MutableMapping[str, Any]):
         staged_fresh = column.stage([merged[k][0] for k in fresh], fresh)
         staged_kept = column.stage([merged[k][0] for k in kept], kept)
 
-        if embeddings is None:
-            new_vectors = self._encoder.encode_keys(fresh, batch_size=self._config.batch_size)
-        else:
-            new_vectors = embeddings[[merged[k][1] for k in fresh]]
-        new_vectors = self._checked_embeddings(new_vectors, "key embeddings")
-        prepared = prepare(new_vectors, self.similarity) if fresh else new_vectors
+        prepared = np.zeros((0, 0), dtype=np.float32)
+        if fresh:
+            if embeddings is None:
+                progress = self._config.progress
+                if progress is None:
+                    progress = len(fresh) >= _PROGRESS_MIN_KEYS and sys.stderr.isatty()
+                new_vectors = self._encoder.encode_keys(
+                    fresh, batch_size=self._config.batch_size, progress=progress
+                )
+            else:
+                new_vectors = embeddings[[merged[k][1] for k in fresh]]
+            new_vectors = self._checked_embeddings(new_vectors, "key embeddings")
+            prepared = prepare_keys(new_vectors, self.similarity)
 
         # Commit: nothing below can fail on bad input.
         if self._index is None:
-            self._index = new_index(self._config.index, new_vectors.shape[1], self.similarity)
+            self._index = KeyIndex(prepared.shape[1], self.similarity, self._index_spec)
         self._values = column
         replaced = [self._row_of[key] for key in fresh if key in self._row_of]
         if replaced:
@@ -363,7 +404,12 @@ class SoftDict(MutableMapping[str, Any]):
     # -- soft lookup -------------------------------------------------------------------------
 
     def lookup(
-        self, query: str | Sequence[str], *, min_score: float | None = None, default: Any = _MISSING
+        self,
+        query: str | Sequence[str],
+        *,
+        min_score: float | None = None,
+        default: Any = _MISSING,
+        mask: Mask = None,
     ) -> Any:
         """The attention-weighted blend of stored values for ``query`` (a str, or a list of them).
 
@@ -371,55 +417,66 @@ class SoftDict(MutableMapping[str, Any]):
         store); for a list of queries, a stacked array, or a list of labels.
 
         Args:
-            query: one query text or a sequence of them (encoded and scored in one batch).
+            query: one query text or a sequence of them (encoded and searched in one batch).
             min_score: if the best key's similarity score is below this, the query has no match.
             default: returned for a query with no match; without it, no match raises.
+            mask: restrict attention to these keys (an iterable of keys; absent ones are
+                ignored) or to the keys a predicate ``mask(key) -> bool`` accepts, as in masked
+                attention. The restriction is applied inside the index search.
 
         Raises:
             NoMatchError: a query had no key scoring at least ``min_score``, and no default.
-            EmptyStoreError: the store has no keys.
+            EmptyStoreError: the store has no keys, or the mask allows none.
         """
         texts, single = self._query_texts(query)
         self._check_lookup_args(min_score, default, single)
+        allowed = self._allowed_rows(mask)
         queries = self._encoder.encode_queries(texts, batch_size=self._config.batch_size)
-        return self._lookup(queries, texts, single, min_score, default)
+        return self._lookup(queries, texts, single, min_score, default, allowed)
 
     def lookup_embeddings(
-        self, queries: Any, *, min_score: float | None = None, default: Any = _MISSING
+        self,
+        queries: Any,
+        *,
+        min_score: float | None = None,
+        default: Any = _MISSING,
+        mask: Mask = None,
     ) -> Any:
         """Like ``lookup``, for query embeddings: (n, d) gives n results, (d,) gives one."""
         array, single = self._query_array(queries)
         self._check_lookup_args(min_score, default, single)
-        return self._lookup(array, None, single, min_score, default)
+        return self._lookup(array, None, single, min_score, default, self._allowed_rows(mask))
 
-    def attend(self, query: str | Sequence[str]) -> Any:
+    def attend(self, query: str | Sequence[str], *, mask: Mask = None) -> Any:
         """How ``query`` attends: an ``Attention``, or a list of them for a list of queries."""
         texts, single = self._query_texts(query)
         self._require_keys()
+        allowed = self._allowed_rows(mask)
         queries = self._encoder.encode_queries(texts, batch_size=self._config.batch_size)
-        attentions = self._attentions(self._select(self._prepared_queries(queries)), texts)
+        attentions = self._attentions(self._select(queries, allowed), texts)
         return attentions[0] if single else attentions
 
-    def attend_embeddings(self, queries: Any) -> Any:
+    def attend_embeddings(self, queries: Any, *, mask: Mask = None) -> Any:
         """``attend`` for query embeddings: (n, d) gives a list of n ``Attention``, (d,) one."""
         array, single = self._query_array(queries)
         self._require_keys()
-        attentions = self._attentions(self._select(self._prepared_queries(array)), None)
+        attentions = self._attentions(self._select(array, self._allowed_rows(mask)), None)
         return attentions[0] if single else attentions
 
-    def nearest(self, query: str | Sequence[str], k: int = 3) -> Any:
+    def nearest(self, query: str | Sequence[str], k: int = 3, *, mask: Mask = None) -> Any:
         """The ``k`` keys most similar to ``query``, as (key, score) pairs, best first.
 
-        Fewer than ``k`` pairs come back when the store holds fewer keys. For a list of queries,
-        a list of such lists.
+        Fewer than ``k`` pairs come back when the store (or the mask) holds fewer keys. For a
+        list of queries, a list of such lists.
         """
         if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 1:
             raise ConfigError(f"k must be a whole number >= 1, got {k!r}")
         texts, single = self._query_texts(query)
         self._require_keys()
+        allowed = self._allowed_rows(mask)
         queries = self._encoder.encode_queries(texts, batch_size=self._config.batch_size)
         assert self._index is not None
-        scores, rows = self._index.search(self._prepared_queries(queries), int(k))
+        scores, rows = self._index.search(self._prepared_queries(queries), int(k), allowed)
         found = [
             [(self._key_of_row[r], float(s)) for r, s in zip(row_ids, row_scores) if r >= 0]
             for row_ids, row_scores in zip(rows, scores)
@@ -441,9 +498,8 @@ class SoftDict(MutableMapping[str, Any]):
     def _query_array(self, queries: Any) -> tuple[np.ndarray, bool]:
         array = np.asarray(queries, dtype=np.float32)
         single = array.ndim == 1
-        return self._checked_embeddings(
-            array[None, :] if single else array, "query embeddings"
-        ), single
+        array = self._checked_embeddings(array[None, :] if single else array, "query embeddings")
+        return array, single
 
     def _require_keys(self) -> None:
         if not self._row_of:
@@ -451,6 +507,33 @@ class SoftDict(MutableMapping[str, Any]):
                 "soft lookup on an empty SoftDict: insert keys first "
                 "(sd[key] = value, sd.update(...) or sd.add_embeddings(...))"
             )
+
+    def _allowed_rows(self, mask: Mask) -> np.ndarray | None:
+        """The rows a mask lets a query attend to, as a boolean array; None for no mask."""
+        if mask is None:
+            return None
+        assert self._index is not None
+        allowed = np.zeros(self._index.size, dtype=bool)
+        if callable(mask):
+            for key, row in self._row_of.items():
+                if mask(key):
+                    allowed[row] = True
+        elif isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
+            raise KeyTypeError(
+                f"mask must be an iterable of keys or a predicate key -> bool, got "
+                f"{type(mask).__name__}; to allow one key, pass [key]"
+            )
+        else:
+            rows = [
+                self._row_of[key] for key in mask if isinstance(key, str) and key in self._row_of
+            ]
+            allowed[rows] = True
+        if not allowed.any():
+            raise EmptyStoreError(
+                f"the mask allows none of the {len(self)} stored keys; a soft lookup needs at "
+                f"least one key to attend to"
+            )
+        return allowed
 
     def _check_lookup_args(self, min_score: Any, default: Any, single: bool) -> None:
         self._require_keys()
@@ -479,27 +562,64 @@ class SoftDict(MutableMapping[str, Any]):
             )
 
     def _prepared_queries(self, queries: np.ndarray) -> np.ndarray:
-        return prepare(self._checked_embeddings(queries, "query embeddings"), self.similarity)
+        return prepare_queries(
+            self._checked_embeddings(queries, "query embeddings"), self.similarity
+        )
 
-    def _select(self, queries: np.ndarray) -> _Selection:
-        """Score prepared queries and choose, per query, the rows its softmax runs over."""
+    def _select(self, queries: np.ndarray, allowed: np.ndarray | None) -> _Selection:
+        """Score raw query embeddings and choose, per query, the rows its softmax runs over.
+
+        Exact over every allowed key while there are at most EXACT_MAX_KEYS of them (and the
+        index can score them all); otherwise top-k from the index: a fixed ``top_k``, or an
+        adaptive k that grows until the tail bound is under ``tail_tolerance`` or at ``max_k``.
+        """
         assert self._index is not None
-        n_live = len(self._row_of)
+        prepared = self._prepared_queries(queries)
+        m = len(prepared)
+        n_allowed = len(self._row_of) if allowed is None else int(allowed.sum())
         temperature = self.temperature
         top_k = self._config.top_k
-        if top_k is None or top_k >= n_live:
-            scores = self._index.score_all(queries)
+        if top_k is None and n_allowed <= EXACT_MAX_KEYS and self._index.exact:
+            scores = self._index.score_all(prepared, allowed)
             return _Selection(
-                scores, softmax(scores, temperature), None, n_live, np.zeros(len(queries))
+                scores, softmax(scores, temperature), None, np.full(m, n_allowed), np.zeros(m)
             )
-        scores, rows = self._index.search(queries, top_k)
+        if top_k is not None:
+            scores, rows = self._index.search(prepared, min(top_k, n_allowed), allowed)
+        else:
+            scores, rows = self._adaptive_search(prepared, allowed, n_allowed, temperature)
         return _Selection(
             scores,
             softmax(scores, temperature),
             rows,
-            top_k,
-            tail_mass_bound(scores, n_live, temperature),
+            (rows >= 0).sum(axis=1),
+            tail_mass_bound(scores, n_allowed, temperature),
         )
+
+    def _adaptive_search(
+        self, queries: np.ndarray, allowed: np.ndarray | None, n_allowed: int, temperature: float
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k search whose k grows 4x per round, for the queries that still need it."""
+        assert self._index is not None
+        cap = min(self._config.max_k, n_allowed)
+        m = len(queries)
+        scores = np.full((m, cap), -np.inf)
+        rows = np.full((m, cap), -1, dtype=np.int64)
+        pending = np.arange(m)
+        k = min(_INITIAL_K, cap)
+        width = 0
+        while len(pending):
+            found_scores, found_rows = self._index.search(queries[pending], k, allowed)
+            bound = tail_mass_bound(found_scores, n_allowed, temperature)
+            # A short (padded) result means the index has no more candidates to give.
+            done = (bound <= self._config.tail_tolerance) | (found_rows[:, -1] < 0) | (k >= cap)
+            finished = pending[done]
+            scores[finished, :k] = found_scores[done]
+            rows[finished, :k] = found_rows[done]
+            width = max(width, k) if len(finished) else width
+            pending = pending[~done]
+            k = min(4 * k, cap)
+        return scores[:, :width], rows[:, :width]
 
     def _lookup(
         self,
@@ -508,9 +628,10 @@ class SoftDict(MutableMapping[str, Any]):
         single: bool,
         min_score: float | None,
         default: Any,
+        allowed: np.ndarray | None,
     ) -> Any:
         assert self._values is not None
-        selection = self._select(self._prepared_queries(queries))
+        selection = self._select(queries, allowed)
         blended = self._values.blend(selection.weights, self._gather_rows(selection))
         misses = np.zeros(len(selection.scores), dtype=bool)
         if min_score is not None:
@@ -555,7 +676,7 @@ class SoftDict(MutableMapping[str, Any]):
         results = []
         for i in range(len(selection.weights)):
             if selection.rows is None:
-                rows = live_rows
+                rows = np.flatnonzero(np.isfinite(selection.scores[i]))
                 weights, scores = selection.weights[i, rows], selection.scores[i, rows]
             else:
                 found = selection.rows[i] >= 0
@@ -573,7 +694,7 @@ class SoftDict(MutableMapping[str, Any]):
                     keys=tuple(self._key_of_row[r] for r in rows[order]),
                     weights=weights[order],
                     scores=scores[order],
-                    k=selection.k,
+                    k=int(selection.k[i]),
                     tail_mass=float(selection.tail_mass[i]),
                     distribution=distribution,
                 )

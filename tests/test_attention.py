@@ -9,7 +9,8 @@ import pytest
 
 from softdict._attention import (
     attention,
-    prepare,
+    prepare_keys,
+    prepare_queries,
     prepared_scores,
     similarity_scores,
     softmax,
@@ -120,10 +121,13 @@ def test_scores_do_not_overflow_on_huge_finite_embeddings() -> None:
     assert np.all(np.isfinite(softmax(scores, 1.0)))
 
 
-def test_prepare_normalises_for_cosine_only() -> None:
+def test_prepare_normalises_for_cosine_and_scales_scaled_dot_queries() -> None:
     X = np.array([[3.0, 4.0]])
-    np.testing.assert_allclose(prepare(X, Similarity.COSINE), [[0.6, 0.8]], rtol=1e-6)
-    np.testing.assert_array_equal(prepare(X, Similarity.DOT), X)
+    np.testing.assert_allclose(prepare_keys(X, Similarity.COSINE), [[0.6, 0.8]], rtol=1e-6)
+    np.testing.assert_allclose(prepare_queries(X, Similarity.COSINE), [[0.6, 0.8]], rtol=1e-6)
+    np.testing.assert_array_equal(prepare_keys(X, Similarity.SCALED_DOT), X)
+    np.testing.assert_allclose(prepare_queries(X, Similarity.SCALED_DOT), X / np.sqrt(2), rtol=1e-6)
+    np.testing.assert_array_equal(prepare_queries(X, Similarity.DOT), X)
 
 
 @pytest.mark.parametrize("seed", range(20))
