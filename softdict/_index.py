@@ -104,6 +104,18 @@ class HNSWSpec(IndexSpec):
         return f"hnsw (M={self.m}, efSearch={self.ef_search})"
 
 
+def _ivf_nprobe(ivf: faiss.IndexIVF, minimum: int, k: int, fraction: float) -> int:
+    """Lists to probe for ``k`` results: enough to hold about 4·k candidates, at least
+    ``minimum``, and more in proportion when a mask lets only ``fraction`` of the keys through.
+
+    Attention wants hundreds of keys, not 10: a fixed nprobe would return fewer candidates than
+    k on small lists and miss much of the attention mass.
+    """
+    mean_list = max(ivf.ntotal / ivf.nlist, 1.0)
+    nprobe = max(minimum, math.ceil(4 * k / mean_list)) / max(min(fraction, 1.0), 1e-9)
+    return int(min(math.ceil(nprobe), ivf.nlist))
+
+
 def _ivf_list_count(n: int) -> int:
     # About 4·sqrt(n) lists, and at least 39 training points per list as FAISS advises.
     return int(max(1, min(4 * math.sqrt(n), n // 39)))
@@ -114,7 +126,8 @@ class IVFSpec(IndexSpec):
     compressed "ivf_sq8": 1 byte per dimension instead of 4).
 
     The number of lists follows the store: the index is rebuilt, retrained, each time the store
-    has grown 4x since it was trained, so list lengths stay balanced at any size.
+    has grown 4x since it was trained, so list lengths stay balanced at any size. The number of
+    lists probed follows k (see ``_ivf_nprobe``).
     """
 
     def __init__(self, encoding: str = "Flat", nprobe: int = 16, min_keys: int = 2_000) -> None:
@@ -145,16 +158,15 @@ class IVFSpec(IndexSpec):
     def search_params(
         self, index: faiss.Index, k: int, selector: faiss.IDSelector | None, fraction: float
     ) -> faiss.SearchParameters:
-        # With few rows allowed, most probed lists hold none of them: probe more lists instead.
-        nprobe = self.nprobe if fraction >= 1.0 else math.ceil(self.nprobe / max(fraction, 1e-9))
-        return faiss.SearchParametersIVF(sel=selector, nprobe=min(nprobe, index.nlist))
+        nprobe = _ivf_nprobe(index, self.nprobe, k, fraction)
+        return faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
 
     def wants_rebuild(self, size: int, built_for: int) -> bool:
         return size >= 4 * built_for
 
     def describe(self, index: faiss.Index | None) -> str:
         lists = f"nlist={index.nlist}, " if index is not None else ""
-        return f"{self.name} ({lists}nprobe={self.nprobe})"
+        return f"{self.name} ({lists}nprobe>={self.nprobe})"
 
 
 class AutoSpec(IVFSpec):
@@ -197,8 +209,8 @@ class FactorySpec(IndexSpec):
     ) -> faiss.SearchParameters | None:
         if faiss.try_extract_index_ivf(index) is not None:
             ivf = faiss.extract_index_ivf(index)
-            nprobe = ivf.nprobe if fraction >= 1.0 else math.ceil(ivf.nprobe / max(fraction, 1e-9))
-            return faiss.SearchParametersIVF(sel=selector, nprobe=min(nprobe, ivf.nlist))
+            nprobe = _ivf_nprobe(ivf, ivf.nprobe, k, fraction)
+            return faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
         if isinstance(index, faiss.IndexHNSW):
             return faiss.SearchParametersHNSW(sel=selector, efSearch=max(index.hnsw.efSearch, k))
         return super().search_params(index, k, selector, fraction)
@@ -234,6 +246,7 @@ class KeyIndex:
         self.similarity = similarity
         self.spec = spec
         self._live = GrowableRows((), np.bool_)
+        self._n_live = 0  # kept up to date, so a search need not count a million-row mask
         self._staged: GrowableRows | None = GrowableRows((dim,), np.float32)
         self._staged_sq_norms = GrowableRows((), np.float64)  # cached for "l2"
         self._faiss: faiss.Index | None = None
@@ -253,6 +266,13 @@ class KeyIndex:
     def live(self) -> np.ndarray:
         """Boolean mask of the rows that hold a key."""
         return self._live.view
+
+    @property
+    def cost_grows_with_k(self) -> bool:
+        """True where a larger k makes a search much slower (HNSW's efSearch must be >= k), so
+        adaptive top-k should search in rounds; elsewhere one search at the largest k is cheaper.
+        """
+        return isinstance(self._faiss, faiss.IndexHNSW)
 
     @property
     def exact(self) -> bool:
@@ -275,6 +295,7 @@ class KeyIndex:
         """Append prepared vectors (n, dim) as new live rows."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         self._live.append(np.ones(len(vectors), dtype=np.bool_))
+        self._n_live += len(vectors)
         self._live_bitmap = None
         if self._faiss is None:
             assert self._staged is not None
@@ -288,6 +309,7 @@ class KeyIndex:
 
     def remove(self, rows: np.ndarray) -> None:
         """Mark rows deleted; no search or score returns them again."""
+        self._n_live -= int(self._live.view[rows].sum())
         self._live.view[rows] = False
         self._live_bitmap = None
 
@@ -300,6 +322,7 @@ class KeyIndex:
         else:
             self._rebuild(self._all_vectors()[rows])
         self._live.keep(rows)
+        self._n_live = int(self._live.view.sum())
         self._live_bitmap = None
 
     def _maybe_build(self) -> None:
@@ -352,10 +375,12 @@ class KeyIndex:
         Where fewer than ``k`` rows are found, the tail is padded with row -1 and score -inf,
         the way FAISS pads its results. One call searches the whole batch.
         """
-        if self._faiss is None or self.size == 0:
+        if self.exact or self.size == 0:
+            # One matrix product and a partial sort beat FAISS's single-query flat scan, whose
+            # k-sized heap is slow for the hundreds of keys attention asks for.
             return self._search_exact(queries, k, allowed)
         mask = self._allowed(allowed)
-        n_allowed = int(mask.sum())
+        n_allowed = self._n_live if allowed is None else int(mask.sum())
         selector, bitmap = None, None
         if n_allowed < self.size:
             bitmap = self._bitmap(mask, cached=allowed is None)
@@ -368,6 +393,11 @@ class KeyIndex:
             params = faiss.SearchParameters(sel=selector)
         else:
             params = self.spec.search_params(index, k, selector, fraction)
+        ivf = faiss.try_extract_index_ivf(index)
+        if ivf is not None:
+            # One query: split its lists over the threads (measured 1.3 ms -> 0.9 ms at 10^6
+            # keys, k = 1024); a batch: one query per thread, FAISS's default.
+            ivf.parallel_mode = 1 if len(queries) == 1 else 0
         distances, rows = index.search(np.ascontiguousarray(queries), k, params=params)
         del bitmap  # kept alive until here: the selector points into it
         scores = distances.astype(np.float64)

@@ -313,6 +313,8 @@ class SoftDict(MutableMapping[str, Any]):
                 new_vectors = self._encoder.encode_keys(
                     fresh, batch_size=self._config.batch_size, progress=progress
                 )
+            elif len(fresh) == len(embeddings):
+                new_vectors = embeddings  # no duplicate keys: rows already in order, no copy
             else:
                 new_vectors = embeddings[[merged[k][1] for k in fresh]]
             new_vectors = self._checked_embeddings(new_vectors, "key embeddings")
@@ -602,6 +604,8 @@ class SoftDict(MutableMapping[str, Any]):
         """Top-k search whose k grows 4x per round, for the queries that still need it."""
         assert self._index is not None
         cap = min(self._config.max_k, n_allowed)
+        if not self._index.cost_grows_with_k:
+            return self._trimmed_search(queries, allowed, n_allowed, temperature, cap)
         m = len(queries)
         scores = np.full((m, cap), -np.inf)
         rows = np.full((m, cap), -1, dtype=np.int64)
@@ -620,6 +624,34 @@ class SoftDict(MutableMapping[str, Any]):
             pending = pending[~done]
             k = min(4 * k, cap)
         return scores[:, :width], rows[:, :width]
+
+    def _trimmed_search(
+        self,
+        queries: np.ndarray,
+        allowed: np.ndarray | None,
+        n_allowed: int,
+        temperature: float,
+        cap: int,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Adaptive top-k in one search, where k barely changes the cost of a search (exact
+        scoring computes every score anyway; IVF scans about the same lists for any k up to
+        max_k): take the top ``cap`` once and cut each query at the k the rounds would reach.
+        """
+        assert self._index is not None
+        scores, rows = self._index.search(queries, cap, allowed)
+        k = min(_INITIAL_K, cap)
+        keep = np.full(len(queries), cap)
+        undecided = np.ones(len(queries), dtype=bool)
+        while k < cap and undecided.any():
+            met = (
+                tail_mass_bound(scores[:, :k], n_allowed, temperature)
+                <= self._config.tail_tolerance
+            )
+            keep[undecided & met] = k
+            undecided &= ~met
+            k = min(4 * k, cap)
+        beyond = np.arange(cap)[None, :] >= keep[:, None]
+        return np.where(beyond, -np.inf, scores), np.where(beyond, -1, rows)
 
     def _lookup(
         self,

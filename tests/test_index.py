@@ -28,7 +28,8 @@ def clustered(n: int, seed: int = 0, clusters: int = 40) -> tuple[np.ndarray, np
 def build(index: str, n: int = 3000, **options) -> tuple[SoftDict, np.ndarray, list[str]]:
     X, labels = clustered(n)
     keys = [f"key{i}" for i in range(n)]
-    sd = SoftDict(encoder=FakeEncoder(), index=index, temperature=0.1, **options)
+    options.setdefault("temperature", 0.1)
+    sd = SoftDict(encoder=FakeEncoder(), index=index, **options)
     sd.add_embeddings(keys, X, labels.astype(float))
     return sd, X, keys
 
@@ -220,3 +221,27 @@ def test_progress_bar_only_when_asked(capsys: pytest.CaptureFixture[str]) -> Non
         {f"key {i}": i for i in range(300)}, encoder=FakeEncoder(), batch_size=100, progress=True
     )
     assert "softdict: embedding keys" in capsys.readouterr().err
+
+
+def test_one_pass_trimmed_search_equals_growing_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
+    n = EXACT_MAX_KEYS + 500
+    X, _ = clustered(n, clusters=300)
+    sd = SoftDict(encoder=FakeEncoder(), index="flat", temperature=0.05)
+    sd.add_embeddings([f"k{i}" for i in range(n)], X, np.arange(n, dtype=float))
+    queries = clustered(30, seed=9, clusters=300)[0]
+    one_pass = sd.attend_embeddings(queries)
+    monkeypatch.setattr(KeyIndex, "cost_grows_with_k", property(lambda self: True))
+    rounds = sd.attend_embeddings(queries)
+    assert {a.k for a in one_pass} <= {64, 256, 1024}
+    for a, b in zip(one_pass, rounds):
+        assert a.keys == b.keys and a.k == b.k
+        np.testing.assert_allclose(a.weights, b.weights)
+        assert a.tail_mass == pytest.approx(b.tail_mass)
+
+
+def test_hnsw_adaptive_k_searches_in_rounds() -> None:
+    sd, X, _ = build("hnsw", temperature=0.02)
+    assert sd._index.cost_grows_with_k
+    for attention in sd.attend_embeddings(X[:10]):
+        assert attention.k in (64, 256, 1024, len(sd))
+        assert attention.tail_mass <= 0.01 or attention.k >= 1024
