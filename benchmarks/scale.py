@@ -284,9 +284,13 @@ def text_lookup_overhead(sd: SoftDict, encoder, dataset: str, n: int) -> str:
     topics = ["fruit", "chairs", "weather"] * 20
     encode, lookup = [], []
     for i, topic in enumerate(topics):  # interleaved; distinct texts of one length, never cached
+        # A pause before each timed call, as between an app's requests: torch, numpy and FAISS
+        # keep their threads spinning for a while after a call, which would slow the next one.
+        time.sleep(0.05)
         start = time.perf_counter()
         encoder.model.encode_query([f"question {100 + i} about {topic}"], show_progress_bar=False)
         encode.append(time.perf_counter() - start)
+        time.sleep(0.05)
         start = time.perf_counter()
         sd.lookup(f"question {500 + i} about {topic}")
         lookup.append(time.perf_counter() - start)

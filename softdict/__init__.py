@@ -4,6 +4,8 @@ Exact access (``sd[key]``) is a plain dict; ``sd.lookup(query)`` embeds the quer
 attention over the store, softmax(sim(q, K) / T) · V.
 """
 
+# First: it sets the OpenMP wait policy before FAISS (imported below) loads its runtime.
+import softdict._runtime  # noqa: F401
 from softdict._config import Similarity, ValueKind
 from softdict._encoders import Encoder
 from softdict._errors import (

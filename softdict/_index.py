@@ -387,6 +387,7 @@ class KeyIndex:
             selector = faiss.IDSelectorBitmap(self.size, faiss.swig_ptr(bitmap))
         fraction = n_allowed / max(self.size, 1)
         index = self._faiss
+        assert index is not None  # not exact, so the FAISS index exists
         if isinstance(index, faiss.IndexHNSW) and fraction < _SPARSE_MASK_FRACTION:
             # The graph walk would rarely meet an allowed row: score the flat storage instead.
             index = faiss.downcast_index(index.storage)
