@@ -86,13 +86,16 @@ def resolve_encoder(encoder: object, *, query_cache_size: int = 1024) -> TextEnc
     if encoder is None:
         from_env = os.environ.get(MODEL_ENV_VAR)
         if from_env:
-            return TextEncoder(_load_sentence_transformer(from_env), from_env, query_cache_size)
+            model = _load_sentence_transformer(from_env)
+            return TextEncoder(model, from_env, query_cache_size, loadable_by_name=True)
         bundled = bundled_model_path()
         source = str(bundled) if bundled is not None else BUNDLED_MODEL_NAME
-        return TextEncoder(_load_sentence_transformer(source), BUNDLED_MODEL_NAME, query_cache_size)
+        model = _load_sentence_transformer(source)
+        return TextEncoder(model, BUNDLED_MODEL_NAME, query_cache_size, loadable_by_name=True)
     if isinstance(encoder, (str, os.PathLike)):
         name = os.fspath(encoder)
-        return TextEncoder(_load_sentence_transformer(name), name, query_cache_size)
+        model = _load_sentence_transformer(name)
+        return TextEncoder(model, name, query_cache_size, loadable_by_name=True)
     if callable(getattr(encoder, "encode", None)):
         name = getattr(encoder, "name", None) or type(encoder).__name__
         return TextEncoder(encoder, str(name), query_cache_size)
@@ -110,9 +113,13 @@ class TextEncoder:
     query and passage prompts are used the way they were trained. Other encoders get ``encode``.
     """
 
-    def __init__(self, model: Any, name: str, query_cache_size: int = 1024) -> None:
+    def __init__(
+        self, model: Any, name: str, query_cache_size: int = 1024, *, loadable_by_name: bool = False
+    ) -> None:
         self.model = model
         self.name = name
+        # True when ``name`` alone reloads this model (a saved store can then bring it back).
+        self.loadable_by_name = loadable_by_name
         self.dim: int | None = None
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._cache_size = query_cache_size

@@ -289,6 +289,55 @@ class KeyIndex:
             return int(self._staged.view.nbytes + self._live.view.nbytes)
         return int(faiss.serialize_index(self._faiss).nbytes + self._live.view.nbytes)
 
+    # -- saving --------------------------------------------------------------------------------
+
+    def export(self) -> tuple[np.ndarray, np.ndarray | None, bytes | None]:
+        """For saving: (live mask, vectors by row, serialised FAISS index).
+
+        Exact stores give their vectors (rebuilding a flat index is one copy); the others give
+        the FAISS index, whose training and graph would be slow to rebuild.
+        """
+        live = self._live.view.copy()
+        if self._faiss is None:
+            assert self._staged is not None
+            return live, self._staged.view.copy(), None
+        if isinstance(self._faiss, faiss.IndexFlat):
+            return live, self._faiss.reconstruct_n(0, self._faiss.ntotal), None
+        return live, None, faiss.serialize_index(self._faiss).tobytes()
+
+    @classmethod
+    def restore(
+        cls,
+        dim: int,
+        similarity: Similarity,
+        spec: IndexSpec,
+        live: np.ndarray,
+        vectors: np.ndarray | None,
+        faiss_bytes: bytes | None,
+    ) -> KeyIndex:
+        """Rebuild from ``export`` output; raises ValueError if the FAISS bytes do not fit."""
+        index = cls(dim, similarity, spec)
+        if vectors is not None:
+            index.add(vectors)  # the insert path: exact numpy, or a flat FAISS index
+        else:
+            assert faiss_bytes is not None
+            try:
+                restored = faiss.deserialize_index(np.frombuffer(faiss_bytes, dtype=np.uint8))
+            except RuntimeError as exc:
+                reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else "unreadable"
+                raise ValueError(f"FAISS cannot read it ({reason})") from None
+            if restored.d != dim or restored.ntotal != len(live):
+                raise ValueError(
+                    f"it holds {restored.ntotal} vectors of {restored.d} dims, the manifest "
+                    f"{len(live)} of {dim}"
+                )
+            index._faiss, index._staged, index._built_for = restored, None, restored.ntotal
+            index._live.append(np.ones(len(live), dtype=np.bool_))
+        index._live.view[:] = live
+        index._n_live = int(live.sum())
+        index._live_bitmap = None
+        return index
+
     # -- changes -------------------------------------------------------------------------------
 
     def add(self, vectors: np.ndarray) -> None:

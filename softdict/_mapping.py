@@ -8,13 +8,20 @@ A store is three row-aligned parts, each in its own module: the key index (``_in
 by row), the value column (``_values``), and here the key <-> row maps. Every change is staged and
 validated in full before any part is touched, so an operation that raises leaves the store as it
 was.
+
+Thread safety: one lock guards the store's state. Every read and every change holds it, so a
+lookup sees the store before or after a write, never half of one. Encoding text, the slow part,
+happens outside the lock, so threads encode in parallel and only the search and the commit are
+serialised.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import os
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +40,7 @@ from softdict._errors import (
     ValueShapeError,
 )
 from softdict._index import EXACT_MAX_KEYS, KeyIndex, index_spec
+from softdict._persistence import load_store, save_store
 from softdict._results import Attention
 from softdict._values import CategoricalColumn, ValueColumn, infer_kind, new_column
 
@@ -146,6 +154,7 @@ class SoftDict(MutableMapping[str, Any]):
         )
         self._index_spec = index_spec(self._config.index)
         self._encoder = resolve_encoder(encoder, query_cache_size=query_cache_size)
+        self._lock = threading.RLock()
         self._reset()
         if data is not None:
             self.update(data)
@@ -208,23 +217,27 @@ class SoftDict(MutableMapping[str, Any]):
     # -- the exact mapping -------------------------------------------------------------------
 
     def __getitem__(self, key: str) -> Any:
-        row = self._row_of[key]  # KeyError(key) for a missing key, as a dict raises
-        assert self._values is not None
-        return self._values.get(row)
+        with self._lock:
+            row = self._row_of[key]  # KeyError(key) for a missing key, as a dict raises
+            assert self._values is not None
+            return self._values.get(row)
 
     def __setitem__(self, key: str, value: Any) -> None:
         self._insert([_check_key(key)], [value], embeddings=None)
 
     def __delitem__(self, key: str) -> None:
-        row = self._row_of.pop(key)
-        assert self._index is not None
-        self._index.remove(np.array([row]))
-        self._key_of_row[row] = None
-        self._dead += 1
-        self._after_removal()
+        with self._lock:
+            row = self._row_of.pop(key)
+            assert self._index is not None
+            self._index.remove(np.array([row]))
+            self._key_of_row[row] = None
+            self._dead += 1
+            self._after_removal()
 
+    # Iterates over a snapshot of the keys, so another thread's insert cannot break the loop.
     def __iter__(self) -> Iterator[str]:
-        return iter(self._row_of)
+        with self._lock:
+            return iter(list(self._row_of))
 
     def __len__(self) -> int:
         return len(self._row_of)
@@ -264,17 +277,48 @@ class SoftDict(MutableMapping[str, Any]):
     # Overridden: the mixin pops the first key; dict.popitem pops the last inserted (LIFO).
     def popitem(self) -> tuple[str, Any]:
         """Remove and return the most recently inserted (key, value), as ``dict.popitem`` does."""
-        if not self._row_of:
-            raise KeyError("popitem(): SoftDict is empty")
-        key = next(reversed(self._row_of))
-        value = self[key]
-        del self[key]
-        return key, value
+        with self._lock:
+            if not self._row_of:
+                raise KeyError("popitem(): SoftDict is empty")
+            key = next(reversed(self._row_of))
+            value = self[key]
+            del self[key]
+            return key, value
 
     # Overridden: the mixin deletes key by key; emptying the store is one reset.
     def clear(self) -> None:
         """Remove every key. The value kind is free again for the next insert."""
-        self._reset()
+        with self._lock:
+            self._reset()
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Save the store to the folder ``path``, atomically: a crash leaves the old or the new.
+
+        The folder holds JSON and .npy files (never pickle), a manifest with checksums, and the
+        encoder's identity. An existing folder at ``path`` is replaced only if it is a store.
+
+        Raises:
+            StoreFormatError: ``path`` is not writable as a store.
+        """
+        with self._lock:
+            save_store(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *, encoder: object = None) -> SoftDict:
+        """Load a store saved with ``save``.
+
+        Args:
+            path: the store folder.
+            encoder: the encoder to use; it must embed like the one the store was saved with.
+                None loads the recorded encoder (a model name or path).
+
+        Raises:
+            StoreFormatError: a file is missing, truncated, corrupted or of an unknown version.
+            EncoderError: the encoder does not match the store's, or cannot be loaded.
+        """
+        return load_store(cls, path, encoder)
 
     # -- inserting ---------------------------------------------------------------------------
 
@@ -290,12 +334,36 @@ class SoftDict(MutableMapping[str, Any]):
             merged[key] = (value, i)
         if not merged:
             return
+        encoded: dict[str, np.ndarray] = {}
+        if embeddings is None:
+            with self._lock:
+                self._stage(merged, embeddings=None)  # fail fast on bad values, before encoding
+                fresh = [key for key in merged if key not in self._row_of]
+            # Outside the lock: encoding is slow, and other threads may look up meanwhile.
+            encoded = self._encode_keys(fresh)
+        with self._lock:
+            self._commit(merged, embeddings, encoded)
+
+    def _encode_keys(self, keys: list[str]) -> dict[str, np.ndarray]:
+        if not keys:
+            return {}
+        progress = self._config.progress
+        if progress is None:
+            progress = len(keys) >= _PROGRESS_MIN_KEYS and sys.stderr.isatty()
+        vectors = self._encoder.encode_keys(
+            keys, batch_size=self._config.batch_size, progress=progress
+        )
+        return dict(zip(keys, self._checked_embeddings(vectors, "key embeddings")))
+
+    def _stage(
+        self, merged: dict[str, tuple[Any, int]], embeddings: np.ndarray | None
+    ) -> tuple[ValueColumn, list[str], list[str], Any, Any]:
+        """Validate every value against the store as it is now; returns what to commit."""
         column = self._values
         if column is None:
             first_key, (first_value, _) = next(iter(merged.items()))
             kind = self._config.value_kind or infer_kind(first_value)
             column = new_column(kind, first_key, first_value)
-
         if embeddings is None:
             fresh = [key for key in merged if key not in self._row_of]
             kept = [key for key in merged if key in self._row_of]
@@ -303,16 +371,22 @@ class SoftDict(MutableMapping[str, Any]):
             fresh, kept = list(merged), []
         staged_fresh = column.stage([merged[k][0] for k in fresh], fresh)
         staged_kept = column.stage([merged[k][0] for k in kept], kept)
+        return column, fresh, kept, staged_fresh, staged_kept
 
+    def _commit(
+        self,
+        merged: dict[str, tuple[Any, int]],
+        embeddings: np.ndarray | None,
+        encoded: dict[str, np.ndarray],
+    ) -> None:
+        """Under the lock: stage against the current store, then apply. Raises before changing."""
+        column, fresh, kept, staged_fresh, staged_kept = self._stage(merged, embeddings)
         prepared = np.zeros((0, 0), dtype=np.float32)
         if fresh:
             if embeddings is None:
-                progress = self._config.progress
-                if progress is None:
-                    progress = len(fresh) >= _PROGRESS_MIN_KEYS and sys.stderr.isatty()
-                new_vectors = self._encoder.encode_keys(
-                    fresh, batch_size=self._config.batch_size, progress=progress
-                )
+                # A key deleted by another thread since encoding began is new again: encode it.
+                encoded.update(self._encode_keys([k for k in fresh if k not in encoded]))
+                new_vectors = np.stack([encoded[key] for key in fresh])
             elif len(fresh) == len(embeddings):
                 new_vectors = embeddings  # no duplicate keys: rows already in order, no copy
             else:
@@ -431,10 +505,13 @@ class SoftDict(MutableMapping[str, Any]):
             EmptyStoreError: the store has no keys, or the mask allows none.
         """
         texts, single = self._query_texts(query)
-        self._check_lookup_args(min_score, default, single)
-        allowed = self._allowed_rows(mask)
+        with self._lock:
+            self._check_lookup_args(min_score, default, single)  # fail before the slow encode
         queries = self._encoder.encode_queries(texts, batch_size=self._config.batch_size)
-        return self._lookup(queries, texts, single, min_score, default, allowed)
+        with self._lock:
+            self._check_lookup_args(min_score, default, single)  # another thread may have written
+            allowed = self._allowed_rows(mask)
+            return self._lookup(queries, texts, single, min_score, default, allowed)
 
     def lookup_embeddings(
         self,
@@ -445,24 +522,29 @@ class SoftDict(MutableMapping[str, Any]):
         mask: Mask = None,
     ) -> Any:
         """Like ``lookup``, for query embeddings: (n, d) gives n results, (d,) gives one."""
-        array, single = self._query_array(queries)
-        self._check_lookup_args(min_score, default, single)
-        return self._lookup(array, None, single, min_score, default, self._allowed_rows(mask))
+        with self._lock:
+            array, single = self._query_array(queries)
+            self._check_lookup_args(min_score, default, single)
+            return self._lookup(array, None, single, min_score, default, self._allowed_rows(mask))
 
     def attend(self, query: str | Sequence[str], *, mask: Mask = None) -> Any:
         """How ``query`` attends: an ``Attention``, or a list of them for a list of queries."""
         texts, single = self._query_texts(query)
-        self._require_keys()
-        allowed = self._allowed_rows(mask)
+        with self._lock:
+            self._require_keys()
         queries = self._encoder.encode_queries(texts, batch_size=self._config.batch_size)
-        attentions = self._attentions(self._select(queries, allowed), texts)
+        with self._lock:
+            self._require_keys()
+            allowed = self._allowed_rows(mask)
+            attentions = self._attentions(self._select(queries, allowed), texts)
         return attentions[0] if single else attentions
 
     def attend_embeddings(self, queries: Any, *, mask: Mask = None) -> Any:
         """``attend`` for query embeddings: (n, d) gives a list of n ``Attention``, (d,) one."""
-        array, single = self._query_array(queries)
-        self._require_keys()
-        attentions = self._attentions(self._select(array, self._allowed_rows(mask)), None)
+        with self._lock:
+            array, single = self._query_array(queries)
+            self._require_keys()
+            attentions = self._attentions(self._select(array, self._allowed_rows(mask)), None)
         return attentions[0] if single else attentions
 
     def nearest(self, query: str | Sequence[str], k: int = 3, *, mask: Mask = None) -> Any:
@@ -474,15 +556,18 @@ class SoftDict(MutableMapping[str, Any]):
         if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 1:
             raise ConfigError(f"k must be a whole number >= 1, got {k!r}")
         texts, single = self._query_texts(query)
-        self._require_keys()
-        allowed = self._allowed_rows(mask)
+        with self._lock:
+            self._require_keys()
         queries = self._encoder.encode_queries(texts, batch_size=self._config.batch_size)
-        assert self._index is not None
-        scores, rows = self._index.search(self._prepared_queries(queries), int(k), allowed)
-        found = [
-            [(self._key_of_row[r], float(s)) for r, s in zip(row_ids, row_scores) if r >= 0]
-            for row_ids, row_scores in zip(rows, scores)
-        ]
+        with self._lock:
+            self._require_keys()
+            allowed = self._allowed_rows(mask)
+            assert self._index is not None
+            scores, rows = self._index.search(self._prepared_queries(queries), int(k), allowed)
+            found = [
+                [(self._key_of_row[r], float(s)) for r, s in zip(row_ids, row_scores) if r >= 0]
+                for row_ids, row_scores in zip(rows, scores)
+            ]
         return found[0] if single else found
 
     # -- lookup internals --------------------------------------------------------------------

@@ -27,7 +27,7 @@ from softdict._config import ValueKind
 from softdict._errors import InvalidValueError, ValueKindError, ValueShapeError
 from softdict._rows import GrowableRows
 
-__all__ = ["Distribution", "ValueColumn", "infer_kind", "new_column"]
+__all__ = ["Distribution", "ValueColumn", "infer_kind", "new_column", "restore_column"]
 
 # Integers beyond 2**53 cannot round-trip through float64, which is what the blend computes in.
 _MAX_EXACT_INT = 2**53
@@ -85,6 +85,10 @@ class ValueColumn(ABC):
 
         Returns an array of m results (scalar, vector) or a list of m labels (categorical).
         """
+
+    @abstractmethod
+    def export(self) -> dict[str, Any]:
+        """The column by row, as numpy arrays and JSON-able lists, for saving."""
 
     def describe(self) -> str:
         return self.kind.value
@@ -159,6 +163,9 @@ class ScalarColumn(ValueColumn):
     def blend(self, weights: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         return _gather_blend(weights, rows, self._numbers.view)
 
+    def export(self) -> dict[str, Any]:
+        return {"values": self._numbers.view.copy(), "value_is_int": self._was_int.view.copy()}
+
 
 class VectorColumn(ValueColumn):
     kind = ValueKind.VECTOR
@@ -204,6 +211,9 @@ class VectorColumn(ValueColumn):
 
     def blend(self, weights: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         return _gather_blend(weights, rows, self._vectors.view)
+
+    def export(self) -> dict[str, Any]:
+        return {"values": self._vectors.view.copy()}
 
 
 def _canonical_json(value: object) -> str:
@@ -279,6 +289,9 @@ class CategoricalColumn(ValueColumn):
     def live_codes(self, rows: np.ndarray) -> np.ndarray:
         return np.unique(self._codes.view[rows])
 
+    def export(self) -> dict[str, Any]:
+        return {"label_codes": self._codes.view.copy(), "labels": list(self._label_json)}
+
 
 class Distribution(Mapping[Any, float]):
     """Probability of each label in a categorical store, most likely first.
@@ -311,6 +324,23 @@ class Distribution(Mapping[Any, float]):
         shown = ", ".join(f"{label!r}: {p:.3f}" for label, p in self._pairs[:8])
         more = f", ... {len(self._pairs) - 8} more" if len(self._pairs) > 8 else ""
         return f"Distribution({{{shown}{more}}})"
+
+
+def restore_column(kind: ValueKind, state: dict[str, Any]) -> ValueColumn:
+    """Rebuild a column from ``export`` output; the caller has checked shapes and types."""
+    column: ValueColumn
+    if kind is ValueKind.SCALAR:
+        column = ScalarColumn()
+        column.append((state["values"], state["value_is_int"]))
+    elif kind is ValueKind.VECTOR:
+        column = VectorColumn(state["values"].shape[1])
+        column.append(state["values"])
+    else:
+        column = CategoricalColumn()
+        column._label_json = list(state["labels"])
+        column._code_of = {text: code for code, text in enumerate(column._label_json)}
+        column._codes.append(state["label_codes"])
+    return column
 
 
 def new_column(kind: ValueKind, first_key: str, first_value: object) -> ValueColumn:

@@ -1,0 +1,239 @@
+"""save/load: lossless round trips, atomic saves under SIGKILL, refusal of every bad file."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _support import VALUE_SAMPLES, FakeEncoder, same_value
+
+from softdict import EncoderError, SoftDict, StoreFormatError
+
+TESTS = Path(__file__).resolve().parent
+
+
+class OtherEncoder(FakeEncoder):
+    """Same dimension as FakeEncoder, different embeddings: a wrong encoder for a store."""
+
+    name = "other"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return super().encode(texts)[:, ::-1].copy()
+
+
+def assert_same_store(a: SoftDict, b: SoftDict, queries=("apple", "red chair", "x")) -> None:
+    assert list(a) == list(b)
+    for key in a:
+        assert same_value(a[key], b[key])
+    for q in queries:
+        x, y = a.attend(q), b.attend(q)
+        assert x.keys == y.keys and x.k == y.k
+        np.testing.assert_allclose(x.weights, y.weights, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("kind", sorted(VALUE_SAMPLES))
+def test_round_trip_every_value_kind(tmp_path: Path, kind: str) -> None:
+    keys = ["apple", "green apple", "red chair", "sofa", "car"]
+    sd = SoftDict(dict(zip(keys, VALUE_SAMPLES[kind])), encoder=FakeEncoder(), temperature=0.3)
+    del sd["sofa"]  # a deleted row travels as a tombstone
+    sd.save(tmp_path / "store")
+    loaded = SoftDict.load(tmp_path / "store", encoder=FakeEncoder())
+    assert_same_store(sd, loaded)
+    assert loaded.temperature == 0.3 and loaded.value_kind == sd.value_kind
+    loaded["sofa"] = VALUE_SAMPLES[kind][3]  # and the loaded store keeps working
+    assert same_value(loaded["sofa"], VALUE_SAMPLES[kind][3])
+
+
+@pytest.mark.parametrize("index", ["flat", "hnsw", "ivf", "ivf_sq8", "IVF16,PQ4"])
+def test_round_trip_every_backend_with_deletes(tmp_path: Path, index: str) -> None:
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((3000, 16)).astype(np.float32)
+    sd = SoftDict(encoder=FakeEncoder(), index=index, top_k=20)
+    sd.add_embeddings([f"k{i}" for i in range(3000)], X, np.arange(3000.0))
+    for i in range(0, 300, 3):
+        del sd[f"k{i}"]
+    sd.save(tmp_path / "store")
+    files = {p.name for p in (tmp_path / "store").iterdir()}
+    assert ("index.faiss" in files) == (index != "flat")
+    loaded = SoftDict.load(tmp_path / "store", encoder=FakeEncoder())
+    assert loaded.index_description == sd.index_description
+    a, b = sd.attend_embeddings(X[:20]), loaded.attend_embeddings(X[:20])
+    for x, y in zip(a, b):
+        assert x.keys == y.keys
+        assert "k0" not in y.keys and "k3" not in y.keys
+    np.testing.assert_allclose(sd.lookup_embeddings(X[:50]), loaded.lookup_embeddings(X[:50]))
+
+
+def test_empty_store_round_trip(tmp_path: Path) -> None:
+    SoftDict(encoder=FakeEncoder()).save(tmp_path / "s")
+    loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder())
+    assert len(loaded) == 0
+    loaded["apple"] = 1.0
+    assert loaded["apple"] == 1.0
+
+
+def test_store_files_are_open_formats_never_pickle(tmp_path: Path) -> None:
+    SoftDict({"apple": 1.0, "chair": 2.0}, encoder=FakeEncoder()).save(tmp_path / "s")
+    for path in (tmp_path / "s").iterdir():
+        if path.suffix == ".npy":
+            np.load(path, allow_pickle=False)  # raises if an object array (pickle) were inside
+        else:
+            json.loads(path.read_text())
+
+
+def test_loading_with_the_wrong_encoder_is_refused(tmp_path: Path) -> None:
+    SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(tmp_path / "s")
+    with pytest.raises(EncoderError, match="expects the encoder 'fake-bag-of-words' \\(16 dims\\)"):
+        SoftDict.load(tmp_path / "s", encoder=OtherEncoder())
+    with pytest.raises(EncoderError, match="cannot load by name; pass it"):
+        SoftDict.load(tmp_path / "s")
+
+
+@pytest.mark.integration
+def test_bundled_encoder_is_recorded_and_reloaded(tmp_path: Path, bundled_encoder) -> None:
+    sd = SoftDict({"apple": 10, "banana": 5, "chair": 2}, encoder=bundled_encoder)
+    sd.save(tmp_path / "s")
+    loaded = SoftDict.load(tmp_path / "s")  # no encoder: the recorded one
+    assert loaded.encoder.name == "sentence-transformers/all-MiniLM-L6-v2"
+    assert loaded.lookup("fruit") == pytest.approx(sd.lookup("fruit"), rel=1e-5)
+    with pytest.raises(EncoderError, match="all-MiniLM-L6-v2"):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder())
+
+
+def saved_store(tmp_path: Path, kind: str = "scalar") -> Path:
+    keys = ["apple", "green apple", "red chair", "sofa", "car"]
+    sd = SoftDict(dict(zip(keys, VALUE_SAMPLES[kind])), encoder=FakeEncoder())
+    sd.save(tmp_path / "s")
+    return tmp_path / "s"
+
+
+def store_file_names() -> list[str]:
+    names = set()
+    for kind in VALUE_SAMPLES:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            names |= {(kind, p.name) for p in saved_store(Path(tmp), kind).iterdir()}
+    return sorted(names)
+
+
+@pytest.mark.parametrize(("kind", "name"), store_file_names())
+@pytest.mark.parametrize("damage", ["truncate", "bitflip", "delete", "empty"])
+def test_every_damaged_file_is_refused_naming_it(tmp_path: Path, kind: str, name: str, damage: str) -> None:
+    folder = saved_store(tmp_path, kind)
+    path = folder / name
+    data = path.read_bytes()
+    if damage == "truncate":
+        path.write_bytes(data[: len(data) // 2])
+    elif damage == "bitflip":
+        flipped = bytearray(data)
+        flipped[len(data) // 2] ^= 0x10
+        path.write_bytes(bytes(flipped))
+    elif damage == "delete":
+        path.unlink()
+    else:
+        path.write_bytes(b"")
+    with pytest.raises(StoreFormatError) as info:
+        SoftDict.load(folder, encoder=FakeEncoder())
+    assert name in str(info.value)
+
+
+def rewrite_manifest(folder: Path, change) -> None:
+    from softdict._persistence import _canonical, _sha256
+
+    manifest = json.loads((folder / "manifest.json").read_text())
+    change(manifest)
+    manifest["body_sha256"] = _sha256(_canonical(manifest["body"]))
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_newer_format_version_is_refused(tmp_path: Path) -> None:
+    folder = saved_store(tmp_path)
+    rewrite_manifest(folder, lambda m: m.update(format_version=99))
+    with pytest.raises(StoreFormatError, match="format 99, newer than this softdict reads"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
+def test_inconsistent_manifest_is_refused(tmp_path: Path) -> None:
+    folder = saved_store(tmp_path)
+    rewrite_manifest(folder, lambda m: m["body"].update(count=4))
+    with pytest.raises(StoreFormatError, match="rows.npy|keys.json"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
+def test_missing_store_and_non_store_folders(tmp_path: Path) -> None:
+    with pytest.raises(StoreFormatError, match="does not exist"):
+        SoftDict.load(tmp_path / "nothing", encoder=FakeEncoder())
+    (tmp_path / "photos").mkdir()
+    (tmp_path / "photos" / "cat.jpg").write_bytes(b"\xff\xd8 precious")
+    with pytest.raises(StoreFormatError, match="manifest.json is missing"):
+        SoftDict.load(tmp_path / "photos", encoder=FakeEncoder())
+    with pytest.raises(StoreFormatError, match="not a softdict store"):
+        SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(tmp_path / "photos")
+    assert (tmp_path / "photos" / "cat.jpg").read_bytes() == b"\xff\xd8 precious"
+
+
+def test_saving_over_a_store_replaces_it_and_leaves_no_debris(tmp_path: Path) -> None:
+    SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(tmp_path / "s")
+    SoftDict({"chair": 2.0}, encoder=FakeEncoder()).save(tmp_path / "s")
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+
+
+def test_a_save_killed_between_its_renames_is_finished_on_load(tmp_path: Path) -> None:
+    SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(tmp_path / "s")
+    SoftDict({"chair": 2.0}, encoder=FakeEncoder()).save(tmp_path / "new")
+    os.rename(tmp_path / "s", tmp_path / ".s.old-aaaa")  # the first rename happened...
+    os.rename(tmp_path / "new", tmp_path / ".s.new-bbbb")  # ...the second did not
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
+    # With the new folder incomplete, the old store comes back instead.
+    os.rename(tmp_path / "s", tmp_path / ".s.old-cccc")
+    (tmp_path / ".s.new-dddd").mkdir()
+    (tmp_path / ".s.new-dddd" / "keys.json").write_text("[")
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
+
+
+SAVER = textwrap.dedent(
+    """
+    import sys
+    import numpy as np
+    sys.path.insert(0, {tests!r})
+    from _support import FakeEncoder
+    from softdict import SoftDict
+
+    stores = [
+        SoftDict({{f"a{{i}}": float(i) for i in range(300)}}, encoder=FakeEncoder()),
+        SoftDict({{f"b{{i}}": -float(i) for i in range(500)}}, encoder=FakeEncoder()),
+    ]
+    stores[0].save({path!r})
+    print("ready", flush=True)
+    i = 0
+    while True:
+        stores[i % 2].save({path!r})
+        i += 1
+    """
+)
+
+
+def test_sigkill_at_any_moment_of_a_save_leaves_a_whole_store(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    script = SAVER.format(tests=str(TESTS), path=str(path))
+    a = {f"a{i}": float(i) for i in range(300)}
+    b = {f"b{i}": -float(i) for i in range(500)}
+    rng = np.random.default_rng(0)
+    for _ in range(12):
+        proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        time.sleep(float(rng.uniform(0.0, 0.3)))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        loaded = dict(SoftDict.load(path, encoder=FakeEncoder()).items())
+        assert loaded in (a, b)
