@@ -127,7 +127,9 @@ def store_file_names() -> list[str]:
 
 @pytest.mark.parametrize(("kind", "name"), store_file_names())
 @pytest.mark.parametrize("damage", ["truncate", "bitflip", "delete", "empty"])
-def test_every_damaged_file_is_refused_naming_it(tmp_path: Path, kind: str, name: str, damage: str) -> None:
+def test_every_damaged_file_is_refused_naming_it(
+    tmp_path: Path, kind: str, name: str, damage: str
+) -> None:
     folder = saved_store(tmp_path, kind)
     path = folder / name
     data = path.read_bytes()
@@ -165,7 +167,7 @@ def test_newer_format_version_is_refused(tmp_path: Path) -> None:
 def test_inconsistent_manifest_is_refused(tmp_path: Path) -> None:
     folder = saved_store(tmp_path)
     rewrite_manifest(folder, lambda m: m["body"].update(count=4))
-    with pytest.raises(StoreFormatError, match="rows.npy|keys.json"):
+    with pytest.raises(StoreFormatError, match=r"rows\.npy|keys\.json"):
         SoftDict.load(folder, encoder=FakeEncoder())
 
 
@@ -174,7 +176,7 @@ def test_missing_store_and_non_store_folders(tmp_path: Path) -> None:
         SoftDict.load(tmp_path / "nothing", encoder=FakeEncoder())
     (tmp_path / "photos").mkdir()
     (tmp_path / "photos" / "cat.jpg").write_bytes(b"\xff\xd8 precious")
-    with pytest.raises(StoreFormatError, match="manifest.json is missing"):
+    with pytest.raises(StoreFormatError, match=r"manifest\.json is missing"):
         SoftDict.load(tmp_path / "photos", encoder=FakeEncoder())
     with pytest.raises(StoreFormatError, match="not a softdict store"):
         SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(tmp_path / "photos")

@@ -1,0 +1,165 @@
+"""Property tests: a SoftDict is a dict under any sequence of operations, and attention stays
+a convex blend: finite weights summing to 1, values between the stored extremes."""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import numpy as np
+from _support import FakeEncoder, same_value
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from softdict import SoftDict, SoftDictError
+
+keys = st.sampled_from(
+    [f"{a} {b}" for a in ("red", "old", "big") for b in ("apple", "chair", "car")]
+)
+finite = st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+
+class DictMachine(RuleBasedStateMachine):
+    """Random set / delete / update / save+load against a plain dict."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sd = SoftDict(encoder=FakeEncoder(), temperature=0.5)
+        self.model: dict[str, float] = {}
+        self.tmp = tempfile.TemporaryDirectory()
+
+    def teardown(self) -> None:
+        self.tmp.cleanup()
+
+    @rule(key=keys, value=finite)
+    def set(self, key: str, value: float) -> None:
+        self.sd[key] = value
+        self.model[key] = value
+
+    @rule(key=keys)
+    def delete(self, key: str) -> None:
+        if key in self.model:
+            del self.sd[key]
+            del self.model[key]
+        else:
+            try:
+                del self.sd[key]
+            except KeyError:
+                pass
+            else:
+                raise AssertionError("deleting an absent key must raise KeyError")
+
+    @rule(items=st.lists(st.tuples(keys, finite), max_size=5))
+    def update(self, items: list[tuple[str, float]]) -> None:
+        self.sd.update(items)
+        self.model.update(items)
+
+    @rule()
+    def save_and_load(self) -> None:
+        path = Path(self.tmp.name) / "store"
+        self.sd.save(path)
+        self.sd = SoftDict.load(path, encoder=FakeEncoder())
+
+    @invariant()
+    def behaves_like_the_dict(self) -> None:
+        assert list(self.sd) == list(self.model)
+        assert all(same_value(self.sd[k], v) for k, v in self.model.items())
+
+    @invariant()
+    def attention_is_a_convex_blend(self) -> None:
+        if not self.model:
+            return
+        attention = self.sd.attend("red apple")
+        assert np.all(np.isfinite(attention.weights)) and np.all(attention.weights >= 0)
+        assert math.isclose(attention.weights.sum(), 1.0, rel_tol=1e-9)
+        low, high = min(self.model.values()), max(self.model.values())
+        assert (
+            low - 1e-6 * max(1.0, abs(low)) <= attention.value <= high + 1e-6 * max(1.0, abs(high))
+        )
+
+
+DictMachine.TestCase.settings = settings(max_examples=40, stateful_step_count=15, deadline=None)
+TestDictMachine = DictMachine.TestCase
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    vectors=st.lists(st.lists(finite, min_size=3, max_size=3), min_size=1, max_size=8),
+    temperature=st.floats(min_value=1e-6, max_value=1e3),
+    query=st.sampled_from(["red", "apple chair", "zzz", ""]),
+)
+def test_vector_blend_lies_in_the_convex_hull(vectors, temperature, query) -> None:
+    names = [f"key {i} {w}" for i, w in enumerate(["red", "apple", "chair", "car"] * 2)][
+        : len(vectors)
+    ]
+    sd = SoftDict(dict(zip(names, vectors)), encoder=FakeEncoder(), temperature=temperature)
+    value = sd.lookup(query)
+    stored = np.array(vectors)
+    slack = 1e-9 * np.maximum(1.0, np.abs(stored).max(axis=0))
+    assert np.all(value >= stored.min(axis=0) - slack) and np.all(
+        value <= stored.max(axis=0) + slack
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    scores=st.lists(st.floats(min_value=-1e300, max_value=1e300), min_size=1, max_size=20),
+    temperature=st.floats(min_value=1e-300, max_value=1e300),
+)
+def test_softmax_weights_are_always_finite_and_sum_to_one(scores, temperature) -> None:
+    from softdict._attention import softmax
+
+    weights = softmax(np.array([scores]), temperature)
+    assert np.all(np.isfinite(weights)) and np.all(weights >= 0)
+    assert math.isclose(weights.sum(), 1.0, rel_tol=1e-9)
+
+
+HOSTILE_TEXT = st.one_of(
+    st.text(max_size=50),  # every plane of unicode, control characters, empty strings
+    st.text(min_size=2000, max_size=5000),
+    st.sampled_from(["", " ", "\x00", "\n\t\r", "\ud7ff", "🦄" * 300, "a" * 20000]),
+)
+HOSTILE_VALUE = st.one_of(
+    st.floats(),
+    st.integers(),
+    st.just(1e308),
+    st.just(5e-324),
+    st.text(max_size=5),
+    st.lists(st.floats(), max_size=4),
+    st.none(),
+    st.booleans(),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+    st.just(object()),
+    st.just(np.ones((2, 2))),
+    st.binary(max_size=4),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    key=st.one_of(HOSTILE_TEXT, st.integers(), st.none()),
+    value=HOSTILE_VALUE,
+    query=st.one_of(HOSTILE_TEXT, st.lists(HOSTILE_TEXT, max_size=3), st.integers()),
+    k=st.integers(min_value=-2, max_value=10**6),
+    min_score=st.one_of(st.none(), st.floats()),
+)
+def test_hostile_input_gets_a_result_or_a_softdict_error(key, value, query, k, min_score) -> None:
+    sd = SoftDict({"red apple": 1.0, "old chair": 2.0, "fast car": 3.0}, encoder=FakeEncoder())
+    before = dict(sd.items())
+    for operation in (
+        lambda: sd.__setitem__(key, value),
+        lambda: sd.update([(key, value)]),
+        lambda: sd.lookup(query, min_score=min_score, default=None),
+        lambda: sd.attend(query),
+        lambda: sd.nearest(query, k=k),
+    ):
+        snapshot = dict(sd.items())
+        try:
+            operation()
+        except SoftDictError:
+            assert dict(sd.items()) == snapshot  # an error leaves the store as it was
+        except KeyError:
+            pass  # the plain-dict KeyError of a missing exact key
+    assert set(before) <= set(sd)
