@@ -369,6 +369,12 @@ class SoftDict(MutableMapping[str, Any]):
             kept = [key for key in merged if key in self._row_of]
         else:
             fresh, kept = list(merged), []
+        if column.kind is ValueKind.CATEGORICAL and self._config.value_kind is None:
+            # Any JSON value could be a label, but a number or a vector would have made a scalar
+            # or vector store: in an inferred label store it is a value of the wrong kind.
+            for key in [*fresh, *kept]:
+                if infer_kind(merged[key][0]) is not ValueKind.CATEGORICAL:
+                    raise column.kind_error(key, merged[key][0])
         staged_fresh = column.stage([merged[k][0] for k in fresh], fresh)
         staged_kept = column.stage([merged[k][0] for k in kept], kept)
         return column, fresh, kept, staged_fresh, staged_kept

@@ -93,7 +93,7 @@ class ValueColumn(ABC):
     def describe(self) -> str:
         return self.kind.value
 
-    def _kind_error(self, key: str, value: object) -> ValueKindError:
+    def kind_error(self, key: str, value: object) -> ValueKindError:
         return ValueKindError(
             f"value for key {key!r} is {_describe(value)}, but this store holds {self.describe()} "
             f"values (fixed by its first insert); store different kinds of value in separate "
@@ -127,7 +127,7 @@ class ScalarColumn(ValueColumn):
         was_int = np.empty(len(values), dtype=np.bool_)
         for i, (key, value) in enumerate(zip(keys, values)):
             if not _is_number(value):
-                raise self._kind_error(key, value)
+                raise self.kind_error(key, value)
             is_int = isinstance(value, numbers.Integral)
             if is_int and abs(int(value)) > _MAX_EXACT_INT:  # type: ignore[call-overload]
                 raise InvalidValueError(
@@ -183,7 +183,7 @@ class VectorColumn(ValueColumn):
             # A numeric array of the wrong shape is a shape error, not a kind error.
             numeric_array = isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.number)
             if not (numeric_array or _is_numeric_sequence(value)):
-                raise self._kind_error(key, value)
+                raise self.kind_error(key, value)
             vector = np.asarray(value, dtype=np.float64)
             if vector.shape != (self.length,):
                 raise ValueShapeError(

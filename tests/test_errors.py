@@ -110,6 +110,16 @@ def test_vector_of_another_length_or_with_nan_is_refused() -> None:
     assert_unchanged(sd, before)
 
 
+def test_numbers_in_an_inferred_label_store_are_refused() -> None:
+    sd = SoftDict({"apple": "fruit"}, encoder=FakeEncoder())
+    for bad in [3, 2.5, [1.0, 2.0]]:
+        with pytest.raises(ValueKindError, match="categorical"):
+            sd["pear"] = bad
+    labels = SoftDict({"apple": "fruit"}, encoder=FakeEncoder(), value_kind="categorical")
+    labels["pear"] = 3  # with value_kind="categorical", numbers are labels
+    assert labels["pear"] == 3
+
+
 def test_unserialisable_label_is_refused() -> None:
     sd = SoftDict({"apple": "fruit", "chair": "furniture"}, encoder=FakeEncoder())
     before = snapshot(sd)
