@@ -296,6 +296,13 @@ class KeyIndex:
             return int(self._staged.view.nbytes + self._live.view.nbytes)
         return int(faiss.serialize_index(self._faiss).nbytes + self._live.view.nbytes)
 
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The prepared vectors of ``rows`` (approximations for compressed indexes)."""
+        if self._faiss is None:
+            assert self._staged is not None
+            return self._staged.view[rows]
+        return self._faiss.reconstruct_batch(np.asarray(rows, dtype=np.int64))
+
     # -- saving --------------------------------------------------------------------------------
 
     def export(self) -> tuple[np.ndarray, np.ndarray | None, bytes | None]:

@@ -40,6 +40,7 @@ from softdict._errors import (
     ValueShapeError,
 )
 from softdict._index import EXACT_MAX_KEYS, KeyIndex, index_spec
+from softdict._learning import leave_one_out_temperature
 from softdict._persistence import load_store, save_store
 from softdict._results import Attention
 from softdict._values import CategoricalColumn, ValueColumn, infer_kind, new_column
@@ -290,6 +291,45 @@ class SoftDict(MutableMapping[str, Any]):
         """Remove every key. The value kind is free again for the next insert."""
         with self._lock:
             self._reset()
+
+    # -- learning ----------------------------------------------------------------------------
+
+    def calibrate(self, *, sample_size: int = 2000, seed: int = 0) -> float:
+        """Choose the temperature that best predicts each stored value from the others; set it.
+
+        Leave-one-out over the store: for each candidate temperature (a log grid from 1/50 to 50
+        times the measured default), each key's value is predicted by attention over the others.
+        Scalar and vector stores minimise the mean squared error, categorical stores maximise the
+        likelihood of each key's own label. Stores larger than ``sample_size`` are calibrated on
+        a random sample of that many keys (``seed`` fixes it).
+
+        Returns:
+            The temperature chosen, now in force.
+
+        Raises:
+            EmptyStoreError: the store has fewer than 2 keys.
+        """
+        if not isinstance(sample_size, int) or sample_size < 2:
+            raise ConfigError(f"sample_size must be a whole number >= 2, got {sample_size!r}")
+        with self._lock:
+            if len(self) < 2:
+                raise EmptyStoreError(
+                    f"calibrate needs at least 2 keys to predict one from the others; the store "
+                    f"has {len(self)}"
+                )
+            assert self._index is not None and self._values is not None
+            rows = np.fromiter(self._row_of.values(), np.int64, len(self))
+            if len(rows) > sample_size:
+                rows = np.sort(np.random.default_rng(seed).choice(rows, sample_size, replace=False))
+            result = leave_one_out_temperature(
+                self._index.vectors(rows),
+                self._values.targets(rows),
+                self._values.kind,
+                self.similarity,
+                self.similarity.default_temperature(self._index.dim),
+            )
+            self.temperature = result.temperature
+            return result.temperature
 
     # -- persistence -------------------------------------------------------------------------
 

@@ -87,6 +87,10 @@ class ValueColumn(ABC):
         """
 
     @abstractmethod
+    def targets(self, rows: np.ndarray) -> np.ndarray:
+        """Values of ``rows`` as numbers to learn from: (n,), (n, d), or one-hot labels (n, L)."""
+
+    @abstractmethod
     def export(self) -> dict[str, Any]:
         """The column by row, as numpy arrays and JSON-able lists, for saving."""
 
@@ -163,6 +167,9 @@ class ScalarColumn(ValueColumn):
     def blend(self, weights: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         return _gather_blend(weights, rows, self._numbers.view)
 
+    def targets(self, rows: np.ndarray) -> np.ndarray:
+        return self._numbers.view[rows]
+
     def export(self) -> dict[str, Any]:
         return {"values": self._numbers.view.copy(), "value_is_int": self._was_int.view.copy()}
 
@@ -211,6 +218,9 @@ class VectorColumn(ValueColumn):
 
     def blend(self, weights: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
         return _gather_blend(weights, rows, self._vectors.view)
+
+    def targets(self, rows: np.ndarray) -> np.ndarray:
+        return self._vectors.view[rows]
 
     def export(self) -> dict[str, Any]:
         return {"values": self._vectors.view.copy()}
@@ -288,6 +298,9 @@ class CategoricalColumn(ValueColumn):
 
     def live_codes(self, rows: np.ndarray) -> np.ndarray:
         return np.unique(self._codes.view[rows])
+
+    def targets(self, rows: np.ndarray) -> np.ndarray:
+        return np.eye(len(self._label_json))[self._codes.view[rows]]
 
     def export(self) -> dict[str, Any]:
         return {"label_codes": self._codes.view.copy(), "labels": list(self._label_json)}
