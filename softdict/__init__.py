@@ -20,6 +20,7 @@ from softdict._errors import (
     ValueKindError,
     ValueShapeError,
 )
+from softdict._learning import FitReport
 from softdict._mapping import SoftDict
 from softdict._results import Attention
 from softdict._values import Distribution
@@ -31,6 +32,7 @@ __all__ = [
     "EmptyStoreError",
     "Encoder",
     "EncoderError",
+    "FitReport",
     "InvalidValueError",
     "KeyTypeError",
     "NoMatchError",

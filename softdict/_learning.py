@@ -15,7 +15,7 @@ import numpy as np
 from softdict._attention import prepared_scores, softmax
 from softdict._config import Similarity, ValueKind
 
-__all__ = ["CalibrationResult", "leave_one_out_temperature"]
+__all__ = ["CalibrationResult", "FitReport", "fit_projection", "leave_one_out_temperature"]
 
 # Temperatures tried: the measured default for the similarity times these factors (a log grid
 # from 1/50 to 50: for cosine, 0.001 to 2.5).
@@ -66,3 +66,118 @@ def leave_one_out_temperature(
     best_t, best_loss = min(losses, key=lambda pair: pair[1])
     default_loss = _loss(softmax(scores, default_temperature), targets, kind)
     return CalibrationResult(best_t, best_loss, default_loss, len(vectors))
+
+
+@dataclass(frozen=True, repr=False)
+class FitReport:
+    """What ``SoftDict.fit`` learned, judged on the held-out part of the pairs.
+
+    Attributes:
+        accuracy_before: held-out top-1 accuracy (the target key gets the most weight) before.
+        accuracy_after: the same after fitting (equal to before when the projection was not kept).
+        steps: optimisation steps taken (early stopping on the held-out loss ends it).
+        temperature: the temperature in force afterwards.
+        kept: whether the learned projection was kept; False when it did not beat the identity.
+        n_train, n_heldout: how the pairs were split.
+    """
+
+    accuracy_before: float
+    accuracy_after: float
+    steps: int
+    temperature: float
+    kept: bool
+    n_train: int
+    n_heldout: int
+
+    def __repr__(self) -> str:
+        verdict = "projection kept" if self.kept else "identity kept (no held-out gain)"
+        return (
+            f"FitReport(held-out accuracy {self.accuracy_before:.3f} -> {self.accuracy_after:.3f}, "
+            f"{self.steps} steps, temperature={self.temperature:.4g}, {verdict}, "
+            f"{self.n_train} train / {self.n_heldout} held-out pairs)"
+        )
+
+
+def fit_projection(
+    train_queries: np.ndarray,
+    train_targets: np.ndarray,
+    heldout_queries: np.ndarray,
+    heldout_targets: np.ndarray,
+    keys: np.ndarray,
+    similarity: Similarity,
+    temperature: float,
+    *,
+    max_steps: int,
+    learning_rate: float,
+    regularization: float,
+    patience: int,
+    seed: int,
+) -> tuple[np.ndarray, float, int, float, float]:
+    """Learn W_q (from the identity, pulled back towards it) and T by minimising the cross-entropy
+    of attention on each query's target key; early stopping on the held-out loss.
+
+    ``keys`` are prepared key vectors; targets index into them. Returns (W, T, steps, held-out
+    accuracy with the identity and the starting T, held-out accuracy with the learned W and T).
+    """
+    import torch
+
+    torch.manual_seed(seed)
+    dim = keys.shape[1]
+    key_t = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
+    key_sq = (key_t * key_t).sum(dim=1)
+    identity = torch.eye(dim)
+    weight = identity.clone().requires_grad_(True)
+    log_t = torch.tensor(float(np.log(temperature)), requires_grad=True)
+    data = {
+        "train": (
+            torch.from_numpy(train_queries.astype(np.float32)),
+            torch.from_numpy(train_targets),
+        ),
+        "heldout": (
+            torch.from_numpy(heldout_queries.astype(np.float32)),
+            torch.from_numpy(heldout_targets),
+        ),
+    }
+
+    def scores(queries: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        projected = queries @ w.T
+        if similarity is Similarity.COSINE:
+            projected = projected / projected.norm(dim=1, keepdim=True).clamp_min(1e-12)
+        elif similarity is Similarity.SCALED_DOT:
+            projected = projected / float(np.sqrt(dim))
+        if similarity is Similarity.L2:
+            sq = (projected * projected).sum(dim=1, keepdim=True)
+            return -(sq - 2 * projected @ key_t.T + key_sq[None, :]).clamp_min(0)
+        return projected @ key_t.T
+
+    def loss_and_accuracy(
+        part: str, w: torch.Tensor, t: torch.Tensor
+    ) -> tuple[torch.Tensor, float]:
+        queries, targets = data[part]
+        s = scores(queries, w)
+        loss = torch.nn.functional.cross_entropy(s / t, targets)
+        return loss, float((s.argmax(dim=1) == targets).float().mean())
+
+    with torch.no_grad():
+        _, accuracy_before = loss_and_accuracy("heldout", identity, torch.tensor(temperature))
+    optimizer = torch.optim.Adam([weight, log_t], lr=learning_rate)
+    best = (float("inf"), identity.clone(), float(temperature))
+    since_best, steps = 0, 0
+    for steps in range(1, max_steps + 1):  # noqa: B007 - the last value is reported
+        optimizer.zero_grad()
+        train_loss, _ = loss_and_accuracy("train", weight, log_t.exp())
+        objective = train_loss + regularization * ((weight - identity) ** 2).sum()
+        objective.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        with torch.no_grad():
+            heldout_loss, _ = loss_and_accuracy("heldout", weight, log_t.exp())
+        if float(heldout_loss) < best[0] - 1e-6:
+            best = (float(heldout_loss), weight.detach().clone(), log_t.detach().exp().item())
+            since_best = 0
+        else:
+            since_best += 1
+            if since_best >= patience:
+                break
+    with torch.no_grad():
+        _, accuracy_after = loss_and_accuracy("heldout", best[1], torch.tensor(best[2]))
+    return best[1].numpy(), best[2], steps, accuracy_before, accuracy_after

@@ -40,7 +40,7 @@ from softdict._errors import (
     ValueShapeError,
 )
 from softdict._index import EXACT_MAX_KEYS, KeyIndex, index_spec
-from softdict._learning import leave_one_out_temperature
+from softdict._learning import FitReport, fit_projection, leave_one_out_temperature
 from softdict._persistence import load_store, save_store
 from softdict._results import Attention
 from softdict._values import CategoricalColumn, ValueColumn, infer_kind, new_column
@@ -156,6 +156,9 @@ class SoftDict(MutableMapping[str, Any]):
         self._index_spec = index_spec(self._config.index)
         self._encoder = resolve_encoder(encoder, query_cache_size=query_cache_size)
         self._lock = threading.RLock()
+        # W_q learned by fit(): queries become W_q·q before scoring. None is the identity. It
+        # belongs to the encoder's queries, not to the keys, so clear() keeps it.
+        self._query_projection: np.ndarray | None = None
         self._reset()
         if data is not None:
             self.update(data)
@@ -330,6 +333,95 @@ class SoftDict(MutableMapping[str, Any]):
             )
             self.temperature = result.temperature
             return result.temperature
+
+    def fit(
+        self,
+        pairs: Iterable[tuple[str, str]],
+        *,
+        heldout: float = 0.2,
+        max_steps: int = 300,
+        learning_rate: float = 0.01,
+        regularization: float = 1e-2,
+        patience: int = 20,
+        seed: int = 0,
+    ) -> FitReport:
+        """Learn a query projection W_q and the temperature from (query, target key) examples.
+
+        W_q starts at the identity and is pulled back towards it (``regularization``); the loss
+        is the cross-entropy of attention on each query's target key. A ``heldout`` share of the
+        pairs is kept aside for early stopping and for the report. If the learned projection
+        does not reach the held-out accuracy of the identity, the identity is kept: ``fit`` never
+        makes held-out accuracy worse. Every later lookup uses W_q, and ``save`` stores it.
+
+        Raises:
+            KeyTypeError: a pair is not two strings.
+            NoMatchError: a target key is not in the store.
+            ConfigError: too few pairs to hold some out, or an option out of range.
+        """
+        examples = []
+        for i, pair in enumerate(pairs):
+            if not (
+                isinstance(pair, (tuple, list))
+                and len(pair) == 2
+                and all(isinstance(x, str) for x in pair)
+            ):
+                raise KeyTypeError(
+                    f"fit() takes (query, target key) pairs of strings; pair #{i} is {pair!r:.60}"
+                )
+            examples.append((str(pair[0]), str(pair[1])))
+        if not 0.0 < heldout < 1.0:
+            raise ConfigError(f"heldout must be a fraction between 0 and 1, got {heldout!r}")
+        n_heldout = round(len(examples) * heldout)
+        if n_heldout < 2 or len(examples) - n_heldout < 2:
+            raise ConfigError(
+                f"fit needs at least 2 training and 2 held-out pairs; {len(examples)} pairs with "
+                f"heldout={heldout} give {len(examples) - n_heldout} and {n_heldout}"
+            )
+        order = np.random.default_rng(seed).permutation(len(examples))
+        examples = [examples[i] for i in order]
+        queries = self._encoder.encode_queries(
+            [q for q, _ in examples], batch_size=self._config.batch_size
+        )
+        with self._lock:
+            missing = [t for _, t in examples if t not in self._row_of]
+            if missing:
+                raise NoMatchError(
+                    f"{len(missing)} target key(s) are not in the store, e.g. {missing[0]!r}; "
+                    f"fit learns to find stored keys, so insert them first"
+                )
+            assert self._index is not None
+            rows = np.fromiter(self._row_of.values(), np.int64, len(self))
+            position = {row: i for i, row in enumerate(rows.tolist())}
+            targets = np.array([position[self._row_of[t]] for _, t in examples], dtype=np.int64)
+            keys = self._index.vectors(rows)
+            raw = self._checked_embeddings(queries, "query embeddings")
+            weight, temperature, steps, before, after = fit_projection(
+                raw[n_heldout:],
+                targets[n_heldout:],
+                raw[:n_heldout],
+                targets[:n_heldout],
+                keys,
+                self.similarity,
+                self.temperature,
+                max_steps=max_steps,
+                learning_rate=learning_rate,
+                regularization=regularization,
+                patience=patience,
+                seed=seed,
+            )
+            kept = after >= before
+            if kept:
+                self._query_projection = weight.astype(np.float32)
+                self.temperature = temperature
+            return FitReport(
+                accuracy_before=before,
+                accuracy_after=after if kept else before,
+                steps=steps,
+                temperature=self.temperature,
+                kept=kept,
+                n_train=len(examples) - n_heldout,
+                n_heldout=n_heldout,
+            )
 
     # -- persistence -------------------------------------------------------------------------
 
@@ -695,9 +787,10 @@ class SoftDict(MutableMapping[str, Any]):
             )
 
     def _prepared_queries(self, queries: np.ndarray) -> np.ndarray:
-        return prepare_queries(
-            self._checked_embeddings(queries, "query embeddings"), self.similarity
-        )
+        checked = self._checked_embeddings(queries, "query embeddings")
+        if self._query_projection is not None:
+            checked = checked @ self._query_projection.T
+        return prepare_queries(checked, self.similarity)
 
     def _select(self, queries: np.ndarray, allowed: np.ndarray | None) -> _Selection:
         """Score raw query embeddings and choose, per query, the rows its softmax runs over.

@@ -11,6 +11,7 @@ A store folder holds:
     index.faiss       the FAISS index (vectors, training, graph), where rebuilding would be slow
     values.npy, value_is_int.npy      scalar values by row;  values.npy   vector values by row
     label_codes.npy, labels.json      categorical values: a code per row and the label table
+    query_projection.npy              W_q learned by fit(), if any (float32, d x d)
 
 Loading reads JSON and ``np.load(..., allow_pickle=False)``, so a store file cannot run code. The
 FAISS file is parsed by FAISS's own reader; its checksum is verified first, which catches
@@ -156,6 +157,8 @@ def _store_files(sd: SoftDict) -> dict[str, bytes]:
             files["embeddings.npy"] = _npy_bytes(vectors)
         if faiss_bytes is not None:
             files["index.faiss"] = faiss_bytes
+    if sd._query_projection is not None:
+        files["query_projection.npy"] = _npy_bytes(sd._query_projection)
     if sd._values is not None:
         for name, value in sd._values.export().items():
             files[f"{name}.json" if isinstance(value, list) else f"{name}.npy"] = (
@@ -301,7 +304,19 @@ def load_store(cls: type[SoftDict], path: str | os.PathLike[str], encoder: objec
     sd._config = config
     sd._index_spec = index_spec(config.index)
     sd._encoder = text_encoder
+    sd._query_projection = None
     sd._reset()
+    if "query_projection.npy" in files:
+        if dim is None:
+            raise StoreFormatError(
+                f"{folder / 'query_projection.npy'} is present but the store has no dimension"
+            )
+        projection = _load_npy(
+            folder, "query_projection.npy", files["query_projection.npy"], np.float32, (dim, dim)
+        )
+        if not np.all(np.isfinite(projection)):
+            raise StoreFormatError(f"{folder / 'query_projection.npy'} holds NaN or infinity")
+        sd._query_projection = projection
 
     keys = _load_json_list(folder, "keys.json", files["keys.json"])
     rows = _load_npy(folder, "rows.npy", files["rows.npy"], np.int64, (count,))
