@@ -926,9 +926,13 @@ class SoftDict(MutableMapping[str, Any]):
         values = self._values.blend(selection.weights, self._gather_rows(selection))
         if self._values.kind is ValueKind.SCALAR:
             values = [float(v) for v in values]
-        live_rows = np.flatnonzero(self._index.live)
         categorical = self._values if isinstance(self._values, CategoricalColumn) else None
-        live_codes = categorical.live_codes(live_rows) if categorical is not None else None
+        # Only a label store needs the live rows (for its labels); scanning the live mask is O(n).
+        live_codes = (
+            categorical.live_codes(np.flatnonzero(self._index.live))
+            if categorical is not None
+            else None
+        )
         results = []
         for i in range(len(selection.weights)):
             if selection.rows is None:
