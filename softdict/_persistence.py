@@ -26,6 +26,7 @@ renames, ``load`` finds the complete new folder (or else the old one) and finish
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -37,7 +38,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from softdict._config import SoftDictConfig, ValueKind
+from softdict._encoders import BUNDLED_MODEL_NAME, TextEncoder, bundled_model_path, resolve_encoder
 from softdict._errors import EncoderError, StoreFormatError
+from softdict._index import KeyIndex, index_spec
+from softdict._values import restore_column
 
 if TYPE_CHECKING:
     from softdict._mapping import SoftDict
@@ -62,8 +66,6 @@ def _canonical(obj: Any) -> bytes:
 
 
 def _npy_bytes(array: np.ndarray) -> bytes:
-    import io
-
     buffer = io.BytesIO()
     np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
     return buffer.getvalue()
@@ -188,7 +190,6 @@ def _recover(target: Path) -> None:
         return
     for candidate in reversed(_siblings(target, "new")):
         try:
-            _read_manifest(candidate)
             _check_files(candidate, _read_manifest(candidate)["body"])
         except StoreFormatError:
             continue
@@ -250,8 +251,6 @@ def _check_files(folder: Path, body: dict[str, Any]) -> dict[str, bytes]:
 def _load_npy(
     folder: Path, name: str, data: bytes, dtype: type, shape: tuple[int | None, ...]
 ) -> np.ndarray:
-    import io
-
     try:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
@@ -280,10 +279,6 @@ def _load_json_list(folder: Path, name: str, data: bytes) -> list[Any]:
 
 def load_store(cls: type[SoftDict], path: str | os.PathLike[str], encoder: object) -> SoftDict:
     """Read the store at ``path``; every problem is a ``StoreFormatError`` naming the file."""
-    from softdict._encoders import resolve_encoder
-    from softdict._index import KeyIndex, index_spec
-    from softdict._values import restore_column
-
     folder = Path(path)
     _recover(folder)
     if not folder.is_dir():
@@ -298,7 +293,7 @@ def load_store(cls: type[SoftDict], path: str | os.PathLike[str], encoder: objec
         raise StoreFormatError(f"{folder / MANIFEST} lacks or garbles a field ({exc})") from None
     files = _check_files(folder, body)
 
-    text_encoder = _matching_encoder(identity, encoder, config.query_cache_size, resolve_encoder)
+    text_encoder = _matching_encoder(identity, encoder, config.query_cache_size)
     sd = cls.__new__(cls)
     sd._lock = threading.RLock()
     sd._config = config
@@ -386,9 +381,7 @@ def _column_state(folder: Path, files: dict[str, bytes], kind: ValueKind, n: int
     return {"label_codes": codes, "labels": labels}
 
 
-def _matching_encoder(
-    identity: dict[str, Any], encoder: object, cache_size: int, resolve: Any
-) -> Any:
+def _matching_encoder(identity: dict[str, Any], encoder: object, cache_size: int) -> TextEncoder:
     """The encoder to use: the one given, checked against the store's, or the recorded one."""
     expected = f"{identity['name']!r} ({identity['dim']} dims)"
     if encoder is None:
@@ -397,15 +390,12 @@ def _matching_encoder(
                 f"this store was built with the encoder {expected}, which softdict cannot load "
                 f"by name; pass it: SoftDict.load(path, encoder=...)"
             )
-        from softdict._encoders import BUNDLED_MODEL_NAME, bundled_model_path
-
         name = identity["name"]
-        if name == BUNDLED_MODEL_NAME and bundled_model_path() is not None:
-            name = str(bundled_model_path())
-        text_encoder = resolve(name, query_cache_size=cache_size)
+        bundled = bundled_model_path() if name == BUNDLED_MODEL_NAME else None
+        text_encoder = resolve_encoder(str(bundled or name), query_cache_size=cache_size)
         text_encoder.name = identity["name"]
     else:
-        text_encoder = resolve(encoder, query_cache_size=cache_size)
+        text_encoder = resolve_encoder(encoder, query_cache_size=cache_size)
     fingerprint = np.asarray(
         text_encoder.encode_keys([identity["probe_text"]])[0], dtype=np.float64
     )
