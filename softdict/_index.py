@@ -52,6 +52,19 @@ def _metric(similarity: Similarity) -> int:
     return faiss.METRIC_L2 if similarity is Similarity.L2 else faiss.METRIC_INNER_PRODUCT
 
 
+def _faiss_message(exc: RuntimeError, fallback: str) -> str:
+    """The useful last line of a FAISS error (its first lines are C++ frames)."""
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else fallback
+
+
+def _hnsw_params(
+    ef_search: int, k: int, selector: faiss.IDSelector | None
+) -> faiss.SearchParameters:
+    # The graph search keeps efSearch candidates; it must be at least k to return k results.
+    return faiss.SearchParametersHNSW(sel=selector, efSearch=max(ef_search, k))
+
+
 class IndexSpec(ABC):
     """Which FAISS index to build, when it can be built, and how to search it."""
 
@@ -104,23 +117,24 @@ class HNSWSpec(IndexSpec):
     def search_params(
         self, index: faiss.Index, k: int, selector: faiss.IDSelector | None, fraction: float
     ) -> faiss.SearchParameters:
-        # The graph search keeps efSearch candidates; it must be at least k to return k results.
-        return faiss.SearchParametersHNSW(sel=selector, efSearch=max(self.ef_search, k))
+        return _hnsw_params(self.ef_search, k, selector)
 
     def describe(self, index: faiss.Index | None) -> str:
         return f"hnsw (M={self.m}, efSearch={self.ef_search})"
 
 
-def _ivf_nprobe(ivf: faiss.IndexIVF, minimum: int, k: int, fraction: float) -> int:
-    """Lists to probe for ``k`` results: enough to hold about 4·k candidates, at least
-    ``minimum``, and more in proportion when a mask lets only ``fraction`` of the keys through.
+def _ivf_params(
+    ivf: faiss.IndexIVF, minimum: int, k: int, selector: faiss.IDSelector | None, fraction: float
+) -> faiss.SearchParameters:
+    """Probe enough lists to hold about 4·k candidates, at least ``minimum``, and more in
+    proportion when a mask lets only ``fraction`` of the keys through.
 
     Attention wants hundreds of keys, not 10: a fixed nprobe would return fewer candidates than
     k on small lists and miss much of the attention mass.
     """
     mean_list = max(ivf.ntotal / ivf.nlist, 1.0)
     nprobe = max(minimum, math.ceil(4 * k / mean_list)) / max(min(fraction, 1.0), 1e-9)
-    return int(min(math.ceil(nprobe), ivf.nlist))
+    return faiss.SearchParametersIVF(sel=selector, nprobe=int(min(math.ceil(nprobe), ivf.nlist)))
 
 
 def _ivf_list_count(n: int) -> int:
@@ -134,7 +148,7 @@ class IVFSpec(IndexSpec):
 
     The number of lists follows the store: the index is rebuilt, retrained, each time the store
     has grown 4x since it was trained, so list lengths stay balanced at any size. The number of
-    lists probed follows k (see ``_ivf_nprobe``).
+    lists probed follows k (see ``_ivf_params``).
     """
 
     def __init__(self, encoding: str = "Flat", nprobe: int = 16, min_keys: int = 2_000) -> None:
@@ -165,8 +179,7 @@ class IVFSpec(IndexSpec):
     def search_params(
         self, index: faiss.Index, k: int, selector: faiss.IDSelector | None, fraction: float
     ) -> faiss.SearchParameters:
-        nprobe = _ivf_nprobe(index, self.nprobe, k, fraction)
-        return faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
+        return _ivf_params(index, self.nprobe, k, selector, fraction)
 
     def wants_rebuild(self, size: int, built_for: int) -> bool:
         return size >= 4 * built_for
@@ -214,16 +227,15 @@ class FactorySpec(IndexSpec):
     def search_params(
         self, index: faiss.Index, k: int, selector: faiss.IDSelector | None, fraction: float
     ) -> faiss.SearchParameters | None:
-        if faiss.try_extract_index_ivf(index) is not None:
-            ivf = faiss.extract_index_ivf(index)
-            nprobe = _ivf_nprobe(ivf, ivf.nprobe, k, fraction)
-            return faiss.SearchParametersIVF(sel=selector, nprobe=nprobe)
+        ivf = faiss.try_extract_index_ivf(index)
+        if ivf is not None:
+            return _ivf_params(ivf, ivf.nprobe, k, selector, fraction)
         if isinstance(index, faiss.IndexHNSW):
-            return faiss.SearchParametersHNSW(sel=selector, efSearch=max(index.hnsw.efSearch, k))
+            return _hnsw_params(index.hnsw.efSearch, k, selector)
         return super().search_params(index, k, selector, fraction)
 
 
-def index_spec(name: str, dim: int | None = None) -> IndexSpec:
+def index_spec(name: str) -> IndexSpec:
     """The spec for an ``index=`` option; a FAISS factory string is checked by building it."""
     named: dict[str, IndexSpec] = {
         "auto": AutoSpec(),
@@ -235,12 +247,12 @@ def index_spec(name: str, dim: int | None = None) -> IndexSpec:
     if name in named:
         return named[name]
     try:
-        faiss.index_factory(dim or 8, name)
+        faiss.index_factory(8, name)
     except RuntimeError as exc:
-        first_line = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
         raise ConfigError(
             f"index={name!r} is neither one of {sorted(named)} nor a FAISS index_factory string "
-            f"({first_line}); see the FAISS wiki page 'The index factory' for the syntax"
+            f"({_faiss_message(exc, '')}); see the FAISS wiki page 'The index factory' for the "
+            f"syntax"
         ) from None
     return FactorySpec(name)
 
@@ -338,7 +350,7 @@ class KeyIndex:
             try:
                 restored = faiss.deserialize_index(np.frombuffer(faiss_bytes, dtype=np.uint8))
             except RuntimeError as exc:
-                reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else "unreadable"
+                reason = _faiss_message(exc, "unreadable")
                 raise ValueError(f"FAISS cannot read it ({reason})") from None
             if restored.d != dim or restored.ntotal != len(live):
                 raise ValueError(
