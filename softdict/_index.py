@@ -208,7 +208,14 @@ class FactorySpec(IndexSpec):
         self.name = factory
 
     def min_train_size(self, dim: int) -> int:
-        probe = faiss.index_factory(dim, self.name)
+        # The first use with the real dimension: where a dimension-dependent string is checked.
+        try:
+            probe = faiss.index_factory(dim, self.name)
+        except RuntimeError as exc:
+            raise ConfigError(
+                f"index={self.name!r} cannot be built for {dim}-dim embeddings "
+                f"({_faiss_message(exc, '')}); choose parameters that fit {dim} dimensions"
+            ) from None
         if probe.is_trained:
             return 0
         ivf = faiss.try_extract_index_ivf(probe)
@@ -236,7 +243,12 @@ class FactorySpec(IndexSpec):
 
 
 def index_spec(name: str) -> IndexSpec:
-    """The spec for an ``index=`` option; a FAISS factory string is checked by building it."""
+    """The spec for an ``index=`` option.
+
+    A FAISS factory string is parsed here; whether it fits the embeddings (a product quantiser
+    needs d divisible by its code count) can only be checked once their dimension is known, so
+    ``FactorySpec.min_train_size`` checks that when the store's index is first created.
+    """
     named: dict[str, IndexSpec] = {
         "auto": AutoSpec(),
         "flat": FlatSpec(),
@@ -249,6 +261,8 @@ def index_spec(name: str) -> IndexSpec:
     try:
         faiss.index_factory(8, name)
     except RuntimeError as exc:
+        if "could not parse" not in str(exc):
+            return FactorySpec(name)  # parsed, but does not fit 8 dimensions: checked later
         raise ConfigError(
             f"index={name!r} is neither one of {sorted(named)} nor a FAISS index_factory string "
             f"({_faiss_message(exc, '')}); see the FAISS wiki page 'The index factory' for the "

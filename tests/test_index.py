@@ -209,6 +209,17 @@ def test_ivf_retrains_as_the_store_grows() -> None:
     assert sd.attend_embeddings(X[-1]).keys[0] == f"k{len(X) - 1}"
 
 
+def test_factory_string_is_checked_against_the_real_dimension() -> None:
+    """A product quantiser with 48 codes fits 384 dims, not 16: judged once d is known."""
+    rng = np.random.default_rng(0)
+    sd = SoftDict(encoder=FakeEncoder(), index="IVF1024,PQ48")  # the README's example
+    with pytest.raises(ConfigError, match="cannot be built for 16-dim embeddings"):
+        sd.add_embeddings(["a", "b"], rng.standard_normal((2, 16)), [1.0, 2.0])
+    assert len(sd) == 0
+    sd.add_embeddings(["a", "b"], rng.standard_normal((2, 384)), [1.0, 2.0])
+    assert sd.lookup_embeddings(rng.standard_normal(384)) == pytest.approx(1.5, abs=0.5)
+
+
 def test_unknown_index_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="index_factory"):
         SoftDict(encoder=FakeEncoder(), index="NotAnIndex42")
