@@ -321,7 +321,7 @@ class SoftDict(MutableMapping[str, Any]):
                     f"has {len(self)}"
                 )
             assert self._index is not None and self._values is not None
-            rows = np.fromiter(self._row_of.values(), np.int64, len(self))
+            rows = self._rows_in_order()
             if len(rows) > sample_size:
                 rows = np.sort(np.random.default_rng(seed).choice(rows, sample_size, replace=False))
             result = leave_one_out_temperature(
@@ -390,7 +390,7 @@ class SoftDict(MutableMapping[str, Any]):
                     f"fit learns to find stored keys, so insert them first"
                 )
             assert self._index is not None
-            rows = np.fromiter(self._row_of.values(), np.int64, len(self))
+            rows = self._rows_in_order()
             position = {row: i for i, row in enumerate(rows.tolist())}
             targets = np.array([position[self._row_of[t]] for _, t in examples], dtype=np.int64)
             keys = self._index.vectors(rows)
@@ -574,6 +574,10 @@ class SoftDict(MutableMapping[str, Any]):
                 f"embeddings must be finite"
             )
         return array
+
+    def _rows_in_order(self) -> np.ndarray:
+        """The rows of the stored keys, in iteration order."""
+        return np.fromiter(self._row_of.values(), np.int64, len(self._row_of))
 
     def _after_removal(self) -> None:
         if not self._row_of:

@@ -150,7 +150,7 @@ def _store_files(sd: SoftDict) -> dict[str, bytes]:
     keys = list(sd._row_of)
     files = {
         "keys.json": _canonical(keys),
-        "rows.npy": _npy_bytes(np.fromiter(sd._row_of.values(), np.int64, len(keys))),
+        "rows.npy": _npy_bytes(sd._rows_in_order()),
     }
     if sd._index is not None:
         live, vectors, faiss_bytes = sd._index.export()
