@@ -77,7 +77,8 @@ class FitReport:
         accuracy_after: the same after fitting (equal to before when the projection was not kept).
         steps: optimisation steps taken (early stopping on the held-out loss ends it).
         temperature: the temperature in force afterwards.
-        kept: whether the learned projection was kept; False when it did not beat the identity.
+        kept: whether the learned projection was kept; False when it did not reach the held-out
+            accuracy of the projection already in force (the identity at first).
         n_train, n_heldout: how the pairs were split.
     """
 
@@ -90,7 +91,7 @@ class FitReport:
     n_heldout: int
 
     def __repr__(self) -> str:
-        verdict = "projection kept" if self.kept else "identity kept (no held-out gain)"
+        verdict = "projection kept" if self.kept else "previous projection kept (no held-out gain)"
         return (
             f"FitReport(held-out accuracy {self.accuracy_before:.3f} -> {self.accuracy_after:.3f}, "
             f"{self.steps} steps, temperature={self.temperature:.4g}, {verdict}, "
@@ -107,17 +108,19 @@ def fit_projection(
     similarity: Similarity,
     temperature: float,
     *,
+    initial: np.ndarray | None,
     max_steps: int,
     learning_rate: float,
     regularization: float,
     patience: int,
     seed: int,
 ) -> tuple[np.ndarray, float, int, float, float]:
-    """Learn W_q (from the identity, pulled back towards it) and T by minimising the cross-entropy
+    """Learn W_q (from ``initial``, or the identity, and pulled back towards the identity) and T
+    by minimising the cross-entropy
     of attention on each query's target key; early stopping on the held-out loss.
 
     ``keys`` are prepared key vectors; targets index into them. Returns (W, T, steps, held-out
-    accuracy with the identity and the starting T, held-out accuracy with the learned W and T).
+    accuracy with the starting W and T, held-out accuracy with the learned W and T).
     """
     import torch
 
@@ -126,7 +129,8 @@ def fit_projection(
     key_t = torch.from_numpy(np.ascontiguousarray(keys, dtype=np.float32))
     key_sq = (key_t * key_t).sum(dim=1)
     identity = torch.eye(dim)
-    weight = identity.clone().requires_grad_(True)
+    start = identity if initial is None else torch.from_numpy(initial.astype(np.float32))
+    weight = start.clone().requires_grad_(True)
     log_t = torch.tensor(float(np.log(temperature)), requires_grad=True)
     data = {
         "train": (
@@ -159,9 +163,9 @@ def fit_projection(
         return loss, float((s.argmax(dim=1) == targets).float().mean())
 
     with torch.no_grad():
-        _, accuracy_before = loss_and_accuracy("heldout", identity, torch.tensor(temperature))
+        _, accuracy_before = loss_and_accuracy("heldout", start, torch.tensor(temperature))
     optimizer = torch.optim.Adam([weight, log_t], lr=learning_rate)
-    best = (float("inf"), identity.clone(), float(temperature))
+    best = (float("inf"), start.clone(), float(temperature))
     since_best, steps = 0, 0
     for steps in range(1, max_steps + 1):  # noqa: B007 - the last value is reported
         optimizer.zero_grad()

@@ -347,11 +347,12 @@ class SoftDict(MutableMapping[str, Any]):
     ) -> FitReport:
         """Learn a query projection W_q and the temperature from (query, target key) examples.
 
-        W_q starts at the identity and is pulled back towards it (``regularization``); the loss
-        is the cross-entropy of attention on each query's target key. A ``heldout`` share of the
-        pairs is kept aside for early stopping and for the report. If the learned projection
-        does not reach the held-out accuracy of the identity, the identity is kept: ``fit`` never
-        makes held-out accuracy worse. Every later lookup uses W_q, and ``save`` stores it.
+        W_q starts from the projection in force (the identity at first) and is pulled back
+        towards the identity (``regularization``); the loss is the cross-entropy of attention on
+        each query's target key. A ``heldout`` share of the pairs is kept aside for early
+        stopping and for the report. If the learned projection does not reach the held-out
+        accuracy of the one in force, that one is kept: ``fit`` never makes held-out accuracy
+        worse. Every later lookup uses W_q, and ``save`` stores it.
 
         Raises:
             KeyTypeError: a pair is not two strings.
@@ -403,6 +404,7 @@ class SoftDict(MutableMapping[str, Any]):
                 keys,
                 self.similarity,
                 self.temperature,
+                initial=self._query_projection,
                 max_steps=max_steps,
                 learning_rate=learning_rate,
                 regularization=regularization,

@@ -64,8 +64,25 @@ def test_fit_keeps_the_identity_when_learning_does_not_help() -> None:
     assert isinstance(report, FitReport)
     assert report.accuracy_after >= report.accuracy_before
     if not report.kept:
-        assert sd._query_projection is None
+        assert sd._query_projection is None  # the identity was in force and stays
     assert "held-out accuracy" in repr(report)
+
+
+def test_a_second_fit_is_judged_against_the_projection_in_force() -> None:
+    """Keys are A·q for a rotation A, so W_q = A finds every key and the identity few. With A
+    in force, a deliberately wild fit (one huge step) must not replace it."""
+    encoder = FakeEncoder()
+    texts = [f"alias{i} thing{i % 7}" for i in range(40)]
+    queries = encoder.encode(texts).astype(np.float64)
+    rotation = np.linalg.qr(np.random.default_rng(1).standard_normal((16, 16)))[0]
+    sd = SoftDict(encoder=FakeEncoder())
+    sd.add_embeddings([f"key{i}" for i in range(40)], queries @ rotation.T, np.zeros(40))
+    pairs = [(text, f"key{i}") for i, text in enumerate(texts)]
+    sd._query_projection = rotation.astype(np.float32)  # as left by an earlier fit
+    report = sd.fit(pairs, learning_rate=10.0, max_steps=1)
+    assert report.accuracy_before == 1.0
+    assert not report.kept and report.accuracy_after == 1.0
+    np.testing.assert_array_equal(sd._query_projection, rotation.astype(np.float32))
 
 
 def test_fit_errors() -> None:
