@@ -135,12 +135,12 @@ def _query(args: argparse.Namespace) -> int:
     from softdict._mapping import SoftDict
 
     sd = SoftDict.load(args.store)
-    value = sd.lookup(args.text, min_score=args.min_score, default=None)
-    if value is None and args.min_score is not None:
+    attention = sd.attend(args.text)  # the value, the keys and the best score, in one search
+    if args.min_score is not None and attention.scores[0] < args.min_score:
         print(f"no match: no key scored at least {args.min_score}", file=sys.stderr)
         return 3
-    attention = sd.attend(args.text)
     shown = list(zip(attention.keys, attention.weights, attention.scores))[: args.top]
+    value = attention.value
     plain = value.tolist() if isinstance(value, np.ndarray) else value
     if args.json:
         print(
