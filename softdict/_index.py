@@ -32,8 +32,8 @@ from softdict._rows import GrowableRows
 
 __all__ = ["EXACT_MAX_KEYS", "IndexSpec", "KeyIndex", "index_spec"]
 
-# index="auto" attends exactly over every key up to this many: one query then costs about 1 ms in
-# numpy (exact attention over 10^6 keys x 384 dims is ~94 ms here), and the answer is exact.
+# index="auto" attends exactly over every key up to this many: one query then costs about 0.5 ms
+# in numpy (benchmarks/scale.py; 88 ms at 10^6 keys x 384 dims), and the answer is exact.
 EXACT_MAX_KEYS = 10_000
 
 # A selector that lets through less than this fraction of the rows makes graph and cluster search
@@ -43,8 +43,8 @@ _SPARSE_MASK_FRACTION = 0.05
 
 # FAISS IVF parallel_mode for a single query: 0 runs it on one thread, 1 splits its lists over
 # the threads. Splitting pays only while idle threads spin; with the passive OpenMP waiting that
-# softdict sets (see _runtime), waking them costs more. Measured at 10^6 keys, k = 1024, on 2
-# cores: mode 0 1.6-1.9 ms per lookup, mode 1 2.3-2.5 ms.
+# softdict sets (see _runtime), waking them costs more: in a one-off probe at 10^6 keys,
+# k = 1024, on 2 cores, mode 0 was the faster of the two.
 _SINGLE_QUERY_PARALLEL_MODE = 0
 
 

@@ -3,9 +3,9 @@
 A soft lookup of text runs torch (to encode the query) and then FAISS or numpy (to search), one
 after the other. OpenMP's default is to keep a library's threads spinning for a while after each
 call, so on a small machine the idle spinning threads of one library starve the working threads
-of the next. Waiting passively puts them to sleep at once. Measured on 2 cores, back-to-back
-``lookup(text)`` on 10,000 keys took 35 ms by default and 19 ms with passive waiting (the
-encoder alone: 16 ms). A value the user has set is kept; the setting reaches only the OpenMP
+of the next. Waiting passively puts them to sleep at once (on a 2-core machine, a one-off probe
+showed back-to-back ``lookup(text)`` clearly slower without it; benchmarks/scale.py measures
+with it). A value the user has set is kept; the setting reaches only the OpenMP
 runtimes that load after softdict is imported (FAISS's always; torch's unless imported earlier).
 """
 
