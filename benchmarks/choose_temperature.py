@@ -14,6 +14,9 @@ A lookup returns a blend, the weighted average of the stored values, so the defa
 whose blend is closest to the truth: the lowest mean Brier score, which is the squared error of
 the blended one-hot category vector, over both tasks. The table also shows log-likelihood (which
 punishes confident mistakes harder and so prefers colder T) and accuracy.
+
+A second table shows what ``calibrate()`` makes of the same store (members -> category labels):
+it sees only the 192 stored keys, and is judged on the 64 held-out queries it never saw.
 """
 
 from __future__ import annotations
@@ -92,6 +95,38 @@ def main() -> None:
     by_likelihood = max(rows, key=lambda row: row[2])
     print(f"\nlowest mean Brier score (error of the blended value): T = {by_brier[0]}")
     print(f"highest mean log-likelihood: T = {by_likelihood[0]}")
+    compare_calibration(sd, members, names, query_emb, query_category)
+
+
+def compare_calibration(
+    sd: SoftDict,
+    members: list[tuple[str, int]],
+    names: list[str],
+    query_emb: np.ndarray,
+    query_category: np.ndarray,
+) -> None:
+    """calibrate() on the member -> category store, judged on the held-out queries."""
+    store = SoftDict({word: names[c] for word, c in members}, encoder=sd.encoder)
+
+    def held_out() -> tuple[float, float, float]:
+        found = store.attend_embeddings(query_emb)
+        mass = np.array([[a.distribution.get(name, 0.0) for name in names] for a in found])
+        return score(mass, query_category)
+
+    print("\n| store | T | top_k | held-out queries: Brier / log-lik / acc |")
+    print("|" + "---|" * 4)
+    for label, calibrate in [
+        ("default", None),
+        ("calibrate(choose_k=False)", {"choose_k": False}),
+        ("calibrate()", {}),
+    ]:
+        if calibrate is not None:
+            store.calibrate(**calibrate)
+        ll, brier, acc = held_out()
+        print(
+            f"| {label} | {store.temperature:.4g} | {store.top_k} | "
+            f"{brier:.3f} / {ll:.3f} / {acc:.3f} |"
+        )
 
 
 if __name__ == "__main__":

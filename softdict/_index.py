@@ -30,7 +30,7 @@ from softdict._config import Similarity
 from softdict._errors import ConfigError
 from softdict._rows import GrowableRows
 
-__all__ = ["EXACT_MAX_KEYS", "IndexSpec", "KeyIndex", "index_spec"]
+__all__ = ["EXACT_MAX_KEYS", "IndexSpec", "KeyIndex", "index_spec", "top_of_scores"]
 
 # index="auto" attends exactly over every key up to this many: one query then costs about 0.5 ms
 # in numpy (benchmarks/scale.py; 88 ms at 10^6 keys x 384 dims), and the answer is exact.
@@ -504,19 +504,24 @@ class KeyIndex:
     def _search_exact(
         self, queries: np.ndarray, k: int, allowed: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        scores = self.score_all(queries, allowed)
-        m, n = scores.shape
-        take = min(k, n)
-        if take < n:
-            part = np.argpartition(-scores, take - 1, axis=1)[:, :take]
-        else:
-            part = np.broadcast_to(np.arange(n), (m, n))
-        part_scores = np.take_along_axis(scores, part, axis=1)
-        order = np.argsort(-part_scores, axis=1, kind="stable")
-        rows = np.take_along_axis(part, order, axis=1)
-        best = np.take_along_axis(part_scores, order, axis=1)
-        rows = np.where(np.isfinite(best), rows, -1)
-        if take < k:
-            rows = np.pad(rows, ((0, 0), (0, k - take)), constant_values=-1)
-            best = np.pad(best, ((0, 0), (0, k - take)), constant_values=-np.inf)
-        return best, rows
+        return top_of_scores(self.score_all(queries, allowed), k)
+
+
+def top_of_scores(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best entries of each row of a score matrix (m, n), best first: scores and
+    columns (m, k). Entries scored -inf, and the tail where n < k, are padded with column -1."""
+    m, n = scores.shape
+    take = min(k, n)
+    if take < n:
+        part = np.argpartition(-scores, take - 1, axis=1)[:, :take]
+    else:
+        part = np.broadcast_to(np.arange(n), (m, n))
+    part_scores = np.take_along_axis(scores, part, axis=1)
+    order = np.argsort(-part_scores, axis=1, kind="stable")
+    rows = np.take_along_axis(part, order, axis=1)
+    best = np.take_along_axis(part_scores, order, axis=1)
+    rows = np.where(np.isfinite(best), rows, -1)
+    if take < k:
+        rows = np.pad(rows, ((0, 0), (0, k - take)), constant_values=-1)
+        best = np.pad(best, ((0, 0), (0, k - take)), constant_values=-np.inf)
+    return best, rows

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from softdict._attention import prepare_keys, prepare_queries, softmax, tail_mass_bound
+from softdict._calibration import K_CHOICES, LeftOutScores, calibrate_leave_one_out
 from softdict._config import Similarity, SoftDictConfig, ValueKind
 from softdict._encoders import TextEncoder, resolve_encoder
 from softdict._errors import (
@@ -40,7 +41,7 @@ from softdict._errors import (
     ValueShapeError,
 )
 from softdict._index import EXACT_MAX_KEYS, KeyIndex, index_spec
-from softdict._learning import FitReport, fit_projection, leave_one_out_temperature
+from softdict._learning import FitReport, fit_projection
 from softdict._persistence import load_store, save_store
 from softdict._results import Attention
 from softdict._values import CategoricalColumn, ValueColumn, infer_kind, new_column
@@ -297,42 +298,88 @@ class SoftDict(MutableMapping[str, Any]):
 
     # -- learning ----------------------------------------------------------------------------
 
-    def calibrate(self, *, sample_size: int = 2000, seed: int = 0) -> float:
-        """Choose the temperature that best predicts each stored value from the others; set it.
+    def calibrate(self, *, sample_size: int = 2000, seed: int = 0, choose_k: bool = True) -> float:
+        """Choose the temperature (and, where it clearly helps, a fixed k) that best predicts each
+        stored value from the others; set them.
 
         Leave-one-out over the store: for each candidate temperature (a log grid from 1/50 to 50
-        times the measured default), each key's value is predicted by attention over the others.
-        Scalar and vector stores minimise the mean squared error, categorical stores maximise the
-        likelihood of each key's own label. Stores larger than ``sample_size`` are calibrated on
-        a random sample of that many keys (``seed`` fixes it).
+        times the measured default), each key's value is predicted by attention over the other
+        keys, as a lookup of that key would attend to them. Scalar and vector stores minimise the
+        squared error (each value dimension in units of its variance), categorical stores
+        maximise the likelihood of each key's own label. Stores larger than ``sample_size`` are
+        calibrated on a random sample of that many keys (``seed`` fixes it), each still predicted
+        from the whole store.
+
+        With ``choose_k``, attending to only the k best keys (k = 1, 2, 4, ..., 512) is compared
+        with attending to all of them; a fixed k is set only if its leave-one-out loss is lower by
+        more than three standard errors, and ``top_k`` is reset to None otherwise. Without it,
+        the ``top_k`` in force is kept and only the temperature is chosen.
+
+        Squared error follows the values' scale: a few keys with extreme values pull the
+        temperature towards averaging them away.
 
         Returns:
-            The temperature chosen, now in force.
+            The temperature chosen, now in force (``top_k`` shows the k).
 
         Raises:
             EmptyStoreError: the store has fewer than 2 keys.
+            ConfigError: ``sample_size`` is not a whole number >= 2, or ``choose_k`` not a bool.
         """
-        if not isinstance(sample_size, int) or sample_size < 2:
+        if isinstance(sample_size, bool) or not isinstance(sample_size, int) or sample_size < 2:
             raise ConfigError(f"sample_size must be a whole number >= 2, got {sample_size!r}")
+        if not isinstance(choose_k, bool):
+            raise ConfigError(f"choose_k must be True or False, got {choose_k!r}")
         with self._lock:
-            if len(self) < 2:
+            n_keys = len(self)
+            if n_keys < 2:
                 raise EmptyStoreError(
                     f"calibrate needs at least 2 keys to predict one from the others; the store "
-                    f"has {len(self)}"
+                    f"has {n_keys}"
                 )
             assert self._index is not None and self._values is not None
             rows = self._rows_in_order()
-            if len(rows) > sample_size:
+            if n_keys > sample_size:
                 rows = np.sort(np.random.default_rng(seed).choice(rows, sample_size, replace=False))
-            result = leave_one_out_temperature(
-                self._index.vectors(rows),
+            # Each sampled key is the query, as its own text would be. The query projection is
+            # left out: it is learned for how users phrase queries, not for the keys themselves.
+            queries = prepare_queries(self._index.vectors(rows), self.similarity)
+            fixed = [k for k in K_CHOICES if k < n_keys - 1] if choose_k else []
+            options: list[int | None] = [None, *fixed]
+            if not choose_k and self._config.top_k is not None:
+                options = [self._config.top_k]
+            # How many of each key's best neighbours to rank: enough for every fixed k, and where
+            # the store attends to its top candidates (large or approximate), for max_k of them.
+            deepest = max((k for k in options if k is not None), default=1)
+            if self._attends_to_every_key(n_keys):
+                depth = min(deepest, n_keys - 1)
+                scores = self._index.score_all(queries)
+                left_out = LeftOutScores.from_all_scores(scores, rows, depth)
+            else:
+                depth = min(max(deepest, self._config.max_k), n_keys - 1)
+                found_scores, found_rows = self._index.search(queries, depth + 1)
+                left_out = LeftOutScores.from_search(
+                    found_scores, found_rows, rows, self._config.max_k
+                )
+                found = left_out.found_any()
+                if not found.any():
+                    return self.temperature  # nothing to learn from: keep what is in force
+                left_out, rows = left_out.subset(found), rows[found]
+            chosen = calibrate_leave_one_out(
+                left_out,
                 self._values.targets(rows),
+                self._values.targets,
                 self._values.kind,
-                self.similarity,
                 self.similarity.default_temperature(self._index.dim),
+                options,
             )
-            self.temperature = result.temperature
-            return result.temperature
+            self._config = SoftDictConfig.build(
+                **{
+                    **self._config.model_dump(),
+                    "temperature": chosen.temperature,
+                    "top_k": chosen.top_k,
+                }
+            )
+            return chosen.temperature
 
     def fit(
         self,
@@ -811,7 +858,7 @@ class SoftDict(MutableMapping[str, Any]):
         n_allowed = len(self._row_of) if allowed is None else int(allowed.sum())
         temperature = self.temperature
         top_k = self._config.top_k
-        if top_k is None and n_allowed <= EXACT_MAX_KEYS and self._index.exact:
+        if top_k is None and self._attends_to_every_key(n_allowed):
             scores = self._index.score_all(prepared, allowed)
             return _Selection(
                 scores, softmax(scores, temperature), None, np.full(m, n_allowed), np.zeros(m)
@@ -827,6 +874,11 @@ class SoftDict(MutableMapping[str, Any]):
             (rows >= 0).sum(axis=1),
             tail_mass_bound(scores, n_allowed, temperature),
         )
+
+    def _attends_to_every_key(self, n_allowed: int) -> bool:
+        """Whether attention without a fixed top_k scores every allowed key (else top-k)."""
+        assert self._index is not None
+        return n_allowed <= EXACT_MAX_KEYS and self._index.exact
 
     def _adaptive_search(
         self, queries: np.ndarray, allowed: np.ndarray | None, n_allowed: int, temperature: float

@@ -88,7 +88,8 @@ class ValueColumn(ABC):
 
     @abstractmethod
     def targets(self, rows: np.ndarray) -> np.ndarray:
-        """Values of ``rows`` as numbers to learn from: (n,), (n, d), or one-hot labels (n, L)."""
+        """Values of ``rows`` as numbers to learn from: (n,) or (n, d) floats, or label codes (n,)
+        for categorical columns (equal codes, equal labels)."""
 
     @abstractmethod
     def export(self) -> dict[str, Any]:
@@ -300,7 +301,7 @@ class CategoricalColumn(ValueColumn):
         return np.unique(self._codes.view[rows])
 
     def targets(self, rows: np.ndarray) -> np.ndarray:
-        return np.eye(len(self._label_json))[self._codes.view[rows]]
+        return self._codes.view[rows]
 
     def export(self) -> dict[str, Any]:
         return {"label_codes": self._codes.view.copy(), "labels": list(self._label_json)}

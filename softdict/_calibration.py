@@ -1,0 +1,321 @@
+"""Choosing the temperature (and a fixed k, where one helps) by leave-one-out over the store.
+
+``calibrate`` asks, for each candidate temperature T and each way of choosing the keys a query
+attends to (all of them, or its k best), how well attention over the *other* keys predicts each
+key's own value: softmax(sim(k_i, K_{-i}) / T) · V_{-i} against v_i. Scalar and vector values are
+scored by squared error, each value dimension in units of its variance (so a price in the
+thousands does not outvote a ratio in [0, 1]); labels by the negative log-likelihood of the key's
+own label.
+
+A fixed k is chosen only where it is clearly better than attending to every key: its per-key
+losses must beat those of the best all-keys temperature by more than ``_K_SIGNIFICANCE`` standard
+errors of the paired difference. Attention over every key keeps the tail bound meaningful and
+needs no tuning when the store grows, so it is the choice unless the data say otherwise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from softdict._config import ValueKind
+from softdict._index import top_of_scores
+
+__all__ = ["K_CHOICES", "Calibration", "LeftOutScores", "calibrate_leave_one_out"]
+
+# Temperatures tried: the measured default for the similarity times these factors (a log grid
+# from 1/50 to 50: for cosine, 0.001 to 2.5).
+_FACTORS = np.geomspace(1 / 50, 50, 61)
+
+# Fixed k tried when calibrate may choose k (those below the number of other keys).
+K_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+
+# How many standard errors of the paired per-key difference a fixed k must win by. Twelve-odd
+# alternatives are compared, so a plain 2-sigma rule would pick noise now and then.
+_K_SIGNIFICANCE = 3.0
+
+# Bytes of gathered candidate values held at once (the loop over queries is chunked to this).
+_CHUNK_BYTES = 64 * 2**20
+
+_COARSE_STEP = 4  # the first pass of the temperature search tries every 4th grid point
+
+_FLOOR = 1e-12  # probability floor: a label given no mass costs -log(1e-12), not infinity
+
+
+@dataclass(frozen=True)
+class LeftOutScores:
+    """What each sampled key sees when it is left out of the store: its scores against the others.
+
+    Attributes:
+        top_scores: (m, c) the best scores among the other keys, best first; -inf pads.
+        top_rows: (m, c) their rows; -1 pads.
+        all_scores: (m, rows) scores against every row, -inf for the key itself and deleted rows,
+            where the store attends to every key; None where attention runs over the top
+            candidates (large or approximate stores), whose first ``attended`` are then "all".
+        attended: how many candidates "all keys" means for the top path (the store's max_k).
+    """
+
+    top_scores: np.ndarray
+    top_rows: np.ndarray
+    all_scores: np.ndarray | None
+    attended: int
+
+    @classmethod
+    def from_all_scores(cls, scores: np.ndarray, own_rows: np.ndarray, depth: int) -> LeftOutScores:
+        """From scores against every row (modified: each key's own score becomes -inf)."""
+        scores[np.arange(len(own_rows)), own_rows] = -np.inf
+        top_scores, top_rows = top_of_scores(scores, depth)
+        return cls(top_scores, top_rows, scores, depth)
+
+    @classmethod
+    def from_search(
+        cls, scores: np.ndarray, rows: np.ndarray, own_rows: np.ndarray, attended: int
+    ) -> LeftOutScores:
+        """From an index search one deeper than needed: each key's own row is dropped (or, where
+        an approximate index missed it, the last candidate)."""
+        depth = scores.shape[1] - 1
+        order = np.argsort(rows == own_rows[:, None], axis=1, kind="stable")[:, :depth]
+        return cls(
+            np.take_along_axis(scores, order, axis=1),
+            np.take_along_axis(rows, order, axis=1),
+            None,
+            min(attended, depth),
+        )
+
+    def found_any(self) -> np.ndarray:
+        """Which sampled keys have at least one other key to attend to (an approximate index
+        may, in principle, find none; such keys cannot be predicted and are left out)."""
+        return np.asarray(self.top_rows[:, 0] >= 0)
+
+    def subset(self, keep: np.ndarray) -> LeftOutScores:
+        """The same, for the sampled keys marked in ``keep``."""
+        all_scores = self.all_scores[keep] if self.all_scores is not None else None
+        return LeftOutScores(self.top_scores[keep], self.top_rows[keep], all_scores, self.attended)
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """The choice: ``temperature`` and ``top_k`` (None: attend to every key), with its mean
+    leave-one-out loss and that of the best all-keys temperature, over ``n_keys`` keys."""
+
+    temperature: float
+    top_k: int | None
+    loss: float
+    all_keys_loss: float | None
+    n_keys: int
+
+
+def calibrate_leave_one_out(
+    left_out: LeftOutScores,
+    own: np.ndarray,
+    targets_of: Callable[[np.ndarray], np.ndarray],
+    kind: ValueKind,
+    default_temperature: float,
+    options: Sequence[int | None],
+) -> Calibration:
+    """The temperature and k, among ``options``, that best predict each sampled key's own value.
+
+    Args:
+        left_out: each sampled key's scores against the other keys.
+        own: the sampled keys' values: (m,) or (m, d_v) numbers, or (m,) label codes.
+        targets_of: values of any rows, in the same form as ``own``.
+        kind: the store's value kind (labels are scored by log-likelihood).
+        default_temperature: the measured default for the similarity; the grid is laid around it.
+        options: None (attend to every key) and/or fixed k to compare. A fixed k replaces None
+            only when it is significantly better; without None the best option simply wins.
+    """
+    scale = None
+    if kind is not ValueKind.CATEGORICAL:
+        own = own.astype(np.float64).reshape(len(own), -1)
+        spread = own.std(axis=0)
+        scale = np.where(spread > 0, spread, 1.0)  # a constant dimension is predicted exactly
+        own = own / scale
+    grid = default_temperature * _FACTORS
+    every_key = left_out.all_scores is not None and None in options
+    # Prefixes of the best candidates stand for each fixed k, and for "all keys" where the store
+    # attends to its top candidates only (large or approximate stores).
+    on_prefixes = [i for i, k in enumerate(options) if k is not None or not every_key]
+    prefixes = [min(k or left_out.attended, left_out.top_scores.shape[1]) for k in options]
+    best: dict[int, tuple[float, np.ndarray]] = {}  # option -> (temperature, per-key losses)
+
+    def every_key_losses(temperatures: np.ndarray, needed: np.ndarray) -> np.ndarray:
+        return _all_keys_losses(left_out, own, targets_of, scale, temperatures)[:, None, :]
+
+    def prefix_losses(temperatures: np.ndarray, needed: np.ndarray) -> np.ndarray:
+        ends = [prefixes[i] for i in on_prefixes]
+        return _prefix_losses(left_out, own, targets_of, scale, temperatures, ends, needed)
+
+    if every_key:
+        best.update(_grid_search(grid, every_key_losses, [options.index(None)]))
+    if on_prefixes:
+        best.update(_grid_search(grid, prefix_losses, on_prefixes))
+
+    def mean_loss(option: int) -> float:
+        return float(best[option][1].mean())
+
+    def result(option: int) -> Calibration:
+        all_keys_loss = mean_loss(options.index(None)) if None in options else None
+        return Calibration(
+            best[option][0], options[option], mean_loss(option), all_keys_loss, len(own)
+        )
+
+    fixed = [i for i, k in enumerate(options) if k is not None]
+    if not fixed:
+        return result(options.index(None))
+    challenger = min(fixed, key=mean_loss)
+    if None not in options:
+        return result(challenger)
+    base = options.index(None)
+    gain = best[base][1] - best[challenger][1]
+    standard_error = gain.std(ddof=1) / np.sqrt(len(gain)) if len(gain) > 1 else np.inf
+    significant = gain.mean() > _K_SIGNIFICANCE * standard_error
+    return result(challenger if significant else base)
+
+
+def _grid_search(
+    grid: np.ndarray,
+    evaluate: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    option_ids: Sequence[int],
+) -> dict[int, tuple[float, np.ndarray]]:
+    """Each option's best temperature on ``grid`` and its per-key losses there.
+
+    ``evaluate(temperatures, needed)`` gives per-key losses (temperatures, options, keys), NaN
+    where ``needed`` (temperatures, options) is False. Loss is smooth in log T, so every 4th
+    temperature is tried first, then for each option the fine grid around its best: about a
+    quarter of the work of the whole grid, and each temperature is a pass over the scores.
+    """
+    n_options = len(option_ids)
+    coarse = np.arange(0, len(grid), _COARSE_STEP)
+    found = evaluate(grid[coarse], np.ones((len(coarse), n_options), dtype=bool))
+    losses = np.full((len(grid), *found.shape[1:]), np.nan)
+    losses[coarse] = found
+    near = _best_temperatures(losses.mean(axis=2))
+    offsets = np.arange(-_COARSE_STEP + 1, _COARSE_STEP)
+    wanted = np.zeros((len(grid), n_options), dtype=bool)
+    for j, centre in enumerate(near):
+        wanted[np.clip(centre + offsets, 0, len(grid) - 1), j] = True
+    wanted[coarse] = False
+    todo = np.flatnonzero(wanted.any(axis=1))
+    if len(todo):
+        found = evaluate(grid[todo], wanted[todo])
+        losses[todo] = np.where(wanted[todo][:, :, None], found, losses[todo])
+    chosen = _best_temperatures(losses.mean(axis=2))
+    return {
+        option: (float(grid[t]), losses[t, j])
+        for j, (option, t) in enumerate(zip(option_ids, chosen))
+    }
+
+
+def _best_temperatures(mean: np.ndarray) -> np.ndarray:
+    """Per option (column), the grid index of the lowest mean loss; NaN marks untried points.
+
+    Ties go to the point nearest the middle of the grid, the measured default: a store whose
+    every temperature predicts equally well (one label, constant values, k = 1) keeps it.
+    """
+    lowest = np.nanmin(mean, axis=0)
+    tied = mean <= lowest + 1e-12 * np.maximum(1.0, np.abs(lowest))  # NaN compares False
+    distance = np.abs(np.arange(len(mean)) - len(mean) // 2)[:, None]
+    return np.asarray(np.argmin(np.where(tied, distance, len(mean)), axis=0))
+
+
+def _query_chunks(n_queries: int, values_per_query: int) -> list[slice]:
+    """Slices of the sampled keys, so that a chunk holds about _CHUNK_BYTES of floats."""
+    step = max(1, _CHUNK_BYTES // (8 * max(values_per_query, 1)))
+    return [slice(start, start + step) for start in range(0, n_queries, step)]
+
+
+def _all_keys_losses(
+    left_out: LeftOutScores,
+    own: np.ndarray,
+    targets_of: Callable[[np.ndarray], np.ndarray],
+    scale: np.ndarray | None,
+    temperatures: np.ndarray,
+) -> np.ndarray:
+    """Losses (temperatures, keys) of attention over every other key."""
+    assert left_out.all_scores is not None
+    n_rows = left_out.all_scores.shape[1]
+    all_targets = targets_of(np.arange(n_rows))
+    if scale is not None:
+        all_targets = (all_targets.reshape(n_rows, -1) / scale).astype(np.float32)
+    losses = np.empty((len(temperatures), len(own)))
+    for chunk in _query_chunks(len(own), n_rows):
+        scores = left_out.all_scores[chunk]
+        # Shifted once per chunk; float32 exponentials are twice as fast, and a loss compared
+        # across temperatures needs no more precision than that.
+        shifted = (scores - scores.max(axis=1, keepdims=True)).astype(np.float32)
+        own_hits = None if scale is not None else all_targets[None, :] == own[chunk, None]
+        for t, temperature in enumerate(temperatures):
+            with np.errstate(over="ignore"):
+                e = np.exp(shifted * np.float32(1 / temperature))
+            total = e.sum(axis=1, dtype=np.float64)
+            if own_hits is not None:
+                own_mass = np.sum(e, axis=1, where=own_hits, dtype=np.float64) / total
+                losses[t, chunk] = -np.log(np.maximum(own_mass, _FLOOR))
+            else:
+                predicted = (e @ all_targets).astype(np.float64) / total[:, None]
+                losses[t, chunk] = np.mean((predicted - own[chunk]) ** 2, axis=1)
+    return losses
+
+
+def _prefix_losses(
+    left_out: LeftOutScores,
+    own: np.ndarray,
+    targets_of: Callable[[np.ndarray], np.ndarray],
+    scale: np.ndarray | None,
+    temperatures: np.ndarray,
+    prefixes: Sequence[int],
+    needed: np.ndarray,
+) -> np.ndarray:
+    """Losses (temperatures, prefixes, keys) of attention over each key's first k candidates,
+    for each k in ``prefixes`` where ``needed`` (temperatures, prefixes); NaN elsewhere.
+
+    The softmax over a prefix is its exp-weights over their running sum, so one pass along the
+    candidates serves every k, and a pass stops at the longest prefix it needs.
+    """
+    order = np.argsort(prefixes)
+    ends = np.asarray(prefixes)[order]
+    n_candidates = left_out.top_scores.shape[1]
+    width = 1 if scale is None else own.shape[1]
+    losses = np.full((len(temperatures), len(prefixes), len(own)), np.nan)
+    for chunk in _query_chunks(len(own), n_candidates * width):
+        scores, rows, chunk_own = left_out.top_scores[chunk], left_out.top_rows[chunk], own[chunk]
+        found = rows >= 0
+        # Candidates are sorted best first, so column 0 holds each row's maximum; pads are -inf
+        # and get weight 0. float32 halves the work; the losses only rank temperatures.
+        shifted = (scores - scores[:, :1]).astype(np.float32)
+        gathered = targets_of(np.where(found, rows, 0))
+        if scale is None:
+            hits = (gathered == chunk_own[:, None]) & found
+        else:
+            gathered = (gathered.reshape(*rows.shape, -1) / scale).astype(np.float32)
+        for t, temperature in enumerate(temperatures):
+            last = max((end for end, need in zip(ends, needed[t, order]) if need), default=0)
+            if last == 0:
+                continue
+            with np.errstate(over="ignore"):
+                e = np.exp(shifted[:, :last] * np.float32(1 / temperature))
+            if scale is None:
+                mass = np.cumsum(e, axis=1, dtype=np.float64)
+                own_mass = np.cumsum(e * hits[:, :last], axis=1, dtype=np.float64)
+                for position, end in zip(order, ends):
+                    if end <= last and needed[t, position]:
+                        p = own_mass[:, end - 1] / mass[:, end - 1]
+                        losses[t, position, chunk] = -np.log(np.maximum(p, _FLOOR))
+                continue
+            blended = np.zeros(chunk_own.shape)
+            total = np.zeros(len(chunk_own))
+            begin = 0
+            for position, end in zip(order, ends):
+                if end > last:
+                    break
+                part = e[:, begin:end]
+                blended += np.matmul(part[:, None, :], gathered[:, begin:end])[:, 0]
+                total += part.sum(axis=1, dtype=np.float64)
+                begin = end
+                if needed[t, position]:
+                    losses[t, position, chunk] = np.mean(
+                        (blended / total[:, None] - chunk_own) ** 2, axis=1
+                    )
+    return losses
