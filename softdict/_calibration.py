@@ -97,14 +97,54 @@ class LeftOutScores:
 
 @dataclass(frozen=True)
 class Calibration:
-    """The choice: ``temperature`` and ``top_k`` (None: attend to every key), with its mean
-    leave-one-out loss and that of the best all-keys temperature, over ``n_keys`` keys."""
+    """The choice: ``temperature`` and ``top_k`` (None: attend to every key)."""
 
     temperature: float
     top_k: int | None
-    loss: float
-    all_keys_loss: float | None
-    n_keys: int
+
+
+@dataclass(frozen=True)
+class _ValueSide:
+    """The values leave-one-out predicts, in the units its loss counts them in.
+
+    Numbers are divided by each dimension's spread over the sampled keys (a constant dimension
+    keeps 1: it is predicted exactly anyway); labels stay codes, and ``scale`` is None.
+    """
+
+    own: np.ndarray  # the sampled keys' values: (m, d_v) numbers over their spread, or (m,) codes
+    of_rows: Callable[[np.ndarray], np.ndarray]  # any rows' stored values
+    scale: np.ndarray | None
+
+    @classmethod
+    def build(
+        cls, own: np.ndarray, of_rows: Callable[[np.ndarray], np.ndarray], kind: ValueKind
+    ) -> _ValueSide:
+        if kind is ValueKind.CATEGORICAL:
+            return cls(own, of_rows, None)
+        own = own.astype(np.float64).reshape(len(own), -1)
+        spread = own.std(axis=0)
+        scale = np.where(spread > 0, spread, 1.0)
+        return cls(own / scale, of_rows, scale)
+
+    @property
+    def width(self) -> int:
+        """Numbers per value (1 for a label code)."""
+        return 1 if self.scale is None else int(self.own.shape[1])
+
+    def at(self, rows: np.ndarray) -> np.ndarray:
+        """Values of ``rows`` (any shape): label codes, or float32 numbers over their spread with
+        a value axis appended (float32 halves the work; losses only rank temperatures)."""
+        stored = self.of_rows(rows)
+        if self.scale is None:
+            return stored
+        return (stored.reshape(*rows.shape, -1) / self.scale).astype(np.float32)
+
+    def losses(self, chunk: slice, prediction: np.ndarray) -> np.ndarray:
+        """Each key's loss in ``chunk``: ``prediction`` is the attention mass on its own label
+        (negative log-likelihood), or its blended value (mean squared error)."""
+        if self.scale is None:
+            return -np.log(np.maximum(prediction, _FLOOR))
+        return np.mean((prediction - self.own[chunk]) ** 2, axis=1)
 
 
 def calibrate_leave_one_out(
@@ -126,52 +166,40 @@ def calibrate_leave_one_out(
         options: None (attend to every key) and/or fixed k to compare. A fixed k replaces None
             only when it is significantly better; without None the best option simply wins.
     """
-    scale = None
-    if kind is not ValueKind.CATEGORICAL:
-        own = own.astype(np.float64).reshape(len(own), -1)
-        spread = own.std(axis=0)
-        scale = np.where(spread > 0, spread, 1.0)  # a constant dimension is predicted exactly
-        own = own / scale
+    values = _ValueSide.build(own, targets_of, kind)
     grid = default_temperature * _FACTORS
     every_key = left_out.all_scores is not None and None in options
     # Prefixes of the best candidates stand for each fixed k, and for "all keys" where the store
     # attends to its top candidates only (large or approximate stores).
     on_prefixes = [i for i, k in enumerate(options) if k is not None or not every_key]
-    prefixes = [min(k or left_out.attended, left_out.top_scores.shape[1]) for k in options]
+    ends = [min(options[i] or left_out.attended, left_out.top_scores.shape[1]) for i in on_prefixes]
     best: dict[int, tuple[float, np.ndarray]] = {}  # option -> (temperature, per-key losses)
 
     def every_key_losses(temperatures: np.ndarray, needed: np.ndarray) -> np.ndarray:
-        return _all_keys_losses(left_out, own, targets_of, scale, temperatures)[:, None, :]
+        return _all_keys_losses(left_out, values, temperatures)[:, None, :]
 
     def prefix_losses(temperatures: np.ndarray, needed: np.ndarray) -> np.ndarray:
-        ends = [prefixes[i] for i in on_prefixes]
-        return _prefix_losses(left_out, own, targets_of, scale, temperatures, ends, needed)
+        return _prefix_losses(left_out, values, temperatures, ends, needed)
 
     if every_key:
         best.update(_grid_search(grid, every_key_losses, [options.index(None)]))
     if on_prefixes:
         best.update(_grid_search(grid, prefix_losses, on_prefixes))
 
-    def mean_loss(option: int) -> float:
-        return float(best[option][1].mean())
-
-    def result(option: int) -> Calibration:
-        all_keys_loss = mean_loss(options.index(None)) if None in options else None
-        return Calibration(
-            best[option][0], options[option], mean_loss(option), all_keys_loss, len(own)
-        )
+    def chosen(option: int) -> Calibration:
+        return Calibration(best[option][0], options[option])
 
     fixed = [i for i, k in enumerate(options) if k is not None]
     if not fixed:
-        return result(options.index(None))
-    challenger = min(fixed, key=mean_loss)
+        return chosen(options.index(None))
+    challenger = min(fixed, key=lambda i: float(best[i][1].mean()))
     if None not in options:
-        return result(challenger)
+        return chosen(challenger)
     base = options.index(None)
     gain = best[base][1] - best[challenger][1]
     standard_error = gain.std(ddof=1) / np.sqrt(len(gain)) if len(gain) > 1 else np.inf
     significant = gain.mean() > _K_SIGNIFICANCE * standard_error
-    return result(challenger if significant else base)
+    return chosen(challenger if significant else base)
 
 
 def _grid_search(
@@ -227,43 +255,34 @@ def _query_chunks(n_queries: int, values_per_query: int) -> list[slice]:
 
 
 def _all_keys_losses(
-    left_out: LeftOutScores,
-    own: np.ndarray,
-    targets_of: Callable[[np.ndarray], np.ndarray],
-    scale: np.ndarray | None,
-    temperatures: np.ndarray,
+    left_out: LeftOutScores, values: _ValueSide, temperatures: np.ndarray
 ) -> np.ndarray:
     """Losses (temperatures, keys) of attention over every other key."""
     assert left_out.all_scores is not None
     n_rows = left_out.all_scores.shape[1]
-    all_targets = targets_of(np.arange(n_rows))
-    if scale is not None:
-        all_targets = (all_targets.reshape(n_rows, -1) / scale).astype(np.float32)
-    losses = np.empty((len(temperatures), len(own)))
-    for chunk in _query_chunks(len(own), n_rows):
+    every_value = values.at(np.arange(n_rows))
+    losses = np.empty((len(temperatures), len(values.own)))
+    for chunk in _query_chunks(len(values.own), n_rows):
         scores = left_out.all_scores[chunk]
         # Shifted once per chunk; float32 exponentials are twice as fast, and a loss compared
         # across temperatures needs no more precision than that.
         shifted = (scores - scores.max(axis=1, keepdims=True)).astype(np.float32)
-        own_hits = None if scale is not None else all_targets[None, :] == own[chunk, None]
+        own_label = None if values.scale is not None else every_value == values.own[chunk, None]
         for t, temperature in enumerate(temperatures):
             with np.errstate(over="ignore"):
                 e = np.exp(shifted * np.float32(1 / temperature))
             total = e.sum(axis=1, dtype=np.float64)
-            if own_hits is not None:
-                own_mass = np.sum(e, axis=1, where=own_hits, dtype=np.float64) / total
-                losses[t, chunk] = -np.log(np.maximum(own_mass, _FLOOR))
+            if own_label is not None:
+                prediction = np.sum(e, axis=1, where=own_label, dtype=np.float64) / total
             else:
-                predicted = (e @ all_targets).astype(np.float64) / total[:, None]
-                losses[t, chunk] = np.mean((predicted - own[chunk]) ** 2, axis=1)
+                prediction = (e @ every_value).astype(np.float64) / total[:, None]
+            losses[t, chunk] = values.losses(chunk, prediction)
     return losses
 
 
 def _prefix_losses(
     left_out: LeftOutScores,
-    own: np.ndarray,
-    targets_of: Callable[[np.ndarray], np.ndarray],
-    scale: np.ndarray | None,
+    values: _ValueSide,
     temperatures: np.ndarray,
     prefixes: Sequence[int],
     needed: np.ndarray,
@@ -277,45 +296,42 @@ def _prefix_losses(
     order = np.argsort(prefixes)
     ends = np.asarray(prefixes)[order]
     n_candidates = left_out.top_scores.shape[1]
-    width = 1 if scale is None else own.shape[1]
-    losses = np.full((len(temperatures), len(prefixes), len(own)), np.nan)
-    for chunk in _query_chunks(len(own), n_candidates * width):
-        scores, rows, chunk_own = left_out.top_scores[chunk], left_out.top_rows[chunk], own[chunk]
+    losses = np.full((len(temperatures), len(prefixes), len(values.own)), np.nan)
+    for chunk in _query_chunks(len(values.own), n_candidates * values.width):
+        scores, rows = left_out.top_scores[chunk], left_out.top_rows[chunk]
         found = rows >= 0
         # Candidates are sorted best first, so column 0 holds each row's maximum; pads are -inf
-        # and get weight 0. float32 halves the work; the losses only rank temperatures.
+        # and get weight 0.
         shifted = (scores - scores[:, :1]).astype(np.float32)
-        gathered = targets_of(np.where(found, rows, 0))
-        if scale is None:
-            hits = (gathered == chunk_own[:, None]) & found
-        else:
-            gathered = (gathered.reshape(*rows.shape, -1) / scale).astype(np.float32)
+        gathered = values.at(np.where(found, rows, 0))
+        own_label = None
+        if values.scale is None:
+            own_label = (gathered == values.own[chunk, None]) & found
         for t, temperature in enumerate(temperatures):
             last = max((end for end, need in zip(ends, needed[t, order]) if need), default=0)
             if last == 0:
                 continue
             with np.errstate(over="ignore"):
                 e = np.exp(shifted[:, :last] * np.float32(1 / temperature))
-            if scale is None:
-                mass = np.cumsum(e, axis=1, dtype=np.float64)
-                own_mass = np.cumsum(e * hits[:, :last], axis=1, dtype=np.float64)
+            if own_label is not None:
+                total = np.cumsum(e, axis=1, dtype=np.float64)
+                own_mass = np.cumsum(e * own_label[:, :last], axis=1, dtype=np.float64)
                 for position, end in zip(order, ends):
                     if end <= last and needed[t, position]:
-                        p = own_mass[:, end - 1] / mass[:, end - 1]
-                        losses[t, position, chunk] = -np.log(np.maximum(p, _FLOOR))
+                        prediction = own_mass[:, end - 1] / total[:, end - 1]
+                        losses[t, position, chunk] = values.losses(chunk, prediction)
                 continue
-            blended = np.zeros(chunk_own.shape)
-            total = np.zeros(len(chunk_own))
+            blended = np.zeros((len(e), values.width))
+            weight = np.zeros(len(e))
             begin = 0
             for position, end in zip(order, ends):
                 if end > last:
                     break
                 part = e[:, begin:end]
                 blended += np.matmul(part[:, None, :], gathered[:, begin:end])[:, 0]
-                total += part.sum(axis=1, dtype=np.float64)
+                weight += part.sum(axis=1, dtype=np.float64)
                 begin = end
                 if needed[t, position]:
-                    losses[t, position, chunk] = np.mean(
-                        (blended / total[:, None] - chunk_own) ** 2, axis=1
-                    )
+                    prediction = blended / weight[:, None]
+                    losses[t, position, chunk] = values.losses(chunk, prediction)
     return losses

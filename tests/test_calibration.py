@@ -11,7 +11,8 @@ import pytest
 from _support import FakeEncoder
 
 from softdict import ConfigError, EmptyStoreError, SoftDict
-from softdict._calibration import LeftOutScores, _all_keys_losses, _prefix_losses
+from softdict._calibration import LeftOutScores, _all_keys_losses, _prefix_losses, _ValueSide
+from softdict._config import ValueKind
 
 DIM = 16
 
@@ -241,18 +242,18 @@ def test_leave_one_out_losses_match_the_naive_formula(labels: bool) -> None:
     vectors = rng.standard_normal((40, 8))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     values = rng.integers(0, 3, 40) if labels else rng.standard_normal((40, 3)) * [1, 10, 100]
-    own = values if labels else values / values.std(axis=0)
-    scale = None if labels else values.std(axis=0)
     rows = np.arange(40)
     left_out = LeftOutScores.from_all_scores(vectors @ vectors.T, rows, 16)
 
     def targets_of(r: np.ndarray) -> np.ndarray:
         return values[r]
 
+    kind = ValueKind.CATEGORICAL if labels else ValueKind.VECTOR
+    value_side = _ValueSide.build(values, targets_of, kind)
     temperatures = np.array([0.02, 0.1, 0.5])
-    every_key = _all_keys_losses(left_out, own, targets_of, scale, temperatures)
+    every_key = _all_keys_losses(left_out, value_side, temperatures)
     needed = np.ones((3, 3), dtype=bool)
-    prefixes = _prefix_losses(left_out, own, targets_of, scale, temperatures, [16, 1, 4], needed)
+    prefixes = _prefix_losses(left_out, value_side, temperatures, [16, 1, 4], needed)
     for t, temperature in enumerate(temperatures):
         expected = naive_leave_one_out(vectors, values, temperature, None, labels)
         np.testing.assert_allclose(every_key[t], expected, rtol=1e-4, atol=1e-6)
