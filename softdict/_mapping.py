@@ -88,6 +88,21 @@ def _check_key(key: object, position: str = "") -> str:
     return str(key)  # a str subclass (numpy.str_) is stored as a plain str
 
 
+def _check_option(
+    name: str, value: object, expected: str, valid: Callable[[Any], bool], *, whole: bool = False
+) -> None:
+    """ConfigError unless ``value`` is a finite number (a whole one if ``whole``; bools are not
+    numbers here) for which ``valid`` holds; ``expected`` says what was wanted."""
+    kind = numbers.Integral if whole else numbers.Real
+    if (
+        not isinstance(value, kind)
+        or isinstance(value, bool)
+        or not math.isfinite(value)
+        or not valid(value)
+    ):
+        raise ConfigError(f"{name} must be {expected}, got {value!r}")
+
+
 class SoftDict(MutableMapping[str, Any]):
     """A dictionary whose lookups go by meaning.
 
@@ -323,10 +338,13 @@ class SoftDict(MutableMapping[str, Any]):
 
         Raises:
             EmptyStoreError: the store has fewer than 2 keys.
-            ConfigError: ``sample_size`` is not a whole number >= 2, or ``choose_k`` not a bool.
+            ConfigError: ``sample_size`` is not a whole number >= 2, ``seed`` not one >= 0, or
+                ``choose_k`` not a bool.
         """
-        if isinstance(sample_size, bool) or not isinstance(sample_size, int) or sample_size < 2:
-            raise ConfigError(f"sample_size must be a whole number >= 2, got {sample_size!r}")
+        _check_option(
+            "sample_size", sample_size, "a whole number >= 2", lambda v: v >= 2, whole=True
+        )
+        _check_option("seed", seed, "a whole number >= 0", lambda v: v >= 0, whole=True)
         if not isinstance(choose_k, bool):
             raise ConfigError(f"choose_k must be True or False, got {choose_k!r}")
         with self._lock:
@@ -406,6 +424,12 @@ class SoftDict(MutableMapping[str, Any]):
             NoMatchError: a target key is not in the store.
             ConfigError: too few pairs to hold some out, or an option out of range.
         """
+        _check_option("heldout", heldout, "a fraction between 0 and 1", lambda v: 0 < v < 1)
+        _check_option("max_steps", max_steps, "a whole number >= 1", lambda v: v >= 1, whole=True)
+        _check_option("learning_rate", learning_rate, "a number > 0", lambda v: v > 0)
+        _check_option("regularization", regularization, "a number >= 0", lambda v: v >= 0)
+        _check_option("patience", patience, "a whole number >= 1", lambda v: v >= 1, whole=True)
+        _check_option("seed", seed, "a whole number >= 0", lambda v: v >= 0, whole=True)
         examples = []
         for i, pair in enumerate(pairs):
             if not (
@@ -417,8 +441,6 @@ class SoftDict(MutableMapping[str, Any]):
                     f"fit() takes (query, target key) pairs of strings; pair #{i} is {pair!r:.60}"
                 )
             examples.append((str(pair[0]), str(pair[1])))
-        if not 0.0 < heldout < 1.0:
-            raise ConfigError(f"heldout must be a fraction between 0 and 1, got {heldout!r}")
         n_heldout = round(len(examples) * heldout)
         if n_heldout < 2 or len(examples) - n_heldout < 2:
             raise ConfigError(
@@ -744,8 +766,7 @@ class SoftDict(MutableMapping[str, Any]):
         Fewer than ``k`` pairs come back when the store (or the mask) holds fewer keys. For a
         list of queries, a list of such lists.
         """
-        if not isinstance(k, numbers.Integral) or isinstance(k, bool) or k < 1:
-            raise ConfigError(f"k must be a whole number >= 1, got {k!r}")
+        _check_option("k", k, "a whole number >= 1", lambda v: v >= 1, whole=True)
         texts, single = self._query_texts(query)
         with self._lock:
             self._require_keys()

@@ -101,6 +101,8 @@ def test_calibrate_errors_leave_the_store_unchanged() -> None:
             sd.calibrate(sample_size=bad)
     with pytest.raises(ConfigError, match="choose_k"):
         sd.calibrate(choose_k="yes")
+    with pytest.raises(ConfigError, match="seed"):
+        sd.calibrate(seed=-1)
     assert (sd.temperature, sd.top_k) == (0.3, 1)
 
 

@@ -95,3 +95,28 @@ def test_fit_errors() -> None:
         sd.fit([("fruit", "banana")] * 10)
     with pytest.raises(ConfigError, match="heldout"):
         sd.fit([("fruit", "apple")] * 10, heldout=1.5)
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"heldout": "0.2"},
+        {"heldout": float("nan")},
+        {"max_steps": 0},
+        {"max_steps": 2.5},
+        {"learning_rate": -0.01},
+        {"learning_rate": float("inf")},
+        {"regularization": -1.0},
+        {"patience": True},
+        {"seed": -1},
+    ],
+    ids=str,
+)
+def test_fit_refuses_bad_options_before_touching_the_store(option: dict) -> None:
+    encoder = FakeEncoder()
+    sd = SoftDict({"apple": 1.0, "pear": 2.0, "chair": 3.0}, encoder=encoder, temperature=0.3)
+    (name,) = option
+    with pytest.raises(ConfigError, match=name):
+        sd.fit([("fruit", "apple")] * 10, **option)
+    assert sd.temperature == 0.3 and sd._query_projection is None
+    assert encoder.calls == 1  # the keys' batch only: the pairs were not even encoded
