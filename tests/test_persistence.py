@@ -239,3 +239,45 @@ def test_sigkill_at_any_moment_of_a_save_leaves_a_whole_store(tmp_path: Path) ->
         proc.wait()
         loaded = dict(SoftDict.load(path, encoder=FakeEncoder()).items())
         assert loaded in (a, b)
+
+
+FORMAT1 = TESTS / "fixtures" / "format1"
+
+
+@pytest.mark.parametrize(
+    "name", ["scalar_auto_exact", "vector_hnsw_topk", "labels_l2_projection", "scalar_ivf_factory"]
+)
+def test_stores_saved_in_format_1_load_and_answer_the_same(tmp_path: Path, name: str) -> None:
+    """Stores saved by softdict 0.1.0 (tests/fixtures/README.md) load, keep their items and
+    options, answer as they did, and save again in the current format."""
+    expected = json.loads((FORMAT1 / "expected.json").read_text())[name]
+    loaded = SoftDict.load(FORMAT1 / name, encoder=FakeEncoder())
+    assert list(loaded) == list(expected["items"])
+    for key, value in expected["items"].items():
+        got = loaded[key]
+        assert same_value(got, np.array(value) if isinstance(got, np.ndarray) else value)
+    assert (loaded.temperature, loaded.top_k) == (expected["temperature"], expected["top_k"])
+    assert loaded.index_description == expected["index"]
+    if name == "scalar_ivf_factory":
+        attentions = loaded.attend_embeddings(np.load(FORMAT1 / "ivf_queries.npy"))
+    else:
+        attentions = loaded.attend(["red apple", "old chair", "fast car", "green"])
+    for attention, want in zip(attentions, expected["attend"]):
+        assert list(attention.keys) == want["keys"] and attention.k == want["k"]
+        np.testing.assert_allclose(attention.weights, want["weights"], rtol=1e-5, atol=1e-9)
+        np.testing.assert_allclose(attention.tail_mass, want["tail_mass"], rtol=1e-5, atol=1e-9)
+        if want["distribution"] is None:
+            np.testing.assert_allclose(np.asarray(attention.value, float), want["value"], 1e-6)
+        else:
+            assert attention.value == want["value"]
+            assert [[label, pytest.approx(p)] for label, p in attention.distribution.items()] == [
+                [label, p] for label, p in want["distribution"]
+            ]
+    loaded.save(tmp_path / "again")
+    again = SoftDict.load(tmp_path / "again", encoder=FakeEncoder())
+    assert_same_store(loaded, again)
+
+
+def test_an_empty_store_saved_in_format_1_loads() -> None:
+    loaded = SoftDict.load(FORMAT1 / "empty", encoder=FakeEncoder())
+    assert len(loaded) == 0 and loaded.value_kind is None
