@@ -65,8 +65,8 @@ def main() -> None:
     sd = SoftDict()
     keys_emb = sd.encoder.encode_keys([w for w, _ in members])
     query_emb = sd.encoder.encode_queries([t for t, _ in queries])
-    query_scores = similarity_scores(query_emb, keys_emb, Similarity.COSINE)
-    loo_scores = similarity_scores(keys_emb, keys_emb, Similarity.COSINE)
+    query_scores = Similarity.COSINE.scores(query_emb, keys_emb)
+    loo_scores = Similarity.COSINE.scores(keys_emb, keys_emb)
     np.fill_diagonal(loo_scores, -np.inf)
     seed = SoftDict({"apple": 10, "banana": 5, "chair": 2}, encoder=sd.encoder)
 

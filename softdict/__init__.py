@@ -6,8 +6,9 @@ attention over the store, softmax(sim(q, K) / T) · V.
 
 # First: it sets the OpenMP wait policy before FAISS (imported below) loads its runtime.
 import softdict._runtime  # noqa: F401
-from softdict._config import Similarity, ValueKind
-from softdict._encoders import Encoder
+from softdict._config import ValueKind
+from softdict._similarity import Similarity
+from softdict.encoders.base import Encoder
 from softdict._errors import (
     ConfigError,
     EmptyStoreError,
@@ -23,7 +24,7 @@ from softdict._errors import (
 from softdict._learning import FitReport
 from softdict._mapping import SoftDict
 from softdict._results import Attention
-from softdict._values import Distribution
+from softdict.values.distribution import Distribution
 
 __all__ = [
     "Attention",

@@ -1,89 +1,19 @@
-"""Attention math as pure numpy functions: similarity scores, a stable softmax, and the blend.
+"""Attention math as pure numpy functions: a stable softmax, the blend, the tail bound, top-k.
 
     attention(Q, K, V) = softmax(sim(Q, K) / T) · V
 
 With ``similarity="scaled_dot"`` and ``temperature=1`` this is exactly the seed formula
 softmax(QKᵀ/√d)V, which the tests check against a naive implementation. Nothing here knows about
-keys, encoders or indexes; the store calls these functions on the rows it has selected.
-
-Keys are "prepared" once when they are inserted (unit-normalised for cosine), and queries so that
-the score is a plain inner product (or, for "l2", a negative squared distance): a lookup is then a
-single matrix product, and a FAISS index with an inner-product or L2 metric computes the same
-scores.
+keys, encoders, stores or indexes; they call these functions on the scores they have selected.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from softdict._config import Similarity
+from softdict._similarity import Similarity
 
-__all__ = [
-    "attention",
-    "blend",
-    "prepare_keys",
-    "prepare_queries",
-    "prepared_scores",
-    "similarity_scores",
-    "softmax",
-    "tail_mass_bound",
-]
-
-
-def prepare_keys(vectors: np.ndarray, similarity: Similarity) -> np.ndarray:
-    """Key rows as float32 in the form the index stores: unit-normalised for cosine.
-
-    A zero vector stays zero rather than becoming NaN, so it scores 0 against everything.
-    """
-    rows = np.ascontiguousarray(vectors, dtype=np.float32)
-    if similarity is not Similarity.COSINE:
-        return rows
-    norms = np.linalg.norm(rows.astype(np.float64), axis=-1, keepdims=True)
-    return (rows / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32)
-
-
-def prepare_queries(vectors: np.ndarray, similarity: Similarity) -> np.ndarray:
-    """Query rows as float32, prepared so that a plain inner product with prepared keys is the
-    similarity score: normalised for cosine, scaled by 1/√d for scaled_dot (l2 uses distances).
-    """
-    if similarity is Similarity.SCALED_DOT:
-        rows = np.asarray(vectors, dtype=np.float64)
-        return np.ascontiguousarray(rows / np.sqrt(rows.shape[-1]), dtype=np.float32)
-    return prepare_keys(vectors, similarity)
-
-
-def prepared_scores(
-    queries: np.ndarray,
-    keys: np.ndarray,
-    similarity: Similarity,
-    key_sq_norms: np.ndarray | None = None,
-) -> np.ndarray:
-    """Score prepared queries (m, d) against prepared keys (n, d); returns float64 (m, n).
-
-    Every similarity but "l2" is then the inner product. ``key_sq_norms`` (the squared norms of
-    the keys) is only used by "l2"; it is computed when not given.
-    """
-    with np.errstate(over="ignore", invalid="ignore"):
-        dots = queries @ keys.T
-    if not np.all(np.isfinite(dots)):
-        # Finite float32 inputs can overflow float32 in the product; float64 cannot overflow here.
-        dots = queries.astype(np.float64) @ keys.astype(np.float64).T
-    dots = dots.astype(np.float64, copy=False)
-    if similarity is not Similarity.L2:
-        return dots
-    if key_sq_norms is None:
-        key_sq_norms = np.einsum("ij,ij->i", keys, keys, dtype=np.float64)
-    query_sq_norms = np.einsum("ij,ij->i", queries, queries, dtype=np.float64)
-    squared_distance = query_sq_norms[:, None] - 2.0 * dots + key_sq_norms[None, :]
-    # The expansion can round to a tiny negative distance; a distance is never negative.
-    return -np.maximum(squared_distance, 0.0)
-
-
-def similarity_scores(queries: np.ndarray, keys: np.ndarray, similarity: Similarity) -> np.ndarray:
-    """Score raw query embeddings (m, d) against raw key embeddings (n, d); float64 (m, n)."""
-    return prepared_scores(
-        prepare_queries(queries, similarity), prepare_keys(keys, similarity), similarity
-    )
+__all__ = ["attention", "blend", "softmax", "tail_mass_bound", "top_of_scores"]
 
 
 def softmax(scores: np.ndarray, temperature: float) -> np.ndarray:
@@ -91,7 +21,7 @@ def softmax(scores: np.ndarray, temperature: float) -> np.ndarray:
 
     The row maximum is subtracted before dividing by the temperature, so the largest term is
     exp(0) = 1 and nothing overflows, however large the scores or small the temperature. Scores of
-    -inf (masked keys) get weight exactly 0; every row needs at least one finite score.
+    -inf (masked keys, padding) get weight exactly 0; every row needs at least one finite score.
     """
     shifted = np.asarray(scores, dtype=np.float64)
     shifted = shifted - shifted.max(axis=-1, keepdims=True)
@@ -121,7 +51,7 @@ def attention(
     >>> np.round(w, 3).tolist()
     [[0.67, 0.33], [0.33, 0.67]]
     """
-    weights = softmax(similarity_scores(queries, keys, Similarity(similarity)), temperature)
+    weights = softmax(Similarity(similarity).scores(queries, keys), temperature)
     return blend(weights, values), weights
 
 
@@ -141,3 +71,25 @@ def tail_mass_bound(top_scores: np.ndarray, n_total: int, temperature: float) ->
     omitted_each = np.exp((kth[:, 0] - best[:, 0]) / temperature)
     bound = omitted * omitted_each / (top_sum + omitted * omitted_each)
     return np.where(omitted > 0, bound, 0.0)
+
+
+def top_of_scores(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best entries of each row of a score matrix (m, n), best first: scores and
+    columns (m, k). Entries scored -inf, and the tail where n < k, are padded with column -1."""
+    m, n = scores.shape
+    take = min(k, n)
+    if take == 0:
+        return np.full((m, k), -np.inf), np.full((m, k), -1, dtype=np.int64)
+    if take < n:
+        part = np.argpartition(-scores, take - 1, axis=1)[:, :take]
+    else:
+        part = np.broadcast_to(np.arange(n), (m, n))
+    part_scores = np.take_along_axis(scores, part, axis=1)
+    order = np.argsort(-part_scores, axis=1, kind="stable")
+    columns = np.take_along_axis(part, order, axis=1)
+    best = np.take_along_axis(part_scores, order, axis=1)
+    columns = np.where(np.isfinite(best), columns, -1).astype(np.int64)
+    if take < k:
+        columns = np.pad(columns, ((0, 0), (0, k - take)), constant_values=-1)
+        best = np.pad(best, ((0, 0), (0, k - take)), constant_values=-np.inf)
+    return best, columns

@@ -20,10 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softdict._config import ValueKind
-from softdict._index import top_of_scores
+from softdict._attention import top_of_scores
+from softdict._retrieval import scores_every_key
+from softdict.store.base import Store
+from softdict.values.base import LossKind
 
-__all__ = ["K_CHOICES", "Calibration", "LeftOutScores", "calibrate_leave_one_out"]
+__all__ = ["K_CHOICES", "Calibration", "LeftOutScores", "calibrate", "calibrate_leave_one_out"]
 
 # Temperatures tried: the measured default for the similarity times these factors (a log grid
 # from 1/50 to 50: for cosine, 0.001 to 2.5).
@@ -44,42 +46,100 @@ _COARSE_STEP = 4  # the first pass of the temperature search tries every 4th gri
 _FLOOR = 1e-12  # probability floor: a label given no mass costs -log(1e-12), not infinity
 
 
+def calibrate(store: Store, *, sample_size: int, seed: int, choose_k: bool) -> Calibration | None:
+    """The temperature and k (None: every key) that best predict each stored value from the
+    others, as ``SoftDict.calibrate`` documents; None when no key found another to learn from.
+
+    The store must hold at least 2 keys. Stores larger than ``sample_size`` are calibrated on a
+    random sample of that many keys (``seed`` fixes it), each predicted from the whole store.
+    """
+    config, backend = store.config, store.backend
+    assert store.dim is not None
+    ids = store.ids()
+    n_keys = len(ids)
+    if n_keys > sample_size:
+        ids = np.sort(np.random.default_rng(seed).choice(ids, sample_size, replace=False))
+    # Each sampled key is the query, as its own text would be. The query projection is left
+    # out: it is learned for how users phrase queries, not for the keys themselves.
+    queries = config.similarity.prepare_queries(backend.vectors(ids))
+    fixed = [k for k in K_CHOICES if k < n_keys - 1] if choose_k else []
+    options: list[int | None] = [None, *fixed]
+    if not choose_k and config.top_k is not None:
+        options = [config.top_k]
+    # How many of each key's best neighbours to rank: enough for every fixed k, and where the
+    # store attends to its top candidates (large or approximate), for max_k of them.
+    deepest = max((k for k in options if k is not None), default=1)
+    if scores_every_key(backend.capabilities, n_keys):
+        scores, column_ids = backend.score_all(queries)
+        own = np.searchsorted(column_ids, ids)
+        left_out = LeftOutScores.from_all_scores(scores, own, column_ids, min(deepest, n_keys - 1))
+    else:
+        depth = min(max(deepest, config.max_k), n_keys - 1)
+        found_scores, found_ids = backend.search(queries, depth + 1)
+        left_out = LeftOutScores.from_search(found_scores, found_ids, ids, config.max_k)
+        found = left_out.found_any()
+        if not found.any():
+            return None
+        left_out, ids = left_out.subset(found), ids[found]
+
+    def values_of(of: np.ndarray) -> np.ndarray:
+        column, slots = store.values_of(of)
+        return column.calibration_values(slots)
+
+    column, _ = store.values_of(ids[:0])
+    return calibrate_leave_one_out(
+        left_out,
+        values_of(ids),
+        values_of,
+        column.loss,
+        config.similarity.default_temperature(store.dim),
+        options,
+    )
+
+
 @dataclass(frozen=True)
 class LeftOutScores:
     """What each sampled key sees when it is left out of the store: its scores against the others.
 
     Attributes:
         top_scores: (m, c) the best scores among the other keys, best first; -inf pads.
-        top_rows: (m, c) their rows; -1 pads.
-        all_scores: (m, rows) scores against every row, -inf for the key itself and deleted rows,
-            where the store attends to every key; None where attention runs over the top
-            candidates (large or approximate stores), whose first ``attended`` are then "all".
+        top_ids: (m, c) their ids; -1 pads.
+        all_scores: (m, n) scores against every key, -inf for the key itself, where the store
+            attends to every key; None where attention runs over the top candidates (large or
+            approximate stores), whose first ``attended`` are then "all".
+        all_ids: (n,) the ids of ``all_scores``' columns; None with it.
         attended: how many candidates "all keys" means for the top path (the store's max_k).
     """
 
     top_scores: np.ndarray
-    top_rows: np.ndarray
+    top_ids: np.ndarray
     all_scores: np.ndarray | None
+    all_ids: np.ndarray | None
     attended: int
 
     @classmethod
-    def from_all_scores(cls, scores: np.ndarray, own_rows: np.ndarray, depth: int) -> LeftOutScores:
-        """From scores against every row (modified: each key's own score becomes -inf)."""
-        scores[np.arange(len(own_rows)), own_rows] = -np.inf
-        top_scores, top_rows = top_of_scores(scores, depth)
-        return cls(top_scores, top_rows, scores, depth)
+    def from_all_scores(
+        cls, scores: np.ndarray, own_columns: np.ndarray, column_ids: np.ndarray, depth: int
+    ) -> LeftOutScores:
+        """From scores against every key, whose ids are ``column_ids`` (modified: each sampled
+        key's own column, ``own_columns``, becomes -inf)."""
+        scores[np.arange(len(own_columns)), own_columns] = -np.inf
+        top_scores, top_columns = top_of_scores(scores, depth)
+        top_ids = np.where(top_columns >= 0, column_ids[np.maximum(top_columns, 0)], -1)
+        return cls(top_scores, top_ids, scores, column_ids, depth)
 
     @classmethod
     def from_search(
-        cls, scores: np.ndarray, rows: np.ndarray, own_rows: np.ndarray, attended: int
+        cls, scores: np.ndarray, ids: np.ndarray, own_ids: np.ndarray, attended: int
     ) -> LeftOutScores:
-        """From an index search one deeper than needed: each key's own row is dropped (or, where
+        """From an index search one deeper than needed: each key's own id is dropped (or, where
         an approximate index missed it, the last candidate)."""
         depth = scores.shape[1] - 1
-        order = np.argsort(rows == own_rows[:, None], axis=1, kind="stable")[:, :depth]
+        order = np.argsort(ids == own_ids[:, None], axis=1, kind="stable")[:, :depth]
         return cls(
             np.take_along_axis(scores, order, axis=1),
-            np.take_along_axis(rows, order, axis=1),
+            np.take_along_axis(ids, order, axis=1),
+            None,
             None,
             min(attended, depth),
         )
@@ -87,12 +147,14 @@ class LeftOutScores:
     def found_any(self) -> np.ndarray:
         """Which sampled keys have at least one other key to attend to (an approximate index
         may, in principle, find none; such keys cannot be predicted and are left out)."""
-        return np.asarray(self.top_rows[:, 0] >= 0)
+        return np.asarray(self.top_ids[:, 0] >= 0)
 
     def subset(self, keep: np.ndarray) -> LeftOutScores:
         """The same, for the sampled keys marked in ``keep``."""
         all_scores = self.all_scores[keep] if self.all_scores is not None else None
-        return LeftOutScores(self.top_scores[keep], self.top_rows[keep], all_scores, self.attended)
+        return LeftOutScores(
+            self.top_scores[keep], self.top_ids[keep], all_scores, self.all_ids, self.attended
+        )
 
 
 @dataclass(frozen=True)
@@ -112,32 +174,32 @@ class _ValueSide:
     """
 
     own: np.ndarray  # the sampled keys' values: (m, d_v) numbers over their spread, or (m,) codes
-    of_rows: Callable[[np.ndarray], np.ndarray]  # any rows' stored values
+    of_ids: Callable[[np.ndarray], np.ndarray]  # any keys' stored values, by id
     scale: np.ndarray | None
 
     @classmethod
     def build(
-        cls, own: np.ndarray, of_rows: Callable[[np.ndarray], np.ndarray], kind: ValueKind
+        cls, own: np.ndarray, of_ids: Callable[[np.ndarray], np.ndarray], loss: LossKind
     ) -> _ValueSide:
-        if kind is ValueKind.CATEGORICAL:
-            return cls(own, of_rows, None)
+        if loss is LossKind.LABEL_LIKELIHOOD:
+            return cls(own, of_ids, None)
         own = own.astype(np.float64).reshape(len(own), -1)
         spread = own.std(axis=0)
         scale = np.where(spread > 0, spread, 1.0)
-        return cls(own / scale, of_rows, scale)
+        return cls(own / scale, of_ids, scale)
 
     @property
     def width(self) -> int:
         """Numbers per value (1 for a label code)."""
         return 1 if self.scale is None else int(self.own.shape[1])
 
-    def at(self, rows: np.ndarray) -> np.ndarray:
-        """Values of ``rows`` (any shape): label codes, or float32 numbers over their spread with
+    def at(self, ids: np.ndarray) -> np.ndarray:
+        """Values of ``ids`` (any shape): label codes, or float32 numbers over their spread with
         a value axis appended (float32 halves the work; losses only rank temperatures)."""
-        stored = self.of_rows(rows)
+        stored = self.of_ids(ids)
         if self.scale is None:
             return stored
-        return (stored.reshape(*rows.shape, -1) / self.scale).astype(np.float32)
+        return (stored.reshape(*ids.shape, -1) / self.scale).astype(np.float32)
 
     def losses(self, chunk: slice, prediction: np.ndarray) -> np.ndarray:
         """Each key's loss in ``chunk``: ``prediction`` is the attention mass on its own label
@@ -150,8 +212,8 @@ class _ValueSide:
 def calibrate_leave_one_out(
     left_out: LeftOutScores,
     own: np.ndarray,
-    targets_of: Callable[[np.ndarray], np.ndarray],
-    kind: ValueKind,
+    values_of: Callable[[np.ndarray], np.ndarray],
+    loss: LossKind,
     default_temperature: float,
     options: Sequence[int | None],
 ) -> Calibration:
@@ -160,13 +222,13 @@ def calibrate_leave_one_out(
     Args:
         left_out: each sampled key's scores against the other keys.
         own: the sampled keys' values: (m,) or (m, d_v) numbers, or (m,) label codes.
-        targets_of: values of any rows, in the same form as ``own``.
-        kind: the store's value kind (labels are scored by log-likelihood).
+        values_of: values of any keys by id, in the same form as ``own``.
+        loss: how the store's values are judged (squared error, or the own label's likelihood).
         default_temperature: the measured default for the similarity; the grid is laid around it.
         options: None (attend to every key) and/or fixed k to compare. A fixed k replaces None
             only when it is significantly better; without None the best option simply wins.
     """
-    values = _ValueSide.build(own, targets_of, kind)
+    values = _ValueSide.build(own, values_of, loss)
     grid = default_temperature * _FACTORS
     every_key = left_out.all_scores is not None and None in options
     # Prefixes of the best candidates stand for each fixed k, and for "all keys" where the store
@@ -259,8 +321,9 @@ def _all_keys_losses(
 ) -> np.ndarray:
     """Losses (temperatures, keys) of attention over every other key."""
     assert left_out.all_scores is not None
+    assert left_out.all_ids is not None
     n_rows = left_out.all_scores.shape[1]
-    every_value = values.at(np.arange(n_rows))
+    every_value = values.at(left_out.all_ids)
     losses = np.empty((len(temperatures), len(values.own)))
     for chunk in _query_chunks(len(values.own), n_rows):
         scores = left_out.all_scores[chunk]
@@ -298,12 +361,13 @@ def _prefix_losses(
     n_candidates = left_out.top_scores.shape[1]
     losses = np.full((len(temperatures), len(prefixes), len(values.own)), np.nan)
     for chunk in _query_chunks(len(values.own), n_candidates * values.width):
-        scores, rows = left_out.top_scores[chunk], left_out.top_rows[chunk]
-        found = rows >= 0
+        scores, ids = left_out.top_scores[chunk], left_out.top_ids[chunk]
+        found = ids >= 0
         # Candidates are sorted best first, so column 0 holds each row's maximum; pads are -inf
         # and get weight 0.
         shifted = (scores - scores[:, :1]).astype(np.float32)
-        gathered = values.at(np.where(found, rows, 0))
+        # Padding looks up each key's first candidate, which exists (see found_any); weight 0.
+        gathered = values.at(np.where(found, ids, ids[:, :1]))
         own_label = None
         if values.scale is None:
             own_label = (gathered == values.own[chunk, None]) & found

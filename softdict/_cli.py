@@ -123,7 +123,7 @@ def _build(args: argparse.Namespace) -> int:
     sd.update(items)
     sd.save(args.output)
     print(
-        f"built {args.output}: {len(sd)} keys, {sd.value_kind.value if sd.value_kind else '-'} "
+        f"built {args.output}: {len(sd)} keys, {sd.value_kind or '-'} "
         f"values, encoder {sd.encoder.name}"
     )
     return 0
@@ -169,12 +169,12 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from softdict._persistence import MANIFEST, _read_manifest
+    from softdict._persistence import MANIFEST, read_manifest
 
     folder = Path(args.store)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such store folder")
-    manifest = _read_manifest(folder)
+    manifest = read_manifest(folder)
     body = manifest["body"]
     config = body["config"]
     print(f"store        {folder}")

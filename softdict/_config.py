@@ -1,47 +1,36 @@
-"""Options of a SoftDict, validated once at construction.
+"""Options of a SoftDict, validated once at construction, and the checks for method options.
 
 The default temperature was chosen by measurement on real text with the bundled encoder
 (``benchmarks/choose_temperature.py``; the README shows its table). It is stated for cosine
-similarity; for the other similarities it is rescaled so that, on unit-norm embeddings such as the
-bundled model's, every similarity gives the same attention weights by default.
+similarity; ``Similarity.default_temperature`` rescales it for the others.
+
+``index`` and ``value_kind`` are names in registries (``softdict.index``, ``softdict.values``); the
+store resolves them, so a registered plug-in is a valid option without changes here.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
+from collections.abc import Callable
 from enum import Enum
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from softdict._errors import ConfigError
+from softdict._similarity import Similarity
 
-__all__ = ["DEFAULT_COSINE_TEMPERATURE", "Similarity", "SoftDictConfig", "ValueKind"]
+__all__ = ["EXACT_MAX_KEYS", "SoftDictConfig", "ValueKind", "check_number"]
 
-# Measured by benchmarks/choose_temperature.py: the temperature that maximises held-out
-# log-likelihood of the right category on real words and phrases with all-MiniLM-L6-v2.
-DEFAULT_COSINE_TEMPERATURE = 0.05
-
-
-class Similarity(str, Enum):
-    """How a query is scored against a key."""
-
-    COSINE = "cosine"
-    DOT = "dot"
-    SCALED_DOT = "scaled_dot"  # q·k / sqrt(d), the form of "Attention Is All You Need"
-    L2 = "l2"  # negative squared Euclidean distance
-
-    def default_temperature(self, dim: int) -> float:
-        """Temperature that matches the cosine default on unit-norm embeddings of ``dim`` dims."""
-        if self is Similarity.SCALED_DOT:
-            return DEFAULT_COSINE_TEMPERATURE / math.sqrt(dim)
-        if self is Similarity.L2:
-            # For unit vectors -|q-k|^2 = 2·cos(q, k) - 2: twice the spread of cosine scores.
-            return 2.0 * DEFAULT_COSINE_TEMPERATURE
-        return DEFAULT_COSINE_TEMPERATURE
+# With top_k=None, a lookup attends exactly to every key while it may attend to at most this
+# many; index="auto" keeps its keys in exact numpy search up to the same size. The benchmark's
+# 10^4-key rows (benchmarks/scale.py) show why: exact attention there is as fast as any index.
+EXACT_MAX_KEYS = 10_000
 
 
 class ValueKind(str, Enum):
-    """The kind of value a store holds; fixed by the first insert unless given."""
+    """The built-in kinds of value a store holds (``value_kind=``); fixed by the first insert."""
 
     SCALAR = "scalar"
     VECTOR = "vector"
@@ -59,7 +48,7 @@ class SoftDictConfig(BaseModel):
     max_k: int = Field(default=1024, gt=0)
     tail_tolerance: float = Field(default=0.01, gt=0.0, lt=1.0)
     index: str = "auto"
-    value_kind: ValueKind | None = None
+    value_kind: str | None = None
     query_cache_size: int = Field(default=1024, ge=0)
     batch_size: int = Field(default=64, gt=0)
     progress: bool | None = None
@@ -83,8 +72,27 @@ class SoftDictConfig(BaseModel):
             )
             raise ConfigError(f"invalid SoftDict option: {problems}") from None
 
+    def replace(self, **changes: object) -> SoftDictConfig:
+        """A copy with ``changes``, validated like the original."""
+        return SoftDictConfig.build(**{**self.model_dump(), **changes})
+
     def temperature_for(self, dim: int) -> float:
         """The temperature in force: the one given, or the measured default for this similarity."""
         if self.temperature is not None:
             return self.temperature
         return self.similarity.default_temperature(dim)
+
+
+def check_number(
+    name: str, value: object, expected: str, valid: Callable[[Any], bool], *, whole: bool = False
+) -> None:
+    """ConfigError unless ``value`` is a finite number (a whole one if ``whole``; bools are not
+    numbers here) for which ``valid`` holds; ``expected`` says what was wanted."""
+    kind = numbers.Integral if whole else numbers.Real
+    if (
+        not isinstance(value, kind)
+        or isinstance(value, bool)
+        or not math.isfinite(value)  # type: ignore[arg-type]
+        or not valid(value)
+    ):
+        raise ConfigError(f"{name} must be {expected}, got {value!r}")

@@ -7,13 +7,16 @@ temperature from the stored values alone is ``_calibration``'s concern.)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
 
-from softdict._config import Similarity
+from softdict._errors import KeyTypeError, NoMatchError
+from softdict._similarity import Similarity
+from softdict.store.base import Store
 
-__all__ = ["FitReport", "fit_projection"]
+__all__ = ["FitReport", "examples_from", "fit", "fit_projection"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -45,6 +48,81 @@ class FitReport:
             f"{self.steps} steps, temperature={self.temperature:.4g}, {verdict}, "
             f"{self.n_train} train / {self.n_heldout} held-out pairs)"
         )
+
+
+def examples_from(pairs: Iterable[object]) -> list[tuple[str, str]]:
+    """(query, target key) pairs as a list; KeyTypeError for anything that is not two strings."""
+    examples = []
+    for i, pair in enumerate(pairs):
+        if not (
+            isinstance(pair, (tuple, list))
+            and len(pair) == 2
+            and all(isinstance(x, str) for x in pair)
+        ):
+            raise KeyTypeError(
+                f"fit() takes (query, target key) pairs of strings; pair #{i} is {pair!r:.60}"
+            )
+        examples.append((str(pair[0]), str(pair[1])))
+    return examples
+
+
+def fit(
+    store: Store,
+    targets: list[str],
+    queries: np.ndarray,
+    n_heldout: int,
+    *,
+    max_steps: int,
+    learning_rate: float,
+    regularization: float,
+    patience: int,
+    seed: int,
+) -> tuple[FitReport, np.ndarray | None]:
+    """Fit W_q and T on raw query embeddings and their target keys; the first ``n_heldout`` are
+    held out. Returns the report and the projection to put in force (None: keep the one in
+    force, which the report then says).
+
+    Raises:
+        NoMatchError: a target key is not in the store.
+    """
+    missing = [target for target in targets if target not in store]
+    if missing:
+        raise NoMatchError(
+            f"{len(missing)} target key(s) are not in the store, e.g. {missing[0]!r}; "
+            f"fit learns to find stored keys, so insert them first"
+        )
+    assert store.dim is not None
+    position = {key: i for i, key in enumerate(store.keys())}
+    target_positions = np.array([position[t] for t in targets], dtype=np.int64)
+    keys = store.backend.vectors(store.ids())
+    raw = store.checked_embeddings(queries, "query embeddings")
+    temperature = store.config.temperature_for(store.dim)
+    weight, learned_t, steps, before, after = fit_projection(
+        raw[n_heldout:],
+        target_positions[n_heldout:],
+        raw[:n_heldout],
+        target_positions[:n_heldout],
+        keys,
+        store.config.similarity,
+        temperature,
+        initial=store.projection,
+        max_steps=max_steps,
+        learning_rate=learning_rate,
+        regularization=regularization,
+        patience=patience,
+        seed=seed,
+    )
+    kept = after >= before
+    report = FitReport(
+        accuracy_before=before,
+        accuracy_after=after if kept else before,
+        steps=steps,
+        temperature=learned_t if kept else temperature,
+        kept=kept,
+        n_train=len(targets) - n_heldout,
+        n_heldout=n_heldout,
+    )
+    return report, weight.astype(np.float32) if kept else None
 
 
 def fit_projection(

@@ -1,17 +1,23 @@
 """Saving and loading a store: a folder of self-describing files in open formats, never pickle.
 
-A store folder holds:
+A store folder (format 2) holds:
 
-    manifest.json     format name and version, config, counts, encoder identity, and the size
-                      and SHA-256 of every other file; its own body is checksummed too
+    manifest.json     format name and version, config, counts, the next id, the encoder's
+                      identity, the index's state, and the size and SHA-256 of every other file;
+                      its own body is checksummed too
     keys.json         the keys, in iteration order
-    rows.npy          each key's row (int64), in the same order
-    live.npy          which rows hold a key (bool), deleted rows included until compaction
-    embeddings.npy    the prepared key vectors by row (float32), for exact stores, or
-    index.faiss       the FAISS index (vectors, training, graph), where rebuilding would be slow
-    values.npy, value_is_int.npy      scalar values by row;  values.npy   vector values by row
-    label_codes.npy, labels.json      categorical values: a code per row and the label table
+    ids.npy           each key's id (int64), in the same order
     query_projection.npy              W_q learned by fit(), if any (float32, d x d)
+    the value column's files, aligned with keys.json (softdict.values):
+        values.npy, value_is_int.npy      scalar values;  values.npy   vector values
+        label_codes.npy, labels.json      categorical values: a code per key and the label table
+    the index backend's files (softdict.index):
+        embeddings.npy, embedding_ids.npy        exact search: the prepared vectors and their ids
+        index.faiss, index_ids.npy, index_live.npy   a FAISS index, the id of each of its rows,
+                                                      and which rows hold a key
+
+Format 1 (softdict 0.1.0) kept everything by row, deleted rows included; it is read by
+translating it to format 2's state on load, and saved again as format 2.
 
 Loading reads JSON and ``np.load(..., allow_pickle=False)``, so a store file cannot run code. The
 FAISS file is parsed by FAISS's own reader; its checksum is verified first, which catches
@@ -25,50 +31,35 @@ renames, ``load`` finds the complete new folder (or else the old one) and finish
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-import io
 import json
 import os
 import shutil
-import threading
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from softdict._config import SoftDictConfig, ValueKind
-from softdict._encoders import BUNDLED_MODEL_NAME, TextEncoder, bundled_model_path, resolve_encoder
-from softdict._errors import EncoderError, StoreFormatError
-from softdict._index import KeyIndex, index_spec
-from softdict._values import restore_column
+from softdict._config import SoftDictConfig
+from softdict._errors import ConfigError, EncoderError, StoreFormatError
+from softdict._files import FileReader, canonical_json, encode_file
+from softdict.encoders import EncoderIdentity, TextEncoder, resolve_encoder
+from softdict.store.base import Store, StoreState
+from softdict.store.memory import MemoryStore
 
-if TYPE_CHECKING:
-    from softdict._mapping import SoftDict
-
-__all__ = ["FORMAT_VERSION", "load_store", "save_store"]
+__all__ = ["FORMAT_VERSION", "MANIFEST", "load_store", "read_manifest", "save_store"]
 
 FORMAT_NAME = "softdict-store"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
-# The encoder's fingerprint: its embedding of this text, recorded at save and compared at load.
-PROBE_TEXT = "softdict encoder fingerprint: a quick brown fox jumps over the lazy dog"
 # float32 inference on another CPU can differ in the last bits; a different model differs a lot.
 _FINGERPRINT_TOLERANCE = 1e-3
 
 
 def _sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-def _canonical(obj: Any) -> bytes:
-    return json.dumps(obj, sort_keys=True, ensure_ascii=False, allow_nan=False).encode()
-
-
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
-    return buffer.getvalue()
 
 
 def _write_durably(path: Path, data: bytes) -> None:
@@ -93,8 +84,8 @@ def _siblings(path: Path, tag: str) -> list[Path]:
 # -- saving ------------------------------------------------------------------------------------
 
 
-def save_store(sd: SoftDict, path: str | os.PathLike[str]) -> None:
-    """Write ``sd`` to the folder ``path`` atomically (see the module docstring)."""
+def save_store(store: Store, encoder: TextEncoder, path: str | os.PathLike[str]) -> None:
+    """Write ``store`` (embedded by ``encoder``) to the folder ``path`` atomically."""
     target = Path(path)
     if not target.parent.is_dir():
         raise StoreFormatError(
@@ -106,15 +97,19 @@ def save_store(sd: SoftDict, path: str | os.PathLike[str]) -> None:
             f"cannot save to {target}: it exists and is not a softdict store, and saving "
             f"would replace it; choose another path or remove it yourself"
         )
-    files = _store_files(sd)
+    state, part_files = store.snapshot()
+    contents: dict[str, Any] = {"keys.json": state.keys, "ids.npy": state.ids, **part_files}
+    if state.projection is not None:
+        contents["query_projection.npy"] = state.projection
+    files = {name: encode_file(content) for name, content in contents.items()}
     manifest_body = {
-        "config": sd._config.model_dump(mode="json"),
-        "count": len(sd),
-        "rows": sd._index.size if sd._index is not None else 0,
-        "dim": sd._index.dim if sd._index is not None else None,
-        "value_kind": sd._values.kind.value if sd._values is not None else None,
-        "encoder": _encoder_identity(sd),
-        "index_file": "index.faiss" if "index.faiss" in files else None,
+        "config": state.config.model_dump(mode="json"),
+        "count": len(state.keys),
+        "dim": state.dim,
+        "value_kind": state.value_kind,
+        "next_id": state.next_id,
+        "encoder": dataclasses.asdict(encoder.identity()),
+        "index": state.index_meta,
         "files": {
             name: {"bytes": len(data), "sha256": _sha256(data)} for name, data in files.items()
         },
@@ -122,9 +117,14 @@ def save_store(sd: SoftDict, path: str | os.PathLike[str]) -> None:
     manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "body_sha256": _sha256(_canonical(manifest_body)),
+        "body_sha256": _sha256(canonical_json(manifest_body)),
         "body": manifest_body,
     }
+    _swap_in(target, files, json.dumps(manifest, indent=1).encode())
+
+
+def _swap_in(target: Path, files: dict[str, bytes], manifest: bytes) -> None:
+    """Write ``files`` and the manifest into a new folder, then rename it into ``target``."""
     token = uuid.uuid4().hex[:12]
     fresh = target.parent / f".{target.name}.new-{token}"
     fresh.mkdir()
@@ -132,7 +132,7 @@ def save_store(sd: SoftDict, path: str | os.PathLike[str]) -> None:
         for name, data in files.items():
             _write_durably(fresh / name, data)
         # The manifest goes last: a folder with a valid manifest has every file it lists.
-        _write_durably(fresh / MANIFEST, json.dumps(manifest, indent=1).encode())
+        _write_durably(fresh / MANIFEST, manifest)
         _fsync_dir(fresh)
     except BaseException:
         shutil.rmtree(fresh, ignore_errors=True)
@@ -146,41 +146,6 @@ def save_store(sd: SoftDict, path: str | os.PathLike[str]) -> None:
         shutil.rmtree(leftover, ignore_errors=True)
 
 
-def _store_files(sd: SoftDict) -> dict[str, bytes]:
-    keys = list(sd._row_of)
-    files = {
-        "keys.json": _canonical(keys),
-        "rows.npy": _npy_bytes(sd._rows_in_order()),
-    }
-    if sd._index is not None:
-        live, vectors, faiss_bytes = sd._index.export()
-        files["live.npy"] = _npy_bytes(live)
-        if vectors is not None:
-            files["embeddings.npy"] = _npy_bytes(vectors)
-        if faiss_bytes is not None:
-            files["index.faiss"] = faiss_bytes
-    if sd._query_projection is not None:
-        files["query_projection.npy"] = _npy_bytes(sd._query_projection)
-    if sd._values is not None:
-        for name, value in sd._values.export().items():
-            files[f"{name}.json" if isinstance(value, list) else f"{name}.npy"] = (
-                _canonical(value) if isinstance(value, list) else _npy_bytes(value)
-            )
-    return files
-
-
-def _encoder_identity(sd: SoftDict) -> dict[str, Any]:
-    encoder = sd._encoder
-    fingerprint = encoder.encode_keys([PROBE_TEXT])[0]
-    return {
-        "name": encoder.name,
-        "dim": int(fingerprint.shape[0]),
-        "loadable_by_name": encoder.loadable_by_name,
-        "probe_text": PROBE_TEXT,
-        "fingerprint": [float(x) for x in fingerprint],
-    }
-
-
 # -- loading -----------------------------------------------------------------------------------
 
 
@@ -190,7 +155,7 @@ def _recover(target: Path) -> None:
         return
     for candidate in reversed(_siblings(target, "new")):
         try:
-            _check_files(candidate, _read_manifest(candidate)["body"])
+            _check_files(candidate, read_manifest(candidate)["body"])
         except StoreFormatError:
             continue
         os.rename(candidate, target)
@@ -200,7 +165,8 @@ def _recover(target: Path) -> None:
         os.rename(olds[-1], target)
 
 
-def _read_manifest(folder: Path) -> dict[str, Any]:
+def read_manifest(folder: Path) -> dict[str, Any]:
+    """The manifest of the store at ``folder``, its format and checksum verified."""
     path = folder / MANIFEST
     if not path.is_file():
         raise StoreFormatError(
@@ -222,7 +188,9 @@ def _read_manifest(folder: Path) -> dict[str, Any]:
         )
     body = manifest.get("body")
     try:
-        intact = isinstance(body, dict) and _sha256(_canonical(body)) == manifest.get("body_sha256")
+        intact = isinstance(body, dict) and _sha256(canonical_json(body)) == manifest.get(
+            "body_sha256"
+        )
     except (TypeError, ValueError):
         intact = False
     if not intact:
@@ -248,158 +216,123 @@ def _check_files(folder: Path, body: dict[str, Any]) -> dict[str, bytes]:
     return contents
 
 
-def _load_npy(
-    folder: Path, name: str, data: bytes, dtype: type, shape: tuple[int | None, ...]
-) -> np.ndarray:
-    try:
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    except (ValueError, OSError, EOFError) as exc:
-        raise StoreFormatError(f"{folder / name} is not a readable .npy array ({exc})") from None
-    if (
-        array.dtype != np.dtype(dtype)
-        or array.ndim != len(shape)
-        or any(want is not None and got != want for got, want in zip(array.shape, shape))
-    ):
-        raise StoreFormatError(
-            f"{folder / name} holds {array.dtype} {array.shape}, expected {np.dtype(dtype)} "
-            f"{tuple('n' if s is None else s for s in shape)}"
-        )
-    return array
-
-
-def _load_json_list(folder: Path, name: str, data: bytes) -> list[Any]:
-    try:
-        value = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreFormatError(f"{folder / name} is not valid JSON ({exc})") from None
-    if not isinstance(value, list):
-        raise StoreFormatError(f"{folder / name} should hold a JSON list")
-    return value
-
-
-def load_store(cls: type[SoftDict], path: str | os.PathLike[str], encoder: object) -> SoftDict:
+def load_store(path: str | os.PathLike[str], encoder: object) -> tuple[MemoryStore, TextEncoder]:
     """Read the store at ``path``; every problem is a ``StoreFormatError`` naming the file."""
     folder = Path(path)
     _recover(folder)
     if not folder.is_dir():
         raise StoreFormatError(f"no softdict store at {folder}: the folder does not exist")
-    body = _read_manifest(folder)["body"]
+    manifest = read_manifest(folder)
+    body = manifest["body"]
+    read = _read_format_1 if manifest["format_version"] == 1 else _read_format_2
     try:
-        config = SoftDictConfig.model_validate(body["config"])
-        count, rows_total, dim = int(body["count"]), int(body["rows"]), body["dim"]
-        kind = ValueKind(body["value_kind"]) if body["value_kind"] is not None else None
-        identity = body["encoder"]
+        state, files, identity = read(folder, body)
     except (KeyError, TypeError, ValueError) as exc:
+        if isinstance(exc, StoreFormatError):
+            raise
         raise StoreFormatError(f"{folder / MANIFEST} lacks or garbles a field ({exc})") from None
-    files = _check_files(folder, body)
-
-    text_encoder = _matching_encoder(identity, encoder, config.query_cache_size)
-    sd = cls.__new__(cls)
-    sd._lock = threading.RLock()
-    sd._config = config
-    sd._index_spec = index_spec(config.index)
-    sd._encoder = text_encoder
-    sd._query_projection = None
-    sd._reset()
-    if "query_projection.npy" in files:
-        if dim is None:
-            raise StoreFormatError(
-                f"{folder / 'query_projection.npy'} is present but the store has no dimension"
-            )
-        projection = _load_npy(
-            folder, "query_projection.npy", files["query_projection.npy"], np.float32, (dim, dim)
-        )
-        if not np.all(np.isfinite(projection)):
-            raise StoreFormatError(f"{folder / 'query_projection.npy'} holds NaN or infinity")
-        sd._query_projection = projection
-
-    keys = _load_json_list(folder, "keys.json", files["keys.json"])
-    rows = _load_npy(folder, "rows.npy", files["rows.npy"], np.int64, (count,))
-    if len(keys) != count or not all(isinstance(k, str) for k in keys) or len(set(keys)) != count:
-        raise StoreFormatError(f"{folder / 'keys.json'} should hold {count} distinct strings")
-    if count and (rows.min() < 0 or rows.max() >= rows_total or len(set(rows.tolist())) != count):
-        raise StoreFormatError(f"{folder / 'rows.npy'} has rows out of range or repeated")
-    if count == 0:
-        return sd
-    live = _load_npy(folder, "live.npy", files["live.npy"], np.bool_, (rows_total,))
-    if int(live.sum()) != count or not live[rows].all():
-        raise StoreFormatError(f"{folder / 'live.npy'} does not match the rows of the keys")
-    vectors = None
-    if "embeddings.npy" in files:
-        vectors = _load_npy(
-            folder, "embeddings.npy", files["embeddings.npy"], np.float32, (rows_total, dim)
-        )
-    elif "index.faiss" not in files:
-        raise StoreFormatError(f"{folder} has neither embeddings.npy nor index.faiss")
+    text_encoder = _matching_encoder(identity, encoder, state.config.query_cache_size)
     try:
-        sd._index = KeyIndex.restore(
-            dim, config.similarity, sd._index_spec, live, vectors, files.get("index.faiss")
-        )
-    except ValueError as exc:
-        raise StoreFormatError(f"{folder / 'index.faiss'} does not fit the store: {exc}") from None
-    assert kind is not None
-    sd._values = restore_column(kind, _column_state(folder, files, kind, rows_total))
-    sd._row_of = dict(zip(keys, rows.tolist()))
-    key_of_row: list[str | None] = [None] * rows_total
-    for key, row in sd._row_of.items():
-        key_of_row[row] = key
-    sd._key_of_row = key_of_row
-    sd._dead = rows_total - count
-    return sd
+        store = MemoryStore.restore(state, files)
+    except ConfigError as exc:
+        raise StoreFormatError(f"{folder / MANIFEST} holds options this softdict lacks: {exc}") from None
+    return store, text_encoder
 
 
-def _column_state(folder: Path, files: dict[str, bytes], kind: ValueKind, n: int) -> dict[str, Any]:
-    def need(name: str) -> bytes:
-        if name not in files:
-            raise StoreFormatError(f"{folder / name} is missing for a {kind.value} store")
-        return files[name]
+def _read_common(
+    folder: Path, body: dict[str, Any]
+) -> tuple[SoftDictConfig, int, FileReader, list[str], dict[str, Any]]:
+    """What both formats share: config, count, the checked files, the keys, the encoder."""
+    config = SoftDictConfig.model_validate(body["config"])
+    count = int(body["count"])
+    identity = body["encoder"]
+    files = FileReader(folder, dict(_check_files(folder, body)))
+    keys = files.json_list("keys.json")
+    if len(keys) != count or not all(isinstance(k, str) for k in keys) or len(set(keys)) != count:
+        raise files.error("keys.json", f"should hold {count} distinct strings")
+    return config, count, files, keys, identity
 
-    if kind is ValueKind.SCALAR:
-        values = _load_npy(folder, "values.npy", need("values.npy"), np.float64, (n,))
-        if not np.all(np.isfinite(values)):
-            raise StoreFormatError(f"{folder / 'values.npy'} holds NaN or infinity")
-        is_int = _load_npy(folder, "value_is_int.npy", need("value_is_int.npy"), np.bool_, (n,))
-        return {"values": values, "value_is_int": is_int}
-    if kind is ValueKind.VECTOR:
-        values = _load_npy(folder, "values.npy", need("values.npy"), np.float64, (n, None))
-        if not np.all(np.isfinite(values)):
-            raise StoreFormatError(f"{folder / 'values.npy'} holds NaN or infinity")
-        return {"values": values}
-    codes = _load_npy(folder, "label_codes.npy", need("label_codes.npy"), np.int64, (n,))
-    labels = _load_json_list(folder, "labels.json", need("labels.json"))
-    if not all(isinstance(text, str) for text in labels) or (
-        n and (codes.min() < 0 or codes.max() >= len(labels))
-    ):
-        raise StoreFormatError(f"{folder / 'label_codes.npy'} does not match labels.json")
-    for text in labels:
-        try:
-            json.loads(text)
-        except json.JSONDecodeError:
-            raise StoreFormatError(
-                f"{folder / 'labels.json'} holds a label that is not JSON"
-            ) from None
-    return {"label_codes": codes, "labels": labels}
+
+def _projection(files: FileReader, dim: int | None) -> np.ndarray | None:
+    if not files.has("query_projection.npy"):
+        return None
+    if dim is None:
+        raise files.error("query_projection.npy", "is present but the store has no dimension")
+    return files.finite_npy("query_projection.npy", np.float32, (dim, dim))
+
+
+def _read_format_2(
+    folder: Path, body: dict[str, Any]
+) -> tuple[StoreState, FileReader, dict[str, Any]]:
+    config, count, files, keys, identity = _read_common(folder, body)
+    dim, next_id = body["dim"], int(body["next_id"])
+    ids = files.npy("ids.npy", np.int64, (count,))
+    if count and (ids.min() < 0 or ids.max() >= next_id or len(np.unique(ids)) != count):
+        raise files.error("ids.npy", "has ids that are negative, repeated or not below next_id")
+    state = StoreState(
+        config, keys, ids, next_id, dim, body["value_kind"], body["index"], _projection(files, dim)
+    )
+    return state, files, identity
+
+
+# Format 1 files that are not per-row value arrays (every other .npy file held one row per row).
+_FORMAT_1_NOT_VALUES = {"rows.npy", "live.npy", "embeddings.npy", "query_projection.npy"}
+
+
+def _read_format_1(
+    folder: Path, body: dict[str, Any]
+) -> tuple[StoreState, FileReader, dict[str, Any]]:
+    """Format 1 kept values and vectors by row, deleted rows included: take the live rows, in
+    key order, and make each key's row its id (rows were never reused before compaction)."""
+    config, count, files, keys, identity = _read_common(folder, body)
+    rows_total, dim, kind = int(body["rows"]), body["dim"], body["value_kind"]
+    rows = files.npy("rows.npy", np.int64, (count,))
+    if count and (rows.min() < 0 or rows.max() >= rows_total or len(set(rows.tolist())) != count):
+        raise files.error("rows.npy", "has rows out of range or repeated")
+    projection = _projection(files, dim)
+    if count == 0:
+        return StoreState(config, [], rows, rows_total, dim, kind, None, projection), files, identity
+    live = files.npy("live.npy", np.bool_, (rows_total,))
+    if int(live.sum()) != count or not live[rows].all():
+        raise files.error("live.npy", "does not match the rows of the keys")
+    translated: dict[str, bytes | np.ndarray] = {}
+    for name in body["files"]:
+        if name.endswith(".npy") and name not in _FORMAT_1_NOT_VALUES:
+            translated[name] = files.npy_rows(name, rows_total)[rows]
+        elif name.endswith(".json") and name != "keys.json":
+            translated[name] = files.raw(name)
+    live_rows = np.flatnonzero(live)
+    if files.has("embeddings.npy"):
+        vectors = files.npy("embeddings.npy", np.float32, (rows_total, dim))
+        translated["embeddings.npy"] = vectors[live_rows]
+        translated["embedding_ids.npy"] = live_rows
+        index_meta: dict[str, Any] = {"phase": "exact"}
+    elif files.has("index.faiss"):
+        translated["index.faiss"] = files.raw("index.faiss")
+        translated["index_ids.npy"] = np.arange(rows_total, dtype=np.int64)
+        translated["index_live.npy"] = live
+        index_meta = {"phase": "built"}
+    else:
+        raise StoreFormatError(f"{folder} has neither embeddings.npy nor index.faiss")
+    state = StoreState(config, keys, rows, rows_total, dim, kind, index_meta, projection)
+    return state, FileReader(folder, translated), identity
 
 
 def _matching_encoder(identity: dict[str, Any], encoder: object, cache_size: int) -> TextEncoder:
     """The encoder to use: the one given, checked against the store's, or the recorded one."""
-    expected = f"{identity['name']!r} ({identity['dim']} dims)"
+    recorded = EncoderIdentity(**{**identity, "fingerprint": tuple(identity["fingerprint"])})
+    expected = f"{recorded.name!r} ({recorded.dim} dims)"
     if encoder is None:
-        if not identity.get("loadable_by_name"):
+        if not recorded.loadable_by_name:
             raise EncoderError(
                 f"this store was built with the encoder {expected}, which softdict cannot load "
                 f"by name; pass it: SoftDict.load(path, encoder=...)"
             )
-        name = identity["name"]
-        bundled = bundled_model_path() if name == BUNDLED_MODEL_NAME else None
-        text_encoder = resolve_encoder(str(bundled or name), query_cache_size=cache_size)
-        text_encoder.name = identity["name"]
+        text_encoder = resolve_encoder(recorded.name, query_cache_size=cache_size)
     else:
         text_encoder = resolve_encoder(encoder, query_cache_size=cache_size)
-    fingerprint = np.asarray(
-        text_encoder.encode_keys([identity["probe_text"]])[0], dtype=np.float64
-    )
-    saved = np.asarray(identity["fingerprint"], dtype=np.float64)
+    fingerprint = np.asarray(text_encoder.encode_keys([recorded.probe_text])[0], dtype=np.float64)
+    saved = np.asarray(recorded.fingerprint, dtype=np.float64)
     if fingerprint.shape != saved.shape or not np.allclose(
         fingerprint, saved, atol=_FINGERPRINT_TOLERANCE
     ):

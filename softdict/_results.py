@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from softdict._values import Distribution
+from softdict._types import Value
+from softdict.values.distribution import Distribution
 
 __all__ = ["Attention"]
 
@@ -22,13 +22,13 @@ class Attention:
         keys: the keys attended to, highest weight first.
         weights: their attention weights (non-negative, summing to 1 over ``keys``).
         scores: their raw similarity scores, before the temperature.
-        k: how many keys the softmax ran over (all live keys when exact).
+        k: how many keys the softmax ran over (all allowed keys when exact).
         tail_mass: an upper bound on the attention mass of keys left out of ``keys``; 0 if exact.
         distribution: for a categorical store, each label's probability; otherwise None.
     """
 
     query: str | None
-    value: Any
+    value: Value
     keys: tuple[str, ...]
     weights: np.ndarray
     scores: np.ndarray

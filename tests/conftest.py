@@ -9,7 +9,7 @@ import pytest
 from _support import FakeEncoder
 
 from softdict import SoftDict
-from softdict._encoders import TextEncoder, resolve_encoder
+from softdict.encoders import TextEncoder, resolve_encoder
 
 
 @pytest.fixture

@@ -7,16 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from softdict._attention import (
-    attention,
-    prepare_keys,
-    prepare_queries,
-    prepared_scores,
-    similarity_scores,
-    softmax,
-    tail_mass_bound,
-)
-from softdict._config import Similarity
+from softdict._attention import attention, softmax, tail_mass_bound, top_of_scores
 
 
 def naive_softmax(row: list[float]) -> list[float]:
@@ -80,56 +71,6 @@ def test_softmax_of_equal_scores_is_uniform() -> None:
     np.testing.assert_allclose(softmax(np.full((2, 5), 7.0), 0.01), 0.2)
 
 
-def naive_similarity(q: np.ndarray, k: np.ndarray, kind: Similarity) -> float:
-    q, k = q.astype(float), k.astype(float)
-    if kind is Similarity.COSINE:
-        return float(q @ k / (np.linalg.norm(q) * np.linalg.norm(k)))
-    if kind is Similarity.DOT:
-        return float(q @ k)
-    if kind is Similarity.SCALED_DOT:
-        return float(q @ k / math.sqrt(len(q)))
-    return -float(np.sum((q - k) ** 2))
-
-
-@pytest.mark.parametrize("kind", list(Similarity))
-def test_similarity_scores_match_naive_definitions(kind: Similarity) -> None:
-    rng = np.random.default_rng(1)
-    Q = rng.standard_normal((3, 6)).astype(np.float32)
-    K = rng.standard_normal((5, 6)).astype(np.float32)
-    expected = [[naive_similarity(q, k, kind) for k in K] for q in Q]
-    np.testing.assert_allclose(similarity_scores(Q, K, kind), expected, rtol=1e-5, atol=1e-5)
-
-
-def test_cosine_of_a_zero_vector_is_zero_not_nan() -> None:
-    scores = similarity_scores(np.zeros((1, 4)), np.eye(4), Similarity.COSINE)
-    np.testing.assert_array_equal(scores, 0.0)
-
-
-def test_l2_distance_to_itself_is_zero_up_to_float32_rounding_and_never_positive() -> None:
-    K = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32) * 1e3
-    scores = similarity_scores(K, K, Similarity.L2)
-    sq_norms = np.sum(K.astype(float) ** 2, axis=1)
-    assert np.all(np.abs(np.diag(scores)) <= 1e-6 * sq_norms)
-    assert np.all(scores <= 0.0)
-    assert np.all(scores[~np.eye(4, dtype=bool)] < -1.0)
-
-
-def test_scores_do_not_overflow_on_huge_finite_embeddings() -> None:
-    K = np.full((2, 4), 3e20, dtype=np.float32)  # q·k overflows float32, not float64
-    scores = prepared_scores(K, K, Similarity.DOT)
-    assert np.all(np.isfinite(scores))
-    assert np.all(np.isfinite(softmax(scores, 1.0)))
-
-
-def test_prepare_normalises_for_cosine_and_scales_scaled_dot_queries() -> None:
-    X = np.array([[3.0, 4.0]])
-    np.testing.assert_allclose(prepare_keys(X, Similarity.COSINE), [[0.6, 0.8]], rtol=1e-6)
-    np.testing.assert_allclose(prepare_queries(X, Similarity.COSINE), [[0.6, 0.8]], rtol=1e-6)
-    np.testing.assert_array_equal(prepare_keys(X, Similarity.SCALED_DOT), X)
-    np.testing.assert_allclose(prepare_queries(X, Similarity.SCALED_DOT), X / np.sqrt(2), rtol=1e-6)
-    np.testing.assert_array_equal(prepare_queries(X, Similarity.DOT), X)
-
-
 @pytest.mark.parametrize("seed", range(20))
 def test_tail_mass_bound_holds_and_is_the_design_formula(seed: int) -> None:
     rng = np.random.default_rng(seed)
@@ -159,3 +100,13 @@ def test_tail_mass_bound_ignores_padding_and_is_zero_when_nothing_is_left_out() 
     # Three keys in the store, two found: one omitted key scoring at most 0.5.
     expected = math.exp(-4) / (1 + math.exp(-4) + math.exp(-4))
     assert tail_mass_bound(padded, 3, 0.1)[0] == pytest.approx(expected)
+
+
+def test_top_of_scores_sorts_pads_and_skips_minus_infinity() -> None:
+    scores = np.array([[0.1, 0.9, -np.inf, 0.5], [0.3, 0.2, 0.1, 0.0]])
+    best, columns = top_of_scores(scores, 5)
+    assert columns.tolist() == [[1, 3, 0, -1, -1], [0, 1, 2, 3, -1]]
+    np.testing.assert_array_equal(best[0, :3], [0.9, 0.5, 0.1])
+    assert np.all(np.isneginf(best[0, 3:])) and np.isneginf(best[1, 4])
+    best, columns = top_of_scores(scores, 2)
+    assert columns.tolist() == [[1, 3], [0, 1]]

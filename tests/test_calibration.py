@@ -12,7 +12,7 @@ from _support import FakeEncoder
 
 from softdict import ConfigError, EmptyStoreError, SoftDict
 from softdict._calibration import LeftOutScores, _all_keys_losses, _prefix_losses, _ValueSide
-from softdict._config import ValueKind
+from softdict.values import LossKind
 
 DIM = 16
 
@@ -244,14 +244,14 @@ def test_leave_one_out_losses_match_the_naive_formula(labels: bool) -> None:
     vectors = rng.standard_normal((40, 8))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     values = rng.integers(0, 3, 40) if labels else rng.standard_normal((40, 3)) * [1, 10, 100]
-    rows = np.arange(40)
-    left_out = LeftOutScores.from_all_scores(vectors @ vectors.T, rows, 16)
+    ids = 3 * np.arange(40)  # ids need not be positions: every third one
+    left_out = LeftOutScores.from_all_scores(vectors @ vectors.T, np.arange(40), ids, 16)
 
-    def targets_of(r: np.ndarray) -> np.ndarray:
-        return values[r]
+    def values_of(of_ids: np.ndarray) -> np.ndarray:
+        return values[of_ids // 3]
 
-    kind = ValueKind.CATEGORICAL if labels else ValueKind.VECTOR
-    value_side = _ValueSide.build(values, targets_of, kind)
+    loss = LossKind.LABEL_LIKELIHOOD if labels else LossKind.SQUARED_ERROR
+    value_side = _ValueSide.build(values, values_of, loss)
     temperatures = np.array([0.02, 0.1, 0.5])
     every_key = _all_keys_losses(left_out, value_side, temperatures)
     needed = np.ones((3, 3), dtype=bool)
@@ -268,7 +268,7 @@ def test_an_index_search_drops_each_key_itself_or_its_last_candidate() -> None:
     scores = np.array([[0.9, 0.8, 0.7], [0.9, 0.8, 0.7]])
     rows = np.array([[5, 3, 2], [4, 7, 6]])  # key 3's search found itself; key 9's did not
     left_out = LeftOutScores.from_search(scores, rows, np.array([3, 9]), attended=1024)
-    assert left_out.top_rows.tolist() == [[5, 2], [4, 7]]
+    assert left_out.top_ids.tolist() == [[5, 2], [4, 7]]
     assert left_out.top_scores.tolist() == [[0.9, 0.7], [0.9, 0.8]]
     assert left_out.attended == 2
 

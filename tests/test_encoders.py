@@ -6,13 +6,10 @@ import numpy as np
 import pytest
 from _support import FakeEncoder
 
-from softdict import EncoderError, SoftDict, _encoders
-from softdict._encoders import (
-    BUNDLED_MODEL_NAME,
-    MODEL_ENV_VAR,
-    bundled_model_path,
-    resolve_encoder,
-)
+from softdict import EncoderError, SoftDict
+from softdict.encoders import BUNDLED_MODEL_NAME, MODEL_ENV_VAR, resolve_encoder
+from softdict.encoders import sentence_transformers as st_plugin
+from softdict.encoders.sentence_transformers import bundled_model_path
 
 
 @pytest.fixture
@@ -24,14 +21,14 @@ def loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         loaded.append(name_or_path)
         return FakeEncoder()
 
-    monkeypatch.setattr(_encoders, "_load_sentence_transformer", fake_load)
+    monkeypatch.setattr(st_plugin, "load_model", fake_load)
     return loaded
 
 
 def test_encoder_argument_comes_first(monkeypatch, loads) -> None:
     monkeypatch.setenv(MODEL_ENV_VAR, "/from/env")
     encoder = FakeEncoder()
-    assert resolve_encoder(encoder).model is encoder
+    assert resolve_encoder(encoder).encoder is encoder
     assert resolve_encoder("/given/path").name == "/given/path"
     assert loads == ["/given/path"]
 
@@ -51,7 +48,7 @@ def test_bundled_model_comes_before_the_hub_name(monkeypatch, loads) -> None:
 
 def test_hub_name_is_the_last_resort(monkeypatch, loads) -> None:
     monkeypatch.delenv(MODEL_ENV_VAR, raising=False)
-    monkeypatch.setattr(_encoders, "bundled_model_path", lambda: None)
+    monkeypatch.setattr(st_plugin, "bundled_model_path", lambda: None)
     assert resolve_encoder(None).name == BUNDLED_MODEL_NAME
     assert loads == [BUNDLED_MODEL_NAME]
 
@@ -112,7 +109,7 @@ def test_query_cache_is_shared_by_text_not_by_position() -> None:
 
 @pytest.mark.integration
 def test_real_model_uses_its_query_and_document_entry_points(bundled_encoder) -> None:
-    model = bundled_encoder.model
+    model = bundled_encoder.encoder.model
     texts = ["a red fruit", "a piece of furniture"]
     np.testing.assert_allclose(
         bundled_encoder.encode_keys(texts), model.encode_document(texts), atol=1e-6

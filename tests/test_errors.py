@@ -146,7 +146,7 @@ def test_failing_first_insert_leaves_the_store_empty_and_its_kind_free() -> None
         sd.update({"apple": 1.0, "chair": "furniture"})
     assert len(sd) == 0 and sd.value_kind is None
     sd["chair"] = "furniture"
-    assert sd.value_kind.value == "categorical"
+    assert sd.value_kind == "categorical"
 
 
 @pytest.mark.parametrize("temperature", [0, -1.0, math.nan, math.inf, "hot"])

@@ -9,7 +9,15 @@ import numpy as np
 import pytest
 from _support import FakeEncoder
 
-from softdict import ConfigError, FitReport, KeyTypeError, NoMatchError, SoftDict
+from softdict import (
+    ConfigError,
+    FitReport,
+    InvalidValueError,
+    KeyTypeError,
+    NoMatchError,
+    SoftDict,
+    ValueShapeError,
+)
 
 
 def country_aliases() -> tuple[dict[str, str], list[tuple[str, str]]]:
@@ -64,7 +72,7 @@ def test_fit_keeps_the_identity_when_learning_does_not_help() -> None:
     assert isinstance(report, FitReport)
     assert report.accuracy_after >= report.accuracy_before
     if not report.kept:
-        assert sd._query_projection is None  # the identity was in force and stays
+        assert sd.query_projection is None  # the identity was in force and stays
     assert "held-out accuracy" in repr(report)
 
 
@@ -78,11 +86,11 @@ def test_a_second_fit_is_judged_against_the_projection_in_force() -> None:
     sd = SoftDict(encoder=FakeEncoder())
     sd.add_embeddings([f"key{i}" for i in range(40)], queries @ rotation.T, np.zeros(40))
     pairs = [(text, f"key{i}") for i, text in enumerate(texts)]
-    sd._query_projection = rotation.astype(np.float32)  # as left by an earlier fit
+    sd.query_projection = rotation  # as left by an earlier fit
     report = sd.fit(pairs, learning_rate=10.0, max_steps=1)
     assert report.accuracy_before == 1.0
     assert not report.kept and report.accuracy_after == 1.0
-    np.testing.assert_array_equal(sd._query_projection, rotation.astype(np.float32))
+    np.testing.assert_array_equal(sd.query_projection, rotation.astype(np.float32))
 
 
 def test_fit_errors() -> None:
@@ -118,5 +126,24 @@ def test_fit_refuses_bad_options_before_touching_the_store(option: dict) -> None
     (name,) = option
     with pytest.raises(ConfigError, match=name):
         sd.fit([("fruit", "apple")] * 10, **option)
-    assert sd.temperature == 0.3 and sd._query_projection is None
+    assert sd.temperature == 0.3 and sd.query_projection is None
     assert encoder.calls == 1  # the keys' batch only: the pairs were not even encoded
+
+
+def test_query_projection_is_checked_when_set() -> None:
+    sd = SoftDict({"apple": 1.0, "pear": 2.0}, encoder=FakeEncoder())
+    before = sd.lookup("apple")
+    with pytest.raises(ValueShapeError, match=r"\(d, d\).*d = 16"):
+        sd.query_projection = np.eye(3)
+    with pytest.raises(InvalidValueError, match="NaN"):
+        sd.query_projection = np.full((16, 16), np.nan)
+    assert sd.query_projection is None and sd.lookup("apple") == before
+    sd.query_projection = -np.eye(16)  # every query turned around: the other key wins now
+    assert sd.attend("apple").keys[0] == "pear"
+    returned = sd.query_projection
+    returned[0, 0] = 5.0  # a copy: changing it changes nothing
+    np.testing.assert_array_equal(sd.query_projection, -np.eye(16))
+    sd.query_projection = None
+    assert sd.lookup("apple") == before
+    with pytest.raises(ValueShapeError, match="no keys yet"):
+        SoftDict(encoder=FakeEncoder()).query_projection = np.eye(16)

@@ -94,7 +94,7 @@ def test_l2_scores_on_a_faiss_index_are_negative_squared_distances() -> None:
     sd = SoftDict(encoder=FakeEncoder(), index="flat", similarity="l2", top_k=5)
     sd.add_embeddings([f"k{i}" for i in range(3000)], X, np.zeros(3000))
     attention = sd.attend_embeddings(X[3] + 0.01)
-    exact = similarity_scores((X[3] + 0.01)[None, :], X, Similarity.L2)[0]
+    exact = Similarity.L2.scores((X[3] + 0.01)[None, :], X)[0]
     np.testing.assert_allclose(attention.scores, np.sort(exact)[::-1][:5], rtol=1e-4, atol=1e-5)
 
 
@@ -105,7 +105,7 @@ def test_adaptive_k_grows_until_the_bound_is_met_and_the_bound_holds() -> None:
     sd = SoftDict(encoder=FakeEncoder(), index="flat", temperature=0.05, tail_tolerance=0.01)
     sd.add_embeddings([f"k{i}" for i in range(n)], X, values)
     queries = clustered(20, seed=5, clusters=400)[0]
-    exact_weights = softmax(similarity_scores(queries, X, Similarity.COSINE), 0.05)
+    exact_weights = softmax(Similarity.COSINE.scores(queries, X), 0.05)
     for attention, weights in zip(sd.attend_embeddings(queries), exact_weights):
         assert attention.k == len(attention.keys) <= 1024
         assert attention.tail_mass <= 0.01 or attention.k == 1024
@@ -139,7 +139,7 @@ def test_masked_attention_equals_exact_attention_over_the_subset(backend: str) -
     attention = sd.attend_embeddings(X[5], mask=subset)
     assert set(attention.keys) <= set(subset)
     sub = np.array([int(k[3:]) for k in subset])
-    weights = softmax(similarity_scores(X[5][None, :], X[sub], Similarity.COSINE), 0.1)[0]
+    weights = softmax(Similarity.COSINE.scores(X[5][None, :], X[sub]), 0.1)[0]
     exact_value = weights @ clustered(3000)[1][sub].astype(float)  # values are cluster labels
     got = sd.lookup_embeddings(X[5], mask=subset)
     assert got == pytest.approx(exact_value, abs=0.05 * max(1.0, abs(exact_value)))

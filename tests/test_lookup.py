@@ -8,7 +8,7 @@ from _support import FakeEncoder
 
 from softdict import Attention, EmptyStoreError, NoMatchError, SoftDict
 from softdict._attention import attention
-from softdict._config import Similarity
+from softdict import Similarity
 
 KEYS = ["red apple", "green apple", "yellow banana", "wooden chair", "soft sofa", "red car"]
 

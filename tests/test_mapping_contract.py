@@ -160,4 +160,4 @@ def test_emptied_store_accepts_a_new_kind(make_store) -> None:
     del sd["apple"]
     sd["apple"] = "label"
     assert sd["apple"] == "label"
-    assert sd.value_kind.value == "categorical"
+    assert sd.value_kind == "categorical"

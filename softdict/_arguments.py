@@ -1,0 +1,67 @@
+"""Checks of the arguments users pass to SoftDict's methods: keys, queries, items, min_score.
+
+Each raises a softdict error that says what was wrong and what to do, before anything is encoded
+or changed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from softdict._errors import ConfigError, KeyTypeError
+
+__all__ = ["check_key", "check_min_score", "query_texts", "update_items"]
+
+
+def check_key(key: object, position: str = "") -> str:
+    if not isinstance(key, str):
+        raise KeyTypeError(
+            f"keys must be str{position}, got {type(key).__name__} ({key!r:.60}); "
+            f"convert it with str() if its text is what should be matched"
+        )
+    return str(key)  # a str subclass (numpy.str_) is stored as a plain str
+
+
+def query_texts(query: object) -> tuple[list[str], bool]:
+    """A query or a batch of them as a list of texts, and whether it was a single one."""
+    if isinstance(query, str):
+        return [str(query)], True
+    if isinstance(query, (bytes, Mapping)) or not isinstance(query, Iterable):
+        raise KeyTypeError(
+            f"a query must be a str or a sequence of str, got {type(query).__name__}"
+        )
+    return [check_key(q, f" (query #{i})") for i, q in enumerate(query)], False
+
+
+def update_items(other: Any, kwargs: Mapping[str, object]) -> dict[str, object]:
+    """``dict.update``'s arguments as one dict: later duplicates win, and a key keeps its first
+    position, exactly as ``dict.update`` does."""
+    if isinstance(other, Mapping):
+        pairs = list(other.items())
+    elif hasattr(other, "keys"):
+        # dict.update's protocol: any object with .keys() is read as a mapping.
+        pairs = [(key, other[key]) for key in other.keys()]  # noqa: SIM118
+    else:
+        pairs = []
+        for i, item in enumerate(other):
+            if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or len(item) != 2:
+                raise KeyTypeError(
+                    f"update() takes a mapping or an iterable of (key, value) pairs; "
+                    f"item #{i} is {item!r:.60}"
+                )
+            pairs.append((item[0], item[1]))
+    pairs.extend(kwargs.items())
+    items: dict[str, object] = {}
+    for i, (key, value) in enumerate(pairs):
+        items[check_key(key, f" (item #{i})")] = value
+    return items
+
+
+def check_min_score(min_score: object) -> None:
+    if min_score is not None and not (
+        isinstance(min_score, numbers.Real) and math.isfinite(min_score)
+    ):
+        raise ConfigError(f"min_score must be a finite number or None, got {min_score!r}")

@@ -1,0 +1,113 @@
+"""The files of a saved store as its parts write and read them: typed, checked, named in errors.
+
+Each part of a store (the store's own key list, the value column, the index backend) writes a
+dict of ``StoreFiles`` (name -> numpy array, JSON list, or raw bytes) and reads them back through
+a ``FileReader``, which turns every problem into a ``StoreFormatError`` that names the file.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any, TypeAlias, Union
+
+import numpy as np
+
+from softdict._errors import StoreFormatError
+
+__all__ = ["FileReader", "StoreFiles", "encode_file"]
+
+StoreFiles: TypeAlias = dict[str, Union[np.ndarray, list[Any], bytes]]  # noqa: UP007
+
+
+def canonical_json(obj: Any) -> bytes:
+    """One byte string per JSON value: sorted keys, UTF-8, no NaN."""
+    return json.dumps(obj, sort_keys=True, ensure_ascii=False, allow_nan=False).encode()
+
+
+def encode_file(content: np.ndarray | list[Any] | bytes) -> bytes:
+    """The bytes of one file: .npy for an array (never pickled), JSON for a list, else as is."""
+    if isinstance(content, np.ndarray):
+        buffer = io.BytesIO()
+        np.save(buffer, np.ascontiguousarray(content), allow_pickle=False)
+        return buffer.getvalue()
+    if isinstance(content, list):
+        return canonical_json(content)
+    return content
+
+
+class FileReader:
+    """Checked access to a store's files; the bytes have already passed their checksums."""
+
+    def __init__(self, folder: Path, contents: dict[str, bytes | np.ndarray]) -> None:
+        self.folder = folder
+        self._contents = contents
+
+    def has(self, name: str) -> bool:
+        return name in self._contents
+
+    def error(self, name: str, problem: str) -> StoreFormatError:
+        """A ``StoreFormatError`` that names the file: "<folder>/<name> <problem>"."""
+        return StoreFormatError(f"{self.folder / name} {problem}")
+
+    def raw(self, name: str) -> bytes:
+        content = self._need(name)
+        if not isinstance(content, bytes):
+            raise self.error(name, "is not a raw file")
+        return content
+
+    def npy(self, name: str, dtype: type | np.dtype[Any], shape: tuple[int | None, ...]) -> np.ndarray:
+        """The array in ``name``, which must have this dtype and shape (None: any length)."""
+        array = self._array(name)
+        if (
+            array.dtype != np.dtype(dtype)
+            or array.ndim != len(shape)
+            or any(want is not None and got != want for got, want in zip(array.shape, shape))
+        ):
+            raise self.error(
+                name,
+                f"holds {array.dtype} {array.shape}, expected {np.dtype(dtype)} "
+                f"{tuple('n' if s is None else s for s in shape)}",
+            )
+        return array
+
+    def npy_rows(self, name: str, n: int) -> np.ndarray:
+        """The array in ``name``, of any dtype and shape, with ``n`` rows (its first axis)."""
+        array = self._array(name)
+        if array.ndim == 0 or array.shape[0] != n:
+            raise self.error(name, f"holds {array.shape}, expected {n} rows")
+        return array
+
+    def _array(self, name: str) -> np.ndarray:
+        content = self._need(name)
+        if isinstance(content, np.ndarray):
+            return content
+        try:
+            return np.load(io.BytesIO(content), allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise self.error(name, f"is not a readable .npy array ({exc})") from None
+
+    def finite_npy(
+        self, name: str, dtype: type | np.dtype[Any], shape: tuple[int | None, ...]
+    ) -> np.ndarray:
+        """``npy``, refusing NaN and infinity."""
+        array = self.npy(name, dtype, shape)
+        if not np.all(np.isfinite(array)):
+            raise self.error(name, "holds NaN or infinity")
+        return array
+
+    def json_list(self, name: str) -> list[Any]:
+        content = self._need(name)
+        try:
+            value = json.loads(content) if isinstance(content, bytes) else None
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise self.error(name, f"is not valid JSON ({exc})") from None
+        if not isinstance(value, list):
+            raise self.error(name, "should hold a JSON list")
+        return value
+
+    def _need(self, name: str) -> bytes | np.ndarray:
+        if name not in self._contents:
+            raise self.error(name, "is missing")
+        return self._contents[name]

@@ -1,0 +1,99 @@
+"""A soft lookup after encoding: from raw query embeddings to values, ``Attention`` or nearest
+keys. Functions of a store (the façade holds its lock around them)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from softdict._errors import NoMatchError
+from softdict._results import Attention
+from softdict._retrieval import RetrievalPolicy, Selection, select
+from softdict._types import BatchValue, Mask, NoDefault, Value
+from softdict.store.base import Store
+
+__all__ = ["attentions", "lookup_values", "nearest_keys", "selection"]
+
+
+def selection(store: Store, embeddings: np.ndarray, mask: Mask) -> Selection:
+    """The keys each raw query embedding attends to, by the store's retrieval policy."""
+    prepared = store.prepare_queries(embeddings)
+    allow = store.allow(mask)
+    assert store.dim is not None  # prepare_queries checked against it
+    policy = RetrievalPolicy.from_config(store.config, store.dim)
+    n_allowed = len(store) if allow is None else len(allow)
+    return select(store.backend, prepared, policy, allow, n_allowed)
+
+
+def lookup_values(
+    store: Store,
+    chosen: Selection,
+    texts: list[str] | None,
+    single: bool,
+    min_score: float | None,
+    default: object,
+) -> Value | BatchValue:
+    """The blended values; below ``min_score``, ``default`` or NoMatchError (no default)."""
+    column, slots = store.values_of(chosen.ids)
+    blended = column.blend(chosen.weights, slots)
+    misses = np.zeros(len(chosen.scores), dtype=bool)
+    if min_score is not None and len(misses):
+        misses = chosen.scores.max(axis=1) < min_score
+        if misses.any() and isinstance(default, NoDefault):
+            raise _no_match(store, chosen, texts, min_score, misses)
+    if single:
+        return default if misses[0] else column.result(blended, 0)  # type: ignore[return-value]
+    return column.fill(blended, misses, default) if misses.any() else blended
+
+
+def _no_match(
+    store: Store, chosen: Selection, texts: list[str] | None, min_score: float, misses: np.ndarray
+) -> NoMatchError:
+    i = int(np.argmax(misses))
+    best = int(np.argmax(chosen.scores[i]))
+    best_id = chosen.ids[best] if chosen.ids.ndim == 1 else chosen.ids[i, best]
+    what = f"query {texts[i]!r}" if texts is not None else f"query embedding #{i}"
+    n = int(misses.sum())
+    others = f" ({n - 1} other queries in the batch missed too)" if n > 1 else ""
+    return NoMatchError(
+        f"no key scored at least min_score={min_score} for {what}; the best was "
+        f"{store.keys_of(np.array([best_id]))[0]!r} at {chosen.scores[i, best]:.4f}{others}. "
+        f"Lower min_score, or pass default= to get a value back instead of this error"
+    )
+
+
+def attentions(store: Store, chosen: Selection, texts: list[str] | None) -> list[Attention]:
+    """One ``Attention`` per query: keys by weight, weights, scores, value, distribution."""
+    column, slots = store.values_of(chosen.ids)
+    blended = column.blend(chosen.weights, slots)
+    explained = column.explain(chosen.weights, slots, lambda: store.present_slots(column))
+    results = []
+    for i in range(len(chosen.weights)):
+        ids = chosen.ids if chosen.ids.ndim == 1 else chosen.ids[i]
+        found = np.isfinite(chosen.scores[i])  # padding scores -inf
+        weights, scores = chosen.weights[i, found], chosen.scores[i, found]
+        order = np.argsort(-scores, kind="stable")
+        results.append(
+            Attention(
+                query=texts[i] if texts is not None else None,
+                value=column.result(blended, i),
+                keys=tuple(store.keys_of(ids[found][order])),
+                weights=weights[order],
+                scores=scores[order],
+                k=int(chosen.k[i]),
+                tail_mass=float(chosen.tail_mass[i]),
+                distribution=explained[i],
+            )
+        )
+    return results
+
+
+def nearest_keys(
+    store: Store, embeddings: np.ndarray, k: int, mask: Mask
+) -> list[list[tuple[str, float]]]:
+    """The ``k`` keys most similar to each raw query embedding, with their scores, best first."""
+    scores, ids = store.backend.search(store.prepare_queries(embeddings), k, store.allow(mask))
+    found = ids >= 0
+    return [
+        list(zip(store.keys_of(row_ids[row_found]), row_scores[row_found].tolist()))
+        for row_ids, row_scores, row_found in zip(ids, scores, found)
+    ]

@@ -1,0 +1,49 @@
+"""Encoders: turning text into embeddings.
+
+``Encoder`` (in ``base``) is the protocol: ``encode(list[str])`` and, optionally,
+``encode_query`` and ``encode_document``. ``TextEncoder`` (in ``adapter``) adds what every store
+needs around one: batching, checks, a query cache, and the identity a saved store records. The
+registry turns an ``encoder=`` argument into one; this module registers the sentence-transformers
+plug-in and the bundled model. A new encoder is one file plus one registration.
+"""
+
+from __future__ import annotations
+
+from softdict.encoders.adapter import TextEncoder
+from softdict.encoders.base import PROBE_TEXT, Encoder, EncoderIdentity
+from softdict.encoders.registry import (
+    register_encoder_name,
+    register_encoder_wrapper,
+    register_name_fallback,
+    resolve_encoder,
+)
+from softdict.encoders.sentence_transformers import (
+    BUNDLED_MODEL_NAME,
+    MODEL_ENV_VAR,
+    SentenceTransformerEncoder,
+    is_sentence_transformer,
+)
+from softdict.encoders import sentence_transformers as _st
+
+__all__ = [
+    "BUNDLED_MODEL_NAME",
+    "MODEL_ENV_VAR",
+    "PROBE_TEXT",
+    "Encoder",
+    "EncoderIdentity",
+    "TextEncoder",
+    "register_encoder_name",
+    "register_encoder_wrapper",
+    "register_name_fallback",
+    "resolve_encoder",
+]
+
+# The bundled all-MiniLM-L6-v2, under the hub name it is known by (and records in saved stores).
+register_encoder_name(
+    BUNDLED_MODEL_NAME, lambda: SentenceTransformerEncoder(_st.load_bundled()), default=True
+)
+# Any other name or path: a sentence-transformers model on disk; SOFTDICT_MODEL names one.
+register_name_fallback(
+    lambda name: SentenceTransformerEncoder(_st.load_model(name)), env_var=MODEL_ENV_VAR
+)
+register_encoder_wrapper(is_sentence_transformer, SentenceTransformerEncoder)

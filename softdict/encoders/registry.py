@@ -1,0 +1,99 @@
+"""Which encoder an ``encoder=`` argument means.
+
+Resolution order: the ``encoder`` argument; for ``encoder=None`` the ``SOFTDICT_MODEL``
+environment variable, then the bundled model. A name or path goes to a registered name first
+(the bundled model's hub name loads the bundled package), then to the name fallbacks
+(sentence-transformers, from disk only). An object goes to the first registered wrapper that
+recognises it (a SentenceTransformer), else it is used as it is if it has ``.encode``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+
+from softdict._errors import EncoderError
+from softdict.encoders.adapter import TextEncoder
+from softdict.encoders.base import Encoder
+
+__all__ = [
+    "register_encoder_name",
+    "register_encoder_wrapper",
+    "register_name_fallback",
+    "resolve_encoder",
+]
+
+_NAMED: dict[str, Callable[[], Encoder]] = {}
+_NAME_FALLBACKS: list[Callable[[str], Encoder]] = []
+_WRAPPERS: list[tuple[Callable[[object], bool], Callable[[object], Encoder]]] = []
+_LOCK = threading.Lock()
+_DEFAULT: list[str] = []  # the name encoder=None loads, set by the package
+_ENV_VAR: list[str] = []  # the environment variable that overrides it
+
+
+def register_encoder_name(name: str, load: Callable[[], Encoder], *, default: bool = False) -> None:
+    """Make ``encoder=name`` load ``load()``; with ``default``, it is also what
+    ``encoder=None`` loads when the environment variable is not set."""
+    with _LOCK:
+        _NAMED[name] = load
+        if default:
+            _DEFAULT[:] = [name]
+
+
+def register_name_fallback(load: Callable[[str], Encoder], *, env_var: str | None = None) -> None:
+    """Try ``load(name)`` for names that are not registered (e.g. a model folder). ``env_var``
+    names the variable whose value ``encoder=None`` resolves first."""
+    with _LOCK:
+        _NAME_FALLBACKS.append(load)
+        if env_var is not None:
+            _ENV_VAR[:] = [env_var]
+
+
+def register_encoder_wrapper(
+    matches: Callable[[object], bool], wrap: Callable[[object], Encoder]
+) -> None:
+    """Objects for which ``matches(obj)`` holds are used as ``wrap(obj)``."""
+    with _LOCK:
+        _WRAPPERS.append((matches, wrap))
+
+
+def resolve_encoder(encoder: object, *, query_cache_size: int = 1024) -> TextEncoder:
+    """Turn the ``encoder=`` argument into a ``TextEncoder`` (see the module docstring)."""
+    if isinstance(encoder, TextEncoder):
+        return encoder
+    if encoder is None:
+        from_env = os.environ.get(_ENV_VAR[0]) if _ENV_VAR else None
+        return _by_name(from_env or _DEFAULT[0], query_cache_size)
+    if isinstance(encoder, (str, os.PathLike)):
+        return _by_name(os.fspath(encoder), query_cache_size)
+    for matches, wrap in _WRAPPERS:
+        if matches(encoder):
+            return TextEncoder(wrap(encoder), _object_name(encoder), query_cache_size)
+    if callable(getattr(encoder, "encode", None)):
+        return TextEncoder(encoder, _object_name(encoder), query_cache_size)  # type: ignore[arg-type]
+    raise EncoderError(
+        f"encoder must be None, a model name or path, a SentenceTransformer, or an object with "
+        f".encode(list[str]) returning an (n, d) array; got {type(encoder).__name__}"
+    )
+
+
+def _object_name(encoder: object) -> str:
+    return str(getattr(encoder, "name", None) or type(encoder).__name__)
+
+
+def _by_name(name: str, query_cache_size: int) -> TextEncoder:
+    load = _NAMED.get(name)
+    if load is not None:
+        loaded = load()
+    else:
+        errors: list[EncoderError] = []
+        for fallback in _NAME_FALLBACKS:
+            try:
+                loaded = fallback(name)
+                break
+            except EncoderError as exc:
+                errors.append(exc)
+        else:
+            raise errors[0] if errors else EncoderError(f"no encoder is registered as {name!r}")
+    return TextEncoder(loaded, name, query_cache_size, loadable_by_name=True)

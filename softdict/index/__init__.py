@@ -1,0 +1,81 @@
+"""Index backends: where key vectors live and how a query finds the keys it attends to.
+
+``IndexBackend`` (in ``base``) is the protocol; each implementation is one file, and this module
+registers them under the names ``index=`` accepts. A new backend is one file plus one call to
+``register_backend``.
+
+========== ================================================= ==================================
+index=     backend                                           file
+========== ================================================= ==================================
+"auto"     exact numpy up to 10,000 keys, then IVF-Flat      ``growing`` (``exact``, ``ivf``)
+"flat"     exact numpy                                       ``exact``
+"hnsw"     FAISS IndexHNSWFlat                               ``hnsw``
+"ivf"      FAISS IndexIVFFlat (exact until 2,000 keys)       ``growing``, ``ivf``
+"ivf_sq8"  FAISS IndexIVFScalarQuantizer, 8 bits a dimension ``growing``, ``ivf``
+other      a FAISS index_factory string                      ``growing``, ``factory``
+========== ================================================= ==================================
+"""
+
+from __future__ import annotations
+
+from softdict._config import EXACT_MAX_KEYS
+from softdict._similarity import Metric
+from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
+from softdict.index.exact import ExactBackend
+from softdict.index.factory import FactoryBackend, is_factory_string
+from softdict.index.growing import GrowingBackend
+from softdict.index.hnsw import HNSWBackend
+from softdict.index.ivf import IVFBackend
+from softdict.index.registry import (
+    BackendSpec,
+    backend_names,
+    backend_spec,
+    register_backend,
+    register_fallback,
+)
+
+__all__ = [
+    "Allow",
+    "BackendDump",
+    "BackendSpec",
+    "Capabilities",
+    "IndexBackend",
+    "Metric",
+    "backend_names",
+    "backend_spec",
+    "register_backend",
+]
+
+
+def _ivf(encoding: str) -> BackendSpec:
+    name = "ivf" if encoding == "Flat" else f"ivf_{encoding.lower()}"
+    return BackendSpec(
+        name,
+        lambda dim, metric: GrowingBackend(dim, metric, lambda: IVFBackend(dim, metric, encoding)),
+        f"{name} (nprobe>=16)",
+    )
+
+
+def _factory(option: str) -> BackendSpec | None:
+    if not is_factory_string(option):
+        return None
+    return BackendSpec(
+        option,
+        lambda dim, metric: GrowingBackend(dim, metric, lambda: FactoryBackend(dim, metric, option)),
+        option,
+    )
+
+
+register_backend(
+    "auto",
+    lambda dim, metric: GrowingBackend(
+        dim, metric, lambda: IVFBackend(dim, metric), EXACT_MAX_KEYS + 1, name="auto"
+    ),
+    description="auto: exact",
+)
+register_backend("flat", lambda dim, metric: ExactBackend(dim, metric, name="flat"))
+register_backend("hnsw", HNSWBackend, description="hnsw (M=32, efSearch=128)")
+for _encoding in ("Flat", "SQ8"):
+    _spec = _ivf(_encoding)
+    register_backend(_spec.name, _spec.create, description=_spec.description)
+register_fallback(_factory)

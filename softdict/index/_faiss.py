@@ -1,0 +1,187 @@
+"""What every FAISS backend shares: rows in a FAISS index, ids by row, tombstones, rebuilds.
+
+The FAISS index is always filled in row order without an id map, so a FAISS id is a row of this
+backend, and ``IdRows`` turns rows into the store's ids. Deletes are tombstones: a deleted row
+stays in the FAISS index, and every search passes FAISS an ``IDSelectorBitmap`` of the rows it may
+return, so a deleted key is never returned (HNSW cannot remove vectors at all; IVF could, but
+then FAISS ids would no longer be rows). The same selector carries a caller's ``Allow``. Once
+tombstones outnumber live rows, the index is rebuilt from its own reconstructed vectors, so no
+second copy of the embeddings is kept.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any
+
+import faiss
+import numpy as np
+
+from softdict._files import FileReader, StoreFiles
+from softdict._similarity import Metric
+from softdict.index._rows import IdRows
+from softdict.index.base import Allow, BackendDump, IndexBackend
+
+__all__ = ["FaissBackend", "faiss_message", "faiss_metric"]
+
+
+def faiss_metric(metric: Metric) -> int:
+    return faiss.METRIC_L2 if metric is Metric.L2 else faiss.METRIC_INNER_PRODUCT
+
+
+def faiss_message(exc: RuntimeError, fallback: str) -> str:
+    """The useful last line of a FAISS error (its first lines are C++ frames)."""
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else fallback
+
+
+class FaissBackend(IndexBackend):
+    """A FAISS index over this backend's rows. Subclasses say how to build and search it."""
+
+    def __init__(self, dim: int, metric: Metric) -> None:
+        super().__init__(dim, metric)
+        self._rows = IdRows()
+        self._index: faiss.Index | None = None
+        self._built_for = 0  # keys the index was built (trained) for
+        self._live_bitmap: np.ndarray | None = None  # packed live rows, rebuilt after changes
+
+    # -- what a subclass says --------------------------------------------------------------------
+
+    @abstractmethod
+    def _new_index(self, training: np.ndarray) -> faiss.Index:
+        """An empty FAISS index, trained on ``training`` if it needs training."""
+
+    @abstractmethod
+    def _search_plan(
+        self,
+        index: faiss.Index,
+        k: int,
+        selector: faiss.IDSelector | None,
+        fraction: float,
+        n_queries: int,
+    ) -> tuple[faiss.Index, faiss.SearchParameters | None]:
+        """Which index to search, with which parameters, for ``n_queries`` queries of ``k``
+        results each, limited to ``selector``, which lets ``fraction`` of the rows through."""
+
+    def _fits(self, index: faiss.Index) -> bool:
+        """Whether a loaded FAISS index is of this backend's kind."""
+        return True
+
+    def _wants_rebuild(self, size: int, built_for: int) -> bool:
+        """Whether an index built for ``built_for`` keys should be rebuilt now it holds ``size``."""
+        return False
+
+    def min_train_size(self) -> int:
+        """How many keys building the index needs (the growing policy waits for them)."""
+        return 0
+
+    # -- the protocol ------------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._rows.n_live
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        if self._index is None:
+            self._index = self._new_index(vectors)  # may raise: nothing has changed yet
+            self._built_for = len(vectors)
+        self._rows.append(ids)
+        self._index.add(vectors)
+        self._live_bitmap = None
+        if self._wants_rebuild(self._rows.n_live, self._built_for):
+            self._rebuild(self._rows.live_rows())
+
+    def remove(self, ids: np.ndarray) -> None:
+        self._rows.remove(ids)
+        self._live_bitmap = None
+        if self._rows.needs_compaction:
+            self._rebuild(self._rows.live_rows())
+
+    def _rebuild(self, rows: np.ndarray) -> None:
+        """Rebuild (and retrain) the index from the vectors of ``rows``, renumbered from 0.
+        With no rows left there is nothing to train on: the next add builds a new index."""
+        assert self._index is not None
+        index = None
+        if len(rows):
+            vectors = np.ascontiguousarray(self._index.reconstruct_batch(rows), dtype=np.float32)
+            index = self._new_index(vectors)
+            index.add(vectors)
+        self._rows.keep(rows)
+        self._index, self._built_for, self._live_bitmap = index, len(rows), None
+
+    def search(
+        self, queries: np.ndarray, k: int, allow: Allow | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        m = len(queries)
+        if self._index is None or not self._rows.n_live:
+            return np.full((m, k), -np.inf), np.full((m, k), -1, dtype=np.int64)
+        selector, bitmap, n_allowed = None, None, self._rows.n_live
+        if allow is not None:
+            rows = self._rows.rows_of(allow.ids)
+            n_allowed = len(rows)
+            mask = np.zeros(self._rows.size, dtype=bool)
+            mask[rows] = True
+            bitmap = np.packbits(mask, bitorder="little")
+        elif self._rows.has_tombstones:
+            if self._live_bitmap is None:
+                self._live_bitmap = np.packbits(self._rows.live, bitorder="little")
+            bitmap = self._live_bitmap
+        if bitmap is not None:
+            selector = faiss.IDSelectorBitmap(self._rows.size, faiss.swig_ptr(bitmap))
+        fraction = n_allowed / max(self._rows.size, 1)
+        index, params = self._search_plan(self._index, k, selector, fraction, m)
+        distances, rows = index.search(np.ascontiguousarray(queries), k, params=params)
+        del bitmap  # kept alive until here: the selector points into it
+        scores = distances.astype(np.float64)
+        if self.metric is Metric.L2:
+            scores = -scores  # FAISS gives squared distances, smallest first
+        return np.where(rows >= 0, scores, -np.inf), self._rows.ids_of(rows)
+
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        rows = self._rows.rows_of(np.asarray(ids, dtype=np.int64))
+        if len(rows) != len(ids) or self._index is None:
+            raise KeyError("vectors() asked for ids this backend does not hold")
+        return np.asarray(self._index.reconstruct_batch(rows), dtype=np.float32)
+
+    def memory_bytes(self) -> int:
+        index_bytes = faiss.serialize_index(self._index).nbytes if self._index is not None else 0
+        return int(index_bytes + self._rows.nbytes())
+
+    def dump(self) -> BackendDump:
+        files: StoreFiles = {
+            "index_ids.npy": self._rows.ids.copy(),
+            "index_live.npy": self._rows.live.copy(),
+        }
+        if self._index is not None:
+            files["index.faiss"] = faiss.serialize_index(self._index).tobytes()
+        return BackendDump({"built_for": self._built_for}, files)
+
+    def restore(self, meta: dict[str, Any], files: FileReader) -> None:
+        ids = files.npy("index_ids.npy", np.int64, (None,))
+        live = files.npy("index_live.npy", np.bool_, (len(ids),))
+        if len(ids) and (ids[0] < 0 or np.any(np.diff(ids) <= 0)):
+            raise files.error("index_ids.npy", "holds ids that are negative or not increasing")
+        if not len(ids):
+            return
+        try:
+            index = faiss.deserialize_index(np.frombuffer(files.raw("index.faiss"), np.uint8))
+        except RuntimeError as exc:
+            raise files.error(
+                "index.faiss", f"cannot be read by FAISS ({faiss_message(exc, 'unreadable')})"
+            ) from None
+        if index.d != self.dim or index.ntotal != len(ids):
+            raise files.error(
+                "index.faiss",
+                f"does not fit the store: it holds {index.ntotal} vectors of {index.d} dims, "
+                f"the store {len(ids)} of {self.dim}",
+            )
+        if index.metric_type != faiss_metric(self.metric) or not self._fits(index):
+            raise files.error(
+                "index.faiss", f"is not a {self.describe()} index with this store's metric"
+            )
+        built_for = meta.get("built_for", index.ntotal)  # format 1 did not record it
+        if not isinstance(built_for, int) or built_for < 0:
+            raise files.error("manifest.json", f"has an invalid index built_for {built_for!r}")
+        self._index, self._built_for = index, int(built_for)
+        self._rows = IdRows.restored(ids, live)
+        self._live_bitmap = None

@@ -1,0 +1,130 @@
+"""The index-backend protocol: where the key vectors live and how a query finds the best keys.
+
+A backend holds prepared key vectors (see ``softdict._similarity``) under int64 ids that the store
+hands out, in increasing order, and never reuses. A backend never renumbers an id: compaction,
+retraining and rebuilding happen behind it. That is what lets a backend live elsewhere (a vector
+database keeps its own primary keys) and lets the store keep its own layout.
+
+Searches take an ``Allow``, the one filter type: the ids a search may return. A local backend
+turns it into a FAISS ``IDSelector``; a remote one into its own filter expression. Results come
+back as FAISS pads them: best first, with id -1 and score -inf where fewer than k keys qualify.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from softdict._files import FileReader, StoreFiles
+from softdict._similarity import Metric
+
+__all__ = ["Allow", "BackendDump", "Capabilities", "IndexBackend"]
+
+
+@dataclass(frozen=True)
+class Allow:
+    """The ids a search may return: sorted, unique, every one held by the store."""
+
+    ids: np.ndarray
+
+    @classmethod
+    def of(cls, ids: np.ndarray | list[int]) -> Allow:
+        return cls(np.unique(np.asarray(ids, dtype=np.int64)))
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, which decides how the retrieval policy uses it.
+
+    Attributes:
+        exact: searches return the true best keys, and ``score_all`` scores every key.
+        cost_grows_with_k: a larger k makes one search much slower (HNSW's efSearch must be >= k),
+            so adaptive top-k searches in rounds; elsewhere one search at the largest k is cheaper.
+        keeps_own_data: the vectors live outside this process (a server); ``dump`` saves nothing.
+        returns_vectors: ``vectors(ids)`` gives the stored vectors back (calibrate, fit).
+    """
+
+    exact: bool
+    cost_grows_with_k: bool = False
+    keeps_own_data: bool = False
+    returns_vectors: bool = True
+
+
+@dataclass(frozen=True)
+class BackendDump:
+    """A backend's saved state: JSON-able ``meta`` for the manifest, and its files."""
+
+    meta: dict[str, Any]
+    files: StoreFiles
+
+
+class IndexBackend(ABC):
+    """Prepared key vectors under stable int64 ids, searchable by the ``metric``.
+
+    Subclasses implement the abstract methods; ``score_all`` and ``vectors`` are needed only
+    where ``capabilities`` says so.
+    """
+
+    def __init__(self, dim: int, metric: Metric) -> None:
+        self.dim = dim
+        self.metric = metric
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """How many vectors it holds (removed ones not counted)."""
+
+    @property
+    @abstractmethod
+    def capabilities(self) -> Capabilities:
+        """What this backend can do now (it may change as the backend grows)."""
+
+    @abstractmethod
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Add prepared ``vectors`` (n, dim) float32 under ``ids`` (n,) int64: new ids, each
+        larger than any id added before, in increasing order."""
+
+    @abstractmethod
+    def remove(self, ids: np.ndarray) -> None:
+        """Remove ``ids``: no search returns them again. Ids it does not hold are ignored."""
+
+    @abstractmethod
+    def search(
+        self, queries: np.ndarray, k: int, allow: Allow | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best held ids per prepared query (m, dim), best first: float64 scores
+        (m, k) and int64 ids (m, k), padded with -inf and -1. One call serves the batch."""
+
+    def score_all(
+        self, queries: np.ndarray, allow: Allow | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Scores (m, c) of prepared queries against every held (and allowed) vector, and the
+        ids (c,) of those columns, in increasing order. Only where ``capabilities.exact``."""
+        raise NotImplementedError(f"{self.describe()} cannot score every key; search it instead")
+
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        """The prepared vectors of held ``ids`` (approximations for compressed indexes).
+        Only where ``capabilities.returns_vectors``."""
+        raise NotImplementedError(f"{self.describe()} cannot return its vectors")
+
+    @abstractmethod
+    def describe(self) -> str:
+        """A short description for people, e.g. "ivf (nlist=1264, nprobe>=16)"."""
+
+    @abstractmethod
+    def memory_bytes(self) -> int:
+        """Bytes this process holds for the vectors and their ids."""
+
+    @abstractmethod
+    def dump(self) -> BackendDump:
+        """The state to save; ``restore`` on a fresh backend of the same kind reads it back."""
+
+    @abstractmethod
+    def restore(self, meta: dict[str, Any], files: FileReader) -> None:
+        """Replace this (empty) backend's state with a saved one; StoreFormatError if it does
+        not fit (the reader names the file)."""

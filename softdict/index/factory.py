@@ -1,0 +1,121 @@
+"""Any FAISS ``index_factory`` string, e.g. ``index="IVF1024,PQ48"`` or ``"HNSW16"``.
+
+The string is parsed when the SoftDict is created; whether it fits the embeddings (a product
+quantiser needs d divisible by its code count) is known only once their dimension is, so
+``check_factory`` runs when the store creates its backend.
+"""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+
+from softdict._errors import ConfigError
+from softdict._similarity import Metric, metric_scores
+from softdict.index._faiss import FaissBackend, faiss_message, faiss_metric
+from softdict.index.base import Allow, Capabilities
+from softdict.index.hnsw import sparse_or_graph
+from softdict.index.ivf import ivf_params, set_parallel_mode
+
+__all__ = ["FactoryBackend", "check_factory", "is_factory_string"]
+
+
+def is_factory_string(name: str) -> bool:
+    """Whether FAISS parses ``name`` (at 8 dims; a string that parses but does not fit 8 dims,
+    such as a product quantiser with 48 codes, counts: its fit is checked later)."""
+    try:
+        faiss.index_factory(8, name)
+    except RuntimeError as exc:
+        return "could not parse" not in str(exc)
+    return True
+
+
+def parse_error(name: str) -> str:
+    try:
+        faiss.index_factory(8, name)
+    except RuntimeError as exc:
+        return faiss_message(exc, "")
+    return ""
+
+
+def check_factory(name: str, dim: int) -> int:
+    """How many keys building ``name`` for ``dim`` dims needs; ConfigError if it cannot be."""
+    try:
+        probe = faiss.index_factory(dim, name)
+    except RuntimeError as exc:
+        raise ConfigError(
+            f"index={name!r} cannot be built for {dim}-dim embeddings "
+            f"({faiss_message(exc, '')}); choose parameters that fit {dim} dimensions"
+        ) from None
+    if probe.is_trained:
+        return 0
+    ivf = faiss.try_extract_index_ivf(probe)
+    # k-means wants ~39 points per centroid; product quantisers want 256 per code.
+    return max(256, 39 * ivf.nlist) if ivf is not None else 1_000
+
+
+class FactoryBackend(FaissBackend):
+    """The index a FAISS factory string describes."""
+
+    def __init__(self, dim: int, metric: Metric, factory: str) -> None:
+        super().__init__(dim, metric)
+        self.factory = factory
+        self._min_train = check_factory(factory, dim)
+
+    def min_train_size(self) -> int:
+        return self._min_train
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(
+            exact=self._is_flat(),
+            cost_grows_with_k=isinstance(self._index, faiss.IndexHNSW),
+        )
+
+    def _is_flat(self) -> bool:
+        return isinstance(self._index, faiss.IndexFlat)
+
+    def _new_index(self, training: np.ndarray) -> faiss.Index:
+        index = faiss.index_factory(self.dim, self.factory, faiss_metric(self.metric))
+        if not index.is_trained:
+            index.train(training)
+        ivf = faiss.try_extract_index_ivf(index)
+        if ivf is not None:
+            ivf.make_direct_map(True)  # lets compaction reconstruct vectors by row
+        return index
+
+    def _fits(self, index: faiss.Index) -> bool:
+        expected = faiss.index_factory(self.dim, self.factory, faiss_metric(self.metric))
+        return type(faiss.downcast_index(index)) is type(expected)
+
+    def _search_plan(
+        self,
+        index: faiss.Index,
+        k: int,
+        selector: faiss.IDSelector | None,
+        fraction: float,
+        n_queries: int,
+    ) -> tuple[faiss.Index, faiss.SearchParameters | None]:
+        ivf = faiss.try_extract_index_ivf(index)
+        if ivf is not None:
+            set_parallel_mode(ivf, n_queries)
+            return index, ivf_params(ivf, ivf.nprobe, k, selector, fraction)
+        if isinstance(index, faiss.IndexHNSW):
+            return sparse_or_graph(index, k, selector, fraction, index.hnsw.efSearch)
+        return index, faiss.SearchParameters(sel=selector) if selector is not None else None
+
+    def score_all(
+        self, queries: np.ndarray, allow: Allow | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if not self._is_flat():
+            return super().score_all(queries, allow)
+        assert self._index is not None
+        # A zero-copy view of the flat index's own storage.
+        size = self._rows.size
+        vectors = faiss.rev_swig_ptr(self._index.get_xb(), size * self.dim).reshape(size, self.dim)
+        rows = self._rows.live_rows() if allow is None else self._rows.rows_of(allow.ids)
+        scores = metric_scores(queries, vectors, self.metric)[:, rows]
+        return scores, self._rows.ids[rows]
+
+    def describe(self) -> str:
+        return self.factory

@@ -1,0 +1,120 @@
+"""The auto policy: exact search in numpy while a store is small, then a FAISS backend.
+
+``index="auto"`` stays exact up to 10,000 keys (where exact attention is as fast as any index,
+benchmarks/scale.py) and then builds an IVF index. Trainable indexes (``"ivf"``, ``"ivf_sq8"``,
+factory strings that need training) use the same policy with their own threshold: they cannot be
+built before there are enough keys to train on, and until then exact search answers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from softdict._files import FileReader
+from softdict._similarity import Metric
+from softdict.index._faiss import FaissBackend
+from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
+from softdict.index.exact import ExactBackend
+
+__all__ = ["GrowingBackend"]
+
+
+class GrowingBackend(IndexBackend):
+    """An ``ExactBackend`` until it holds ``switch_at`` keys, then the FAISS backend that
+    ``make_large`` creates, built from the exact backend's vectors.
+
+    Args:
+        name: shown in ``describe`` as "<name>: exact" / "<name>: <large>"; None shows the large
+            backend's own description in both phases.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        metric: Metric,
+        make_large: Callable[[], FaissBackend],
+        switch_at: int | None = None,
+        *,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(dim, metric)
+        self._make_large = make_large
+        self._large = make_large()  # created now: a factory string is checked against dim here
+        self._switch_at = self._large.min_train_size() if switch_at is None else switch_at
+        self._small: ExactBackend | None = ExactBackend(dim, metric)
+        self.name = name
+
+    @property
+    def _active(self) -> IndexBackend:
+        return self._small if self._small is not None else self._large
+
+    def __len__(self) -> int:
+        return len(self._active)
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return self._active.capabilities
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        self._active.add(ids, vectors)
+        if self._small is not None and len(self._small) >= self._switch_at:
+            self._switch()
+
+    def _switch(self) -> None:
+        """Move the vectors into the large backend, or, if FAISS cannot build it from this many
+        keys after all, stay exact until there are twice as many."""
+        assert self._small is not None
+        ids = self._small.held_ids()
+        try:
+            # A FaissBackend whose index cannot be built changes nothing before it raises.
+            self._large.add(ids, self._small.vectors(ids))
+        except RuntimeError:  # FAISS: too few training points for this index
+            self._switch_at = 2 * len(self._small)
+            return
+        self._small = None
+
+    def remove(self, ids: np.ndarray) -> None:
+        self._active.remove(ids)
+        if self._small is None and len(self._large) == 0:
+            # Emptied: start small again (an IVF index cannot retrain on no keys).
+            self._large, self._small = self._make_large(), ExactBackend(self.dim, self.metric)
+
+    def search(
+        self, queries: np.ndarray, k: int, allow: Allow | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._active.search(queries, k, allow)
+
+    def score_all(
+        self, queries: np.ndarray, allow: Allow | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._active.score_all(queries, allow)
+
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        return self._active.vectors(ids)
+
+    def describe(self) -> str:
+        if self.name is None:
+            return self._large.describe()
+        return f"{self.name}: {'exact' if self._small is not None else self._large.describe()}"
+
+    def memory_bytes(self) -> int:
+        return self._active.memory_bytes()
+
+    def dump(self) -> BackendDump:
+        inner = self._active.dump()
+        phase = "exact" if self._small is not None else "built"
+        return BackendDump({"phase": phase, **inner.meta}, inner.files)
+
+    def restore(self, meta: dict[str, Any], files: FileReader) -> None:
+        phase = meta.get("phase")
+        if phase == "exact":
+            assert self._small is not None
+            self._small.restore(meta, files)
+        elif phase == "built":
+            self._large.restore(meta, files)
+            self._small = None
+        else:
+            raise files.error("manifest.json", f"has an unknown index phase {phase!r}")

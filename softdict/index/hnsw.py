@@ -1,0 +1,72 @@
+"""``index="hnsw"``: a navigable small-world graph (FAISS IndexHNSWFlat); no training needed.
+
+Fast for a small k, but attention asks for hundreds of keys, and a graph search must keep
+efSearch >= k candidates, so its cost grows with k (the retrieval policy then searches in rounds).
+"""
+
+from __future__ import annotations
+
+import faiss
+
+from softdict._similarity import Metric
+from softdict.index._faiss import FaissBackend, faiss_metric
+from softdict.index.base import Capabilities
+
+__all__ = ["SPARSE_ALLOW_FRACTION", "HNSWBackend", "hnsw_params"]
+
+# A selector that lets through less than this fraction of the rows makes a graph walk meet
+# almost no allowed key; below it the search scores the graph's flat storage instead.
+SPARSE_ALLOW_FRACTION = 0.05
+
+
+def hnsw_params(ef_search: int, k: int, selector: faiss.IDSelector | None) -> faiss.SearchParameters:
+    # The graph search keeps efSearch candidates; it must be at least k to return k results.
+    return faiss.SearchParametersHNSW(sel=selector, efSearch=max(ef_search, k))
+
+
+class HNSWBackend(FaissBackend):
+    """IndexHNSWFlat with M links per node."""
+
+    def __init__(
+        self, dim: int, metric: Metric, m: int = 32, ef_construction: int = 40, ef_search: int = 128
+    ) -> None:
+        super().__init__(dim, metric)
+        self.m, self.ef_construction, self.ef_search = m, ef_construction, ef_search
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(exact=False, cost_grows_with_k=True)
+
+    def _new_index(self, training: object) -> faiss.Index:
+        index = faiss.IndexHNSWFlat(self.dim, self.m, faiss_metric(self.metric))
+        index.hnsw.efConstruction = self.ef_construction
+        return index
+
+    def _fits(self, index: faiss.Index) -> bool:
+        return isinstance(index, faiss.IndexHNSW)
+
+    def _search_plan(
+        self,
+        index: faiss.Index,
+        k: int,
+        selector: faiss.IDSelector | None,
+        fraction: float,
+        n_queries: int,
+    ) -> tuple[faiss.Index, faiss.SearchParameters | None]:
+        return sparse_or_graph(index, k, selector, fraction, self.ef_search)
+
+    def describe(self) -> str:
+        return f"hnsw (M={self.m}, efSearch={self.ef_search})"
+
+
+def sparse_or_graph(
+    index: faiss.Index,
+    k: int,
+    selector: faiss.IDSelector | None,
+    fraction: float,
+    ef_search: int,
+) -> tuple[faiss.Index, faiss.SearchParameters]:
+    """Walk the graph, or, when few rows are allowed, score its flat storage (exact and cheap)."""
+    if fraction < SPARSE_ALLOW_FRACTION:
+        return faiss.downcast_index(index.storage), faiss.SearchParameters(sel=selector)
+    return index, hnsw_params(ef_search, k, selector)

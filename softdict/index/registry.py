@@ -1,0 +1,69 @@
+"""Which backend an ``index=`` option names: a registry of named backends, and FAISS factory
+strings for everything else."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from softdict._errors import ConfigError
+from softdict._similarity import Metric
+from softdict.index.base import IndexBackend
+
+__all__ = ["BackendSpec", "backend_names", "backend_spec", "register_backend"]
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A registered backend: the ``index=`` name, how to create one for a dimension and metric,
+    and what to call it before any key is stored (when its dimension is not known yet)."""
+
+    name: str
+    create: Callable[[int, Metric], IndexBackend]
+    description: str
+
+
+_NAMED: dict[str, BackendSpec] = {}
+_LOCK = threading.Lock()
+# Turns an option that is not a registered name into a spec (FAISS factory strings), or None.
+_FALLBACK: list[Callable[[str], BackendSpec | None]] = []
+
+
+def register_backend(
+    name: str, create: Callable[[int, Metric], IndexBackend], *, description: str | None = None
+) -> None:
+    """Make ``index=name`` create ``create(dim, metric)``; ``description`` is shown before the
+    first key (default: the name). Registering a name again replaces it."""
+    with _LOCK:
+        _NAMED[name] = BackendSpec(name, create, description or name)
+
+
+def register_fallback(resolve: Callable[[str], BackendSpec | None]) -> None:
+    """Consulted, in registration order, for options that are not registered names."""
+    with _LOCK:
+        _FALLBACK.append(resolve)
+
+
+def backend_names() -> list[str]:
+    return sorted(_NAMED)
+
+
+def backend_spec(option: str) -> BackendSpec:
+    """The backend an ``index=`` option names; ConfigError if none does."""
+    if option in _NAMED:
+        return _NAMED[option]
+    reasons = []
+    for resolve in _FALLBACK:
+        try:
+            spec = resolve(option)
+        except ConfigError as exc:
+            reasons.append(str(exc))
+            continue
+        if spec is not None:
+            return spec
+    detail = f" ({'; '.join(reasons)})" if reasons else ""
+    raise ConfigError(
+        f"index={option!r} is neither one of {backend_names()} nor a FAISS index_factory "
+        f"string{detail}; see the FAISS wiki page 'The index factory' for the syntax"
+    )

@@ -1,0 +1,231 @@
+"""The store protocol: everything one SoftDict holds, behind one interface.
+
+A store holds the options (config), the keys and the int64 id each key's vector has, the value
+column, the index backend, and the query projection learned by ``fit``. ``SoftDict`` is a façade
+over one store and one encoder: it parses arguments, encodes text, holds the lock, and asks the
+store. Counting, iterating, getting, writing, deleting and searching all go through this
+interface, so nothing requires the keys, values or vectors to be in this process's memory: a
+store backed by a vector database is a second implementation (one package and one registration
+in ``softdict.store``).
+
+Writes have two steps so that a failed write changes nothing: ``stage`` validates everything
+against the store as it is and returns a ``StagedWrite`` (or raises); ``commit`` applies it and
+cannot fail on bad input. Commit a staged write in the same critical section as its ``stage``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from softdict._config import SoftDictConfig
+from softdict._files import StoreFiles
+from softdict._types import Mask, Value
+from softdict.index.base import Allow, BackendDump, IndexBackend
+from softdict.values.base import ValueColumn
+
+__all__ = ["StagedWrite", "Store", "StoreState"]
+
+
+@dataclass
+class StagedWrite:
+    """A validated write, ready to commit.
+
+    Attributes:
+        fresh: keys that get a new id and vector: new keys, or (``replace_vectors``) keys whose
+            embedding is replaced.
+        kept: existing keys whose value changes and whose vector stays.
+        missing: the fresh keys that have no vector yet: encode them, then stage again.
+        details: what the store needs to commit (its own business).
+    """
+
+    fresh: list[str]
+    kept: list[str]
+    missing: list[str]
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoreState:
+    """A store as persistence saves it, less the files of its parts (values, index).
+
+    ``keys`` are in iteration order; ``ids[i]`` is the id of ``keys[i]``, and the values in the
+    parts' files are aligned with them. ``next_id`` is the id the next new key gets.
+    """
+
+    config: SoftDictConfig
+    keys: list[str]
+    ids: np.ndarray
+    next_id: int
+    dim: int | None
+    value_kind: str | None
+    index_meta: dict[str, Any] | None
+    projection: np.ndarray | None
+
+
+class Store(ABC):
+    """What a SoftDict holds. See the module docstring."""
+
+    # -- options and shape ----------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def config(self) -> SoftDictConfig:
+        """The options in force."""
+
+    @config.setter
+    @abstractmethod
+    def config(self, config: SoftDictConfig) -> None: ...
+
+    @property
+    @abstractmethod
+    def dim(self) -> int | None:
+        """The key embeddings' dimension; None while the store has never held a key."""
+
+    @property
+    @abstractmethod
+    def value_kind(self) -> str | None:
+        """The kind of value held, or None while empty and not fixed by ``value_kind=``."""
+
+    @property
+    @abstractmethod
+    def projection(self) -> np.ndarray | None:
+        """W_q, learned by ``fit``: queries become W_q·q before scoring. None is the identity."""
+
+    @projection.setter
+    @abstractmethod
+    def projection(self, projection: np.ndarray | None) -> None: ...
+
+    @abstractmethod
+    def describe_index(self) -> str:
+        """Which index backend holds the keys now, e.g. "auto: exact"."""
+
+    @abstractmethod
+    def index_memory_bytes(self) -> int:
+        """Bytes this process holds for the key vectors and their ids."""
+
+    # -- the exact mapping ---------------------------------------------------------------------
+
+    @abstractmethod
+    def __len__(self) -> int: ...
+
+    @abstractmethod
+    def __contains__(self, key: object) -> bool: ...
+
+    @abstractmethod
+    def keys(self) -> list[str]:
+        """Every key, in insertion order (a snapshot)."""
+
+    @abstractmethod
+    def get(self, key: str) -> Value:
+        """The value of ``key``; ``KeyError(key)`` if it is absent."""
+
+    @abstractmethod
+    def newest_key(self) -> str:
+        """The most recently inserted key; KeyError if the store is empty."""
+
+    # -- writing -------------------------------------------------------------------------------
+
+    @abstractmethod
+    def stage(
+        self,
+        items: Mapping[str, object],
+        vectors: Mapping[str, np.ndarray] | None = None,
+        *,
+        replace_vectors: bool = False,
+    ) -> StagedWrite:
+        """Validate a write of ``items`` (key -> value) against the store as it is now.
+
+        New keys need a raw embedding in ``vectors``; those without one are listed in
+        ``missing``. With ``replace_vectors`` every key gets the embedding in ``vectors``, and
+        existing keys move to it; otherwise existing keys keep theirs and only the value changes.
+
+        Raises:
+            ValueKindError, ValueShapeError, InvalidValueError: a value or embedding is bad.
+            ConfigError: the index cannot be built for these embeddings.
+        """
+
+    @abstractmethod
+    def commit(self, staged: StagedWrite) -> None:
+        """Apply a staged write whose ``missing`` is empty."""
+
+    @abstractmethod
+    def remove(self, key: str) -> None:
+        """Delete ``key``; ``KeyError(key)`` if it is absent."""
+
+    @abstractmethod
+    def clear(self) -> None:
+        """Remove every key. The options and the query projection stay; the value kind is free
+        again for the next insert (unless fixed by ``value_kind=``)."""
+
+    # -- reading for attention -----------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def value_column(self) -> ValueColumn | None:
+        """A column of the store's value kind (for a remote store, possibly an empty local one),
+        for checks made before a lookup; None while the store holds no value."""
+
+    @property
+    @abstractmethod
+    def backend(self) -> IndexBackend:
+        """The index backend searched for soft lookups (only while the store holds keys)."""
+
+    @abstractmethod
+    def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
+        """``embeddings`` as float32 (n, d), or ValueShapeError (another dimension than the
+        store's keys) or InvalidValueError (NaN, infinity); ``what`` names them in the message."""
+
+    @abstractmethod
+    def prepare_queries(self, embeddings: np.ndarray) -> np.ndarray:
+        """Raw query embeddings (m, d) as the backend scores them: checked (ValueShapeError,
+        InvalidValueError), projected by W_q, prepared for the similarity."""
+
+    @abstractmethod
+    def allow(self, mask: Mask) -> Allow | None:
+        """The ids a mask lets a lookup attend to; None for no mask.
+
+        Raises:
+            KeyTypeError: the mask is neither an iterable of keys nor a predicate.
+            EmptyStoreError: the mask allows no stored key.
+        """
+
+    @abstractmethod
+    def values_of(self, ids: np.ndarray) -> tuple[ValueColumn, np.ndarray]:
+        """A column holding the values of ``ids`` ((c,) or (m, c), -1 for padding), and the
+        slots of ``ids`` in it (padding points at any slot: it has weight 0)."""
+
+    @abstractmethod
+    def present_slots(self, column: ValueColumn) -> np.ndarray:
+        """The slots of ``column`` (from ``values_of``) that hold every stored key's value."""
+
+    @abstractmethod
+    def keys_of(self, ids: np.ndarray) -> list[str]:
+        """The keys of held ``ids`` (1-D, no padding), in that order."""
+
+    @abstractmethod
+    def ids(self) -> np.ndarray:
+        """The ids of every key, in iteration order."""
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    @abstractmethod
+    def snapshot(self) -> tuple[StoreState, StoreFiles]:
+        """The state to save, and the files of its parts (the value column and the index)."""
+
+
+def dump_files(column: ValueColumn | None, slots: np.ndarray, index: BackendDump | None) -> StoreFiles:
+    """The parts' files in one dict; a part that wrote a name another did is a programming
+    error, caught here rather than in a half-overwritten store."""
+    files: StoreFiles = dict(column.dump(slots)) if column is not None else {}
+    for name, content in (index.files if index is not None else {}).items():
+        if name in files:
+            raise RuntimeError(f"two parts of the store both write {name}")
+        files[name] = content
+    return files
+
+

@@ -1,0 +1,346 @@
+"""``MemoryStore``: a store held in this process's memory (the default).
+
+Keys live in slots: slot ``s`` holds a key, its id, and (in the value column) its value. New keys
+get new slots at the end and new ids from a counter, so ids increase with slots, and finding the
+slots of ids is one ``searchsorted``. A deleted key leaves its slot empty until empty slots
+outnumber the rest; then the store compacts (keeping the order). Ids never change: the index
+backend holds vectors under them and compacts on its own schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from softdict._config import SoftDictConfig
+from softdict._errors import EmptyStoreError, InvalidValueError, KeyTypeError, ValueShapeError
+from softdict._files import FileReader, StoreFiles
+from softdict._rows import GrowableRows
+from softdict._types import Mask, Value
+from softdict.index.base import Allow, IndexBackend
+from softdict.index.registry import BackendSpec, backend_spec
+from softdict.store.base import StagedWrite, Store, StoreState, dump_files
+from softdict.values.base import ValueColumn
+from softdict.values.registry import column_class, infer_column_class
+
+__all__ = ["MemoryStore"]
+
+# Empty slots are compacted away once they outnumber live ones (and are at least this many), so
+# compaction cost is amortised over the deletes that made it necessary.
+_COMPACT_MIN_EMPTY = 64
+
+
+class MemoryStore(Store):
+    """Keys, values and vectors in this process (see the module docstring)."""
+
+    def __init__(self, config: SoftDictConfig) -> None:
+        self._spec: BackendSpec = backend_spec(config.index)  # ConfigError if unknown
+        self._fixed_kind = column_class(config.value_kind) if config.value_kind else None
+        self._config = config
+        self._projection: np.ndarray | None = None
+        self._next_id = 0
+        self._reset()
+
+    def _reset(self) -> None:
+        self._slot_of: dict[str, int] = {}  # insertion-ordered: iteration follows dict order
+        self._key_of_slot: list[str | None] = []  # None marks an empty slot
+        self._id_of_slot = GrowableRows((), np.int64)
+        self._alive = GrowableRows((), np.bool_)
+        self._column: ValueColumn | None = None
+        self._backend: IndexBackend | None = None
+        self._dim: int | None = None
+
+    # -- options and shape ----------------------------------------------------------------------
+
+    @property
+    def config(self) -> SoftDictConfig:
+        return self._config
+
+    @config.setter
+    def config(self, config: SoftDictConfig) -> None:
+        if (config.index, config.value_kind, config.similarity) != (
+            self._config.index,
+            self._config.value_kind,
+            self._config.similarity,
+        ):
+            raise ValueError("index, value_kind and similarity are fixed when a store is made")
+        self._config = config
+
+    @property
+    def dim(self) -> int | None:
+        return self._dim
+
+    @property
+    def value_kind(self) -> str | None:
+        if self._column is not None:
+            return self._column.kind
+        return self._fixed_kind.kind if self._fixed_kind is not None else None
+
+    @property
+    def projection(self) -> np.ndarray | None:
+        return self._projection
+
+    @projection.setter
+    def projection(self, projection: np.ndarray | None) -> None:
+        self._projection = None if projection is None else np.asarray(projection, np.float32)
+
+    def describe_index(self) -> str:
+        return self._backend.describe() if self._backend is not None else self._spec.description
+
+    def index_memory_bytes(self) -> int:
+        return self._backend.memory_bytes() if self._backend is not None else 0
+
+    # -- the exact mapping ---------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._slot_of)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._slot_of
+
+    def keys(self) -> list[str]:
+        return list(self._slot_of)
+
+    def get(self, key: str) -> Value:
+        slot = self._slot_of[key]  # KeyError(key) for a missing key, as a dict raises
+        assert self._column is not None
+        return self._column.get(slot)
+
+    def newest_key(self) -> str:
+        if not self._slot_of:
+            raise KeyError("the store is empty")
+        return next(reversed(self._slot_of))
+
+    # -- writing -------------------------------------------------------------------------------
+
+    def stage(
+        self,
+        items: Mapping[str, object],
+        vectors: Mapping[str, np.ndarray] | None = None,
+        *,
+        replace_vectors: bool = False,
+    ) -> StagedWrite:
+        column = self._column
+        if column is None:
+            first_key, first_value = next(iter(items.items()))
+            kind = self._fixed_kind or infer_column_class(first_value)
+            column = kind.for_first_value(first_key, first_value)
+        if replace_vectors:
+            fresh, kept = list(items), []
+        else:
+            fresh = [key for key in items if key not in self._slot_of]
+            kept = [key for key in items if key in self._slot_of]
+        staged_fresh = column.stage([items[key] for key in fresh], fresh)
+        staged_kept = column.stage([items[key] for key in kept], kept)
+        if self._fixed_kind is None:
+            # Any JSON value could be a label, but a number or a vector would have made a scalar
+            # or vector store: in a store whose kind was inferred it is a value of another kind.
+            for key in (*fresh, *kept):
+                if infer_column_class(items[key]) is not type(column):
+                    raise column.kind_error(key, items[key])
+        vectors = vectors or {}
+        missing = [key for key in fresh if key not in vectors]
+        details: dict[str, Any] = {
+            "items": items,
+            "column": column,
+            "staged_fresh": staged_fresh,
+            "staged_kept": staged_kept,
+        }
+        if fresh and not missing:
+            raw = self.checked_embeddings(np.stack([vectors[key] for key in fresh]), "key embeddings")
+            details["prepared"] = self._config.similarity.prepare_keys(raw)
+            if self._backend is None:
+                # May raise ConfigError (a factory string that does not fit d): nothing changed.
+                details["backend"] = self._spec.create(raw.shape[1], self._config.similarity.metric)
+        return StagedWrite(fresh, kept, missing, details)
+
+    def commit(self, staged: StagedWrite) -> None:
+        if staged.missing:
+            raise ValueError(f"{len(staged.missing)} new keys have no embedding; stage them again")
+        details = staged.details
+        column: ValueColumn = details["column"]
+        if staged.fresh:
+            backend = self._backend or details["backend"]
+            prepared = details["prepared"]
+            new_ids = np.arange(self._next_id, self._next_id + len(staged.fresh), dtype=np.int64)
+            backend.add(new_ids, prepared)  # first: a FAISS failure here leaves all as it was
+            self._backend, self._dim = backend, prepared.shape[1]
+            self._next_id += len(staged.fresh)
+        self._column = column
+        replaced = [self._slot_of[key] for key in staged.fresh if key in self._slot_of]
+        if replaced:
+            assert self._backend is not None
+            self._backend.remove(self._id_of_slot.view[replaced])
+            self._empty_slots(replaced)
+        if staged.kept:
+            slots = np.array([self._slot_of[key] for key in staged.kept])
+            column.assign(slots, details["staged_kept"])
+        if staged.fresh:
+            first_slot = len(self._key_of_slot)
+            column.append(details["staged_fresh"])
+            self._id_of_slot.append(new_ids)
+            self._alive.append(np.ones(len(staged.fresh), dtype=np.bool_))
+            for offset, key in enumerate(staged.fresh):
+                self._slot_of[key] = first_slot + offset  # an existing key keeps its position
+            self._key_of_slot.extend(staged.fresh)
+        if replaced:
+            self._after_removal()
+
+    def remove(self, key: str) -> None:
+        slot = self._slot_of.pop(key)  # KeyError(key), as a dict raises
+        assert self._backend is not None
+        self._backend.remove(self._id_of_slot.view[[slot]])
+        self._empty_slots([slot])
+        self._after_removal()
+
+    def _empty_slots(self, slots: list[int]) -> None:
+        for slot in slots:
+            self._key_of_slot[slot] = None
+        self._alive.view[slots] = False
+
+    def clear(self) -> None:
+        self._reset()
+
+    def _after_removal(self) -> None:
+        if not self._slot_of:
+            self._reset()
+            return
+        empty = len(self._key_of_slot) - len(self._slot_of)
+        if empty > max(_COMPACT_MIN_EMPTY, len(self._slot_of)):
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop empty slots and renumber live ones, keeping their order (ids stay)."""
+        assert self._column is not None
+        live = np.flatnonzero(self._alive.view)
+        self._column.keep(live)
+        self._id_of_slot.keep(live)
+        self._alive.keep(live)
+        self._key_of_slot = [self._key_of_slot[slot] for slot in live]
+        for slot, key in enumerate(self._key_of_slot):
+            assert key is not None
+            self._slot_of[key] = slot  # reassigning keeps the dict's (insertion) order
+
+    def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
+        array = np.asarray(embeddings, dtype=np.float32)
+        dim = self._dim
+        if array.ndim != 2 or (dim is not None and array.shape[1] != dim) or array.shape[1] == 0:
+            expected = f"(n, {dim})" if dim is not None else "(n, d) with d >= 1"
+            advice = (
+                f": this store's keys are {dim}-dim embeddings, so queries and new keys must be "
+                f"too (use the encoder the store was built with)"
+                if dim is not None
+                else ""
+            )
+            raise ValueShapeError(f"{what} have shape {array.shape}, expected {expected}{advice}")
+        if not np.all(np.isfinite(array)):
+            raise InvalidValueError(
+                f"{what} contain NaN or infinity (or values beyond float32 range); "
+                f"embeddings must be finite"
+            )
+        return array
+
+    # -- reading for attention -----------------------------------------------------------------
+
+    @property
+    def value_column(self) -> ValueColumn | None:
+        return self._column
+
+    @property
+    def backend(self) -> IndexBackend:
+        if self._backend is None:
+            raise EmptyStoreError("the store holds no keys, so it has no index to search")
+        return self._backend
+
+    def prepare_queries(self, embeddings: np.ndarray) -> np.ndarray:
+        checked = self.checked_embeddings(embeddings, "query embeddings")
+        if self._projection is not None:
+            checked = checked @ self._projection.T
+        return self._config.similarity.prepare_queries(checked)
+
+    def allow(self, mask: Mask) -> Allow | None:
+        if mask is None:
+            return None
+        if callable(mask):
+            predicate: Callable[[str], bool] = mask
+            slots = [slot for key, slot in self._slot_of.items() if predicate(key)]
+        elif isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
+            raise KeyTypeError(
+                f"mask must be an iterable of keys or a predicate key -> bool, got "
+                f"{type(mask).__name__}; to allow one key, pass [key]"
+            )
+        else:
+            slots = [
+                self._slot_of[key] for key in mask if isinstance(key, str) and key in self._slot_of
+            ]
+        if not slots:
+            raise EmptyStoreError(
+                f"the mask allows none of the {len(self)} stored keys; a soft lookup needs at "
+                f"least one key to attend to"
+            )
+        return Allow.of(self._id_of_slot.view[np.array(slots)])
+
+    def _slots(self, ids: np.ndarray) -> np.ndarray:
+        # Padding (-1) points at slot 0: it has weight 0.
+        return np.searchsorted(self._id_of_slot.view, np.maximum(ids, 0))
+
+    def values_of(self, ids: np.ndarray) -> tuple[ValueColumn, np.ndarray]:
+        assert self._column is not None
+        return self._column, self._slots(ids)
+
+    def present_slots(self, column: ValueColumn) -> np.ndarray:
+        return np.flatnonzero(self._alive.view)
+
+    def keys_of(self, ids: np.ndarray) -> list[str]:
+        return [self._key_of_slot[slot] for slot in self._slots(ids)]  # type: ignore[misc]
+
+    def ids(self) -> np.ndarray:
+        slots = np.fromiter(self._slot_of.values(), np.int64, len(self._slot_of))
+        return self._id_of_slot.view[slots]
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def snapshot(self) -> tuple[StoreState, StoreFiles]:
+        slots = np.fromiter(self._slot_of.values(), np.int64, len(self._slot_of))
+        dump = self._backend.dump() if self._backend is not None else None
+        state = StoreState(
+            config=self._config,
+            keys=list(self._slot_of),
+            ids=self._id_of_slot.view[slots].copy(),
+            next_id=self._next_id,
+            dim=self._dim,
+            value_kind=self._column.kind if self._column is not None else None,
+            index_meta=dump.meta if dump is not None else None,
+            projection=None if self._projection is None else self._projection.copy(),
+        )
+        return state, dump_files(self._column, slots, dump)
+
+    @classmethod
+    def restore(cls, state: StoreState, files: FileReader) -> MemoryStore:
+        """A store from saved state and its parts' files (persistence has checked that the keys
+        are distinct strings and the ids distinct, below ``next_id``, one per key)."""
+        store = cls(state.config)  # ConfigError for an unknown index or kind: caller reports it
+        store._projection = state.projection
+        store._next_id = state.next_id
+        if not state.keys:
+            return store
+        if state.dim is None or state.value_kind is None:
+            raise files.error("manifest.json", "lacks the dimension or value kind of its keys")
+        n = len(state.keys)
+        by_id = np.argsort(state.ids, kind="stable")  # slots go in id order
+        column = column_class(state.value_kind).restore(files, n)
+        column.keep(by_id)
+        backend = store._spec.create(state.dim, state.config.similarity.metric)
+        backend.restore(state.index_meta or {}, files)
+        if len(backend) != n:
+            raise files.error("manifest.json", f"lists {n} keys, but the index holds {len(backend)}")
+        store._column, store._backend, store._dim = column, backend, state.dim
+        store._id_of_slot.append(state.ids[by_id])
+        store._alive.append(np.ones(n, dtype=np.bool_))
+        store._key_of_slot = [state.keys[i] for i in by_id]
+        slot_of_position = np.empty(n, dtype=np.int64)
+        slot_of_position[by_id] = np.arange(n)
+        store._slot_of = dict(zip(state.keys, slot_of_position.tolist()))
+        return store

@@ -1,0 +1,149 @@
+"""The value-column protocol: one store's values, stored by slot, and how attention blends them.
+
+A store holds one kind of value, fixed by its first insert (or by ``value_kind=``). A column is
+slot-aligned with the store: slot ``s`` of the column is the value of the key in the store's
+slot ``s``. Inserting is two steps, ``stage`` (validate everything, may raise) then ``append`` or
+``assign`` (cannot fail on bad input), so a batch that has one bad value changes nothing.
+"""
+
+from __future__ import annotations
+
+import numbers
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from enum import Enum
+from typing import Any, ClassVar
+
+import numpy as np
+
+from softdict._errors import ValueKindError
+from softdict._files import FileReader, StoreFiles
+from softdict._types import BatchValue, Value
+from softdict.values.distribution import Distribution
+
+__all__ = ["LossKind", "ValueColumn", "describe_value", "is_number"]
+
+
+class LossKind(str, Enum):
+    """How ``calibrate`` judges a column's leave-one-out predictions."""
+
+    SQUARED_ERROR = "squared_error"  # numbers: (n,) or (n, d) floats, blended
+    LABEL_LIKELIHOOD = "label_likelihood"  # label codes: the mass on each key's own label
+
+
+def is_number(value: object) -> bool:
+    """An int or float (numpy's too), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+
+
+def describe_value(value: object) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"a {type(value).__name__} ({text})"
+
+
+class ValueColumn(ABC):
+    """Values of one kind by slot, with the blend that attention weights give them."""
+
+    kind: ClassVar[str]  # the name ``value_kind=`` takes
+    loss: ClassVar[LossKind]
+
+    @classmethod
+    @abstractmethod
+    def accepts(cls, value: object) -> bool:
+        """Whether ``value`` is of this kind: a first value it accepts makes a store of it."""
+
+    @classmethod
+    def for_first_value(cls, key: str, value: object) -> ValueColumn:
+        """An empty column for a store whose first value is ``value`` (for ``key``)."""
+        return cls()
+
+    def describe(self) -> str:
+        return self.kind
+
+    @abstractmethod
+    def __len__(self) -> int:
+        """Slots held, deleted ones included until the store compacts them."""
+
+    @abstractmethod
+    def stage(self, values: Sequence[object], keys: Sequence[str]) -> Any:
+        """Validate ``values`` (for ``keys``, named in errors) and return them ready to store."""
+
+    @abstractmethod
+    def append(self, staged: Any) -> None:
+        """Add staged values as new slots at the end."""
+
+    @abstractmethod
+    def assign(self, slots: np.ndarray, staged: Any) -> None:
+        """Overwrite the values of existing ``slots`` with staged values."""
+
+    @abstractmethod
+    def get(self, slot: int) -> Value:
+        """The value in ``slot``, as the caller gave it (a fresh copy for mutable ones)."""
+
+    @abstractmethod
+    def keep(self, slots: np.ndarray) -> None:
+        """Keep only ``slots``, in that order (compaction after deletes)."""
+
+    @abstractmethod
+    def blend(self, weights: np.ndarray, slots: np.ndarray) -> BatchValue:
+        """Blend per query: ``weights`` (m, c) over ``slots`` (c,) shared by every query, or
+        (m, c) per query. Returns m results: an array, or a list of labels."""
+
+    def result(self, blended: BatchValue, i: int) -> Value:
+        """Query ``i``'s result from ``blend``'s output, as ``lookup`` returns it."""
+        return blended[i]
+
+    def explain(
+        self, weights: np.ndarray, slots: np.ndarray, present: Callable[[], np.ndarray]
+    ) -> list[Distribution | None]:
+        """Per query, how its weight splits over values (``Attention.distribution``); None where
+        the blend says it all. ``present()`` gives the slots of every stored key."""
+        return [None] * len(weights)
+
+    def check_batch_default(self, default: object) -> None:
+        """Raise ValueShapeError unless a batch result can hold ``default`` for a query with no
+        match (a batch of numbers is one array)."""
+
+    def fill(self, blended: BatchValue, misses: np.ndarray, default: object) -> BatchValue:
+        """``blended`` with ``default`` for each query in ``misses`` (checked by
+        ``check_batch_default``)."""
+        for i in np.flatnonzero(misses):
+            blended[i] = default  # type: ignore[index]
+        return blended
+
+    @abstractmethod
+    def calibration_values(self, slots: np.ndarray) -> np.ndarray:
+        """Values of ``slots`` as ``loss`` counts them: floats (n,) or (n, d), or label codes."""
+
+    @abstractmethod
+    def dump(self, slots: np.ndarray) -> StoreFiles:
+        """The values of ``slots``, in that order, as files (arrays and JSON lists)."""
+
+    @classmethod
+    @abstractmethod
+    def restore(cls, files: FileReader, n: int) -> ValueColumn:
+        """A column of ``n`` slots from ``dump``'s files; StoreFormatError if they do not fit."""
+
+    def kind_error(self, key: str, value: object) -> ValueKindError:
+        return ValueKindError(
+            f"value for key {key!r} is {describe_value(value)}, but this store holds "
+            f"{self.describe()} values (fixed by its first insert); store different kinds of "
+            f"value in separate SoftDicts"
+        )
+
+
+def gather_blend(weights: np.ndarray, slots: np.ndarray, column: np.ndarray) -> np.ndarray:
+    """Weighted sums of ``column`` rows: shared (c,) slots or per-query (m, c) slots."""
+    if slots.ndim == 1:
+        # Every stored key in slot order (the exact path, no deletes pending): no gather needed.
+        rows = column if len(slots) == len(column) and _is_all(slots) else column[slots]
+        return np.asarray(weights @ rows)
+    # (m, k) weights against the (m, k[, d]) values of each query's own slots.
+    return np.einsum("mk,mk...->m...", weights, column[slots])
+
+
+def _is_all(slots: np.ndarray) -> bool:
+    # Slots of sorted ids are increasing, so n increasing slots in [0, n) are 0..n-1.
+    return bool(len(slots) == 0 or (slots[0] == 0 and slots[-1] == len(slots) - 1))

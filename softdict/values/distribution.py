@@ -1,0 +1,48 @@
+"""``Distribution``: the probability of each label, as ``Attention.distribution`` reports it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+
+from softdict._types import Label
+
+__all__ = ["Distribution", "canonical_json"]
+
+
+def canonical_json(value: object) -> str:
+    """One text per label, so equal labels share a code whatever their dict key order."""
+    return json.dumps(value, sort_keys=True, allow_nan=False, ensure_ascii=False)
+
+
+class Distribution(Mapping[Label, float]):
+    """Probability of each label in a categorical store, most likely first.
+
+    Labels may be unhashable JSON values (a dict, a list), so entries are found by the label's JSON
+    form: ``dist[{"id": 3}]`` works. Probabilities sum to 1.
+    """
+
+    def __init__(self, pairs: list[tuple[Label, float]]) -> None:
+        self._pairs = pairs
+        self._index = {canonical_json(label): i for i, (label, _) in enumerate(pairs)}
+
+    def __getitem__(self, label: Label) -> float:
+        try:
+            return self._pairs[self._index[canonical_json(label)]][1]
+        except (KeyError, TypeError, ValueError):
+            raise KeyError(label) from None
+
+    def __iter__(self) -> Iterator[Label]:
+        return (label for label, _ in self._pairs)
+
+    def __len__(self) -> int:
+        return len(self._pairs)
+
+    def most_likely(self) -> Label:
+        """The label with the largest probability."""
+        return self._pairs[0][0]
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{label!r}: {p:.3f}" for label, p in self._pairs[:8])
+        more = f", ... {len(self._pairs) - 8} more" if len(self._pairs) > 8 else ""
+        return f"Distribution({{{shown}{more}}})"

@@ -1,0 +1,103 @@
+"""Scalar values: ints and floats, blended as a weighted sum (a float)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+
+import numpy as np
+
+from softdict._errors import InvalidValueError
+from softdict._files import FileReader, StoreFiles
+from softdict._rows import GrowableRows
+from softdict._types import BatchValue, Value
+from softdict._errors import ValueShapeError
+from softdict.values.base import LossKind, ValueColumn, gather_blend, is_number
+
+__all__ = ["ScalarColumn"]
+
+# Integers beyond 2**53 cannot round-trip through float64, which is what the blend computes in.
+MAX_EXACT_INT = 2**53
+
+
+class ScalarColumn(ValueColumn):
+    kind = "scalar"
+    loss = LossKind.SQUARED_ERROR
+
+    def __init__(self) -> None:
+        self._numbers = GrowableRows((), np.float64)
+        self._was_int = GrowableRows((), np.bool_)
+
+    @classmethod
+    def accepts(cls, value: object) -> bool:
+        return is_number(value)
+
+    def __len__(self) -> int:
+        return len(self._numbers)
+
+    def stage(self, values: Sequence[object], keys: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        numbers_ = np.empty(len(values), dtype=np.float64)
+        was_int = np.empty(len(values), dtype=np.bool_)
+        for i, (key, value) in enumerate(zip(keys, values)):
+            if not is_number(value):
+                raise self.kind_error(key, value)
+            is_int = isinstance(value, numbers.Integral)
+            if is_int and abs(int(value)) > MAX_EXACT_INT:  # type: ignore[call-overload]
+                raise InvalidValueError(
+                    f"value for key {key!r} is the integer {value}, beyond 2**53, which a float64 "
+                    f"blend cannot hold exactly; store it as a float or as a categorical label"
+                )
+            number = float(value)  # type: ignore[arg-type]
+            if not math.isfinite(number):
+                raise InvalidValueError(
+                    f"value for key {key!r} is {number}; values must be finite numbers "
+                    f"(replace NaN and infinity before inserting)"
+                )
+            numbers_[i] = number
+            was_int[i] = is_int
+        return numbers_, was_int
+
+    def append(self, staged: tuple[np.ndarray, np.ndarray]) -> None:
+        self._numbers.append(staged[0])
+        self._was_int.append(staged[1])
+
+    def assign(self, slots: np.ndarray, staged: tuple[np.ndarray, np.ndarray]) -> None:
+        self._numbers.view[slots] = staged[0]
+        self._was_int.view[slots] = staged[1]
+
+    def get(self, slot: int) -> Value:
+        number = float(self._numbers.view[slot])
+        return int(number) if self._was_int.view[slot] else number
+
+    def keep(self, slots: np.ndarray) -> None:
+        self._numbers.keep(slots)
+        self._was_int.keep(slots)
+
+    def blend(self, weights: np.ndarray, slots: np.ndarray) -> BatchValue:
+        return gather_blend(weights, slots, self._numbers.view)
+
+    def result(self, blended: BatchValue, i: int) -> Value:
+        return float(blended[i])  # type: ignore[arg-type]
+
+    def check_batch_default(self, default: object) -> None:
+        if not (np.ndim(default) == 0 and is_number(default)):
+            raise ValueShapeError(
+                f"a batch lookup returns one array, so default must be a number (float('nan') "
+                f"marks a miss); got {default!r:.60}. To get {default!r:.20} back, look the "
+                f"queries up one at a time"
+            )
+
+    def calibration_values(self, slots: np.ndarray) -> np.ndarray:
+        return self._numbers.view[slots]
+
+    def dump(self, slots: np.ndarray) -> StoreFiles:
+        return {"values.npy": self._numbers.view[slots], "value_is_int.npy": self._was_int.view[slots]}
+
+    @classmethod
+    def restore(cls, files: FileReader, n: int) -> ScalarColumn:
+        values = files.finite_npy("values.npy", np.float64, (n,))
+        was_int = files.npy("value_is_int.npy", np.bool_, (n,))
+        column = cls()
+        column.append((values, was_int))
+        return column

@@ -1,0 +1,112 @@
+"""Vector values: 1-D sequences of numbers of one length per store, blended as a weighted sum."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from softdict._errors import InvalidValueError, ValueKindError, ValueShapeError
+from softdict._files import FileReader, StoreFiles
+from softdict._rows import GrowableRows
+from softdict._types import BatchValue, Value
+from softdict.values.base import LossKind, ValueColumn, describe_value, gather_blend, is_number
+
+__all__ = ["VectorColumn"]
+
+
+def is_numeric_sequence(value: object) -> bool:
+    if isinstance(value, np.ndarray):
+        return value.ndim == 1 and value.size > 0 and np.issubdtype(value.dtype, np.number)
+    if isinstance(value, (list, tuple)):
+        return len(value) > 0 and all(is_number(item) for item in value)
+    return False
+
+
+class VectorColumn(ValueColumn):
+    kind = "vector"
+    loss = LossKind.SQUARED_ERROR
+
+    def __init__(self, length: int) -> None:
+        self.length = length
+        self._vectors = GrowableRows((length,), np.float64)
+
+    @classmethod
+    def accepts(cls, value: object) -> bool:
+        return is_numeric_sequence(value)
+
+    @classmethod
+    def for_first_value(cls, key: str, value: object) -> VectorColumn:
+        if not is_numeric_sequence(value):
+            raise ValueKindError(
+                f"value for key {key!r} is {describe_value(value)}, but this store was created "
+                f"with value_kind='vector'; give a non-empty 1-D sequence of numbers"
+            )
+        return cls(len(value))  # type: ignore[arg-type]
+
+    def describe(self) -> str:
+        return f"vector (length {self.length})"
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def stage(self, values: Sequence[object], keys: Sequence[str]) -> np.ndarray:
+        staged = np.empty((len(values), self.length), dtype=np.float64)
+        for i, (key, value) in enumerate(zip(keys, values)):
+            # A numeric array of the wrong shape is a shape error, not a kind error.
+            numeric_array = isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.number)
+            if not (numeric_array or is_numeric_sequence(value)):
+                raise self.kind_error(key, value)
+            vector = np.asarray(value, dtype=np.float64)
+            if vector.shape != (self.length,):
+                raise ValueShapeError(
+                    f"value for key {key!r} has shape {vector.shape}, but this store holds "
+                    f"vectors of length {self.length}; every vector in one store has one length"
+                )
+            if not np.all(np.isfinite(vector)):
+                raise InvalidValueError(
+                    f"value for key {key!r} contains NaN or infinity; vector values must be finite"
+                )
+            staged[i] = vector
+        return staged
+
+    def append(self, staged: np.ndarray) -> None:
+        self._vectors.append(staged)
+
+    def assign(self, slots: np.ndarray, staged: np.ndarray) -> None:
+        self._vectors.view[slots] = staged
+
+    def get(self, slot: int) -> Value:
+        return self._vectors.view[slot].copy()
+
+    def keep(self, slots: np.ndarray) -> None:
+        self._vectors.keep(slots)
+
+    def blend(self, weights: np.ndarray, slots: np.ndarray) -> BatchValue:
+        return gather_blend(weights, slots, self._vectors.view)
+
+    def check_batch_default(self, default: object) -> None:
+        fits = np.shape(default) == (self.length,) and np.issubdtype(
+            np.asarray(default).dtype, np.number
+        )
+        if not fits:
+            raise ValueShapeError(
+                f"a batch lookup returns one array, so default must be a vector of length "
+                f"{self.length}; got {default!r:.60}. To get {default!r:.20} back, look the "
+                f"queries up one at a time"
+            )
+
+    def calibration_values(self, slots: np.ndarray) -> np.ndarray:
+        return self._vectors.view[slots]
+
+    def dump(self, slots: np.ndarray) -> StoreFiles:
+        return {"values.npy": self._vectors.view[slots]}
+
+    @classmethod
+    def restore(cls, files: FileReader, n: int) -> VectorColumn:
+        values = files.finite_npy("values.npy", np.float64, (n, None))
+        if values.shape[1] == 0:
+            raise files.error("values.npy", "holds vectors of length 0")
+        column = cls(values.shape[1])
+        column.append(values)
+        return column

@@ -1,0 +1,76 @@
+"""Similarities: each one's scores against its naive definition, preparation of keys and
+queries, and the metric scores an index backend computes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from softdict._similarity import Metric, Similarity, metric_scores
+
+
+def naive_similarity(q: np.ndarray, k: np.ndarray, kind: Similarity) -> float:
+    q, k = q.astype(float), k.astype(float)
+    if kind is Similarity.COSINE:
+        return float(q @ k / (np.linalg.norm(q) * np.linalg.norm(k)))
+    if kind is Similarity.DOT:
+        return float(q @ k)
+    if kind is Similarity.SCALED_DOT:
+        return float(q @ k / math.sqrt(len(q)))
+    return -float(np.sum((q - k) ** 2))
+
+
+@pytest.mark.parametrize("kind", list(Similarity))
+def test_similarity_scores_match_naive_definitions(kind: Similarity) -> None:
+    rng = np.random.default_rng(1)
+    Q = rng.standard_normal((3, 6)).astype(np.float32)
+    K = rng.standard_normal((5, 6)).astype(np.float32)
+    expected = [[naive_similarity(q, k, kind) for k in K] for q in Q]
+    np.testing.assert_allclose(kind.scores(Q, K), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_cosine_of_a_zero_vector_is_zero_not_nan() -> None:
+    scores = Similarity.COSINE.scores(np.zeros((1, 4)), np.eye(4))
+    np.testing.assert_array_equal(scores, 0.0)
+
+
+def test_l2_distance_to_itself_is_zero_up_to_float32_rounding_and_never_positive() -> None:
+    K = np.random.default_rng(2).standard_normal((4, 8)).astype(np.float32) * 1e3
+    scores = Similarity.L2.scores(K, K)
+    sq_norms = np.sum(K.astype(float) ** 2, axis=1)
+    assert np.all(np.abs(np.diag(scores)) <= 1e-6 * sq_norms)
+    assert np.all(scores <= 0.0)
+    assert np.all(scores[~np.eye(4, dtype=bool)] < -1.0)
+
+
+def test_scores_do_not_overflow_on_huge_finite_embeddings() -> None:
+    K = np.full((2, 4), 3e20, dtype=np.float32)  # q·k overflows float32, not float64
+    scores = metric_scores(K, K, Metric.INNER_PRODUCT)
+    assert np.all(np.isfinite(scores))
+
+
+def test_prepare_normalises_for_cosine_and_scales_scaled_dot_queries() -> None:
+    X = np.array([[3.0, 4.0]])
+    np.testing.assert_allclose(Similarity.COSINE.prepare_keys(X), [[0.6, 0.8]], rtol=1e-6)
+    np.testing.assert_allclose(Similarity.COSINE.prepare_queries(X), [[0.6, 0.8]], rtol=1e-6)
+    np.testing.assert_array_equal(Similarity.SCALED_DOT.prepare_keys(X), X)
+    np.testing.assert_allclose(Similarity.SCALED_DOT.prepare_queries(X), X / np.sqrt(2), rtol=1e-6)
+    np.testing.assert_array_equal(Similarity.DOT.prepare_queries(X), X)
+
+
+@pytest.mark.parametrize("kind", list(Similarity))
+def test_metric_scores_of_prepared_vectors_are_the_similarity(kind: Similarity) -> None:
+    rng = np.random.default_rng(3)
+    Q = rng.standard_normal((3, 5)).astype(np.float32)
+    K = rng.standard_normal((4, 5)).astype(np.float32)
+    prepared = metric_scores(kind.prepare_queries(Q), kind.prepare_keys(K), kind.metric)
+    np.testing.assert_allclose(prepared, kind.scores(Q, K))
+    assert kind.metric is (Metric.L2 if kind is Similarity.L2 else Metric.INNER_PRODUCT)
+
+
+def test_default_temperatures_give_cosine_weights_on_unit_vectors() -> None:
+    assert Similarity.COSINE.default_temperature(384) == 0.05
+    assert Similarity.SCALED_DOT.default_temperature(384) == pytest.approx(0.05 / math.sqrt(384))
+    assert Similarity.L2.default_temperature(384) == pytest.approx(0.1)
