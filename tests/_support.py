@@ -43,7 +43,11 @@ VALUE_SAMPLES = {
     "scalar": [1, 2.5, -3, 4.0, 1e6],
     "vector": [np.array([1.0, 0.0]), [0.5, 0.5], (2.0, -1.0), np.array([0.0, 3.0]), [1e3, 1.0]],
     "categorical": ["fruit", {"id": 3, "tags": ["a"]}, None, True, "furniture"],
+    "boolean": [True, False, False, True, True],  # the plug-in kind of tests/_plugins.py
 }
+
+# value_kind= for each sample: built-in kinds are inferred from the first value, plug-ins named.
+VALUE_KIND_OPTION = {"boolean": "boolean"}
 
 
 def same_value(a: object, b: object) -> bool:

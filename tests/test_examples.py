@@ -1,8 +1,11 @@
-"""The example scripts run as a user runs them, on the bundled encoder, and say what they should."""
+"""The example scripts, run as scripts (``__main__``, their own argv) on the bundled encoder, say
+what they should. They run in this process, so they share the encoder the session loaded."""
 
 from __future__ import annotations
 
-import subprocess
+import contextlib
+import io
+import runpy
 import sys
 from pathlib import Path
 
@@ -12,12 +15,21 @@ pytestmark = pytest.mark.integration
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
+@pytest.fixture(autouse=True)
+def _loaded_once(bundled_encoder) -> None:
+    """Load the bundled model before the first example, once for the session."""
+
+
 def run(script: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLES / script), *args], capture_output=True, text=True, timeout=300
-    )
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+    out = io.StringIO()
+    argv = sys.argv
+    sys.argv = [str(EXAMPLES / script), *args]
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(str(EXAMPLES / script), run_name="__main__")
+    finally:
+        sys.argv = argv
+    return out.getvalue()
 
 
 def test_quickstart_prints_the_fruit_blend_and_weights() -> None:

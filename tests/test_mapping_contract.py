@@ -1,4 +1,5 @@
-"""One mapping contract, run over every value kind: a SoftDict behaves like a plain dict."""
+"""One mapping contract, run over every index backend x every value kind (the built-ins and the
+plug-ins of tests/_plugins.py): a SoftDict behaves like a plain dict."""
 
 from __future__ import annotations
 
@@ -6,16 +7,32 @@ from collections.abc import MutableMapping
 
 import numpy as np
 import pytest
-from _support import VALUE_SAMPLES, same_value
+from _support import VALUE_KIND_OPTION, VALUE_SAMPLES, same_value
 
 from softdict import SoftDict
 
 KEYS = ["apple", "banana", "chair", "red apple", "green chair"]
+BACKENDS = ["auto", "flat", "hnsw", "ivf", "ivf_sq8", "HNSW16", "test-dict", "ivf-from-start"]
 
 
 @pytest.fixture(params=sorted(VALUE_SAMPLES))
 def kind(request: pytest.FixtureRequest) -> str:
     return request.param
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture
+def store(make_store, backend: str, kind: str):
+    """Build a store of this kind on this backend."""
+
+    def make(data=None) -> SoftDict:
+        return make_store(data, index=backend, value_kind=VALUE_KIND_OPTION.get(kind))
+
+    return make
 
 
 @pytest.fixture
@@ -37,8 +54,8 @@ def test_is_a_mutable_mapping(make_store) -> None:
     assert isinstance(make_store(), MutableMapping)
 
 
-def test_set_get_len_iter_contains(make_store, items) -> None:
-    sd = make_store()
+def test_set_get_len_iter_contains(store, items) -> None:
+    sd = store()
     expected: dict[str, object] = {}
     for key, value in items:
         sd[key] = value
@@ -48,8 +65,8 @@ def test_set_get_len_iter_contains(make_store, items) -> None:
     assert 42 not in sd
 
 
-def test_missing_key_raises_key_error_with_the_key(make_store, items) -> None:
-    sd = make_store(items)
+def test_missing_key_raises_key_error_with_the_key(store, items) -> None:
+    sd = store(items)
     with pytest.raises(KeyError) as info:
         sd["pear"]
     assert info.value.args == ("pear",)
@@ -59,8 +76,8 @@ def test_missing_key_raises_key_error_with_the_key(make_store, items) -> None:
     assert sd.get("pear", 7) == 7
 
 
-def test_update_like_dict_update(make_store, items) -> None:
-    sd = make_store()
+def test_update_like_dict_update(store, items) -> None:
+    sd = store()
     sd.update(items[:2])
     sd.update(dict(items[2:4]))
     sd.update(**{items[4][0].replace(" ", "_"): items[4][1]})
@@ -69,24 +86,24 @@ def test_update_like_dict_update(make_store, items) -> None:
     assert_matches_dict(sd, expected)
 
 
-def test_update_with_duplicate_keys_keeps_first_position_and_last_value(make_store, items) -> None:
+def test_update_with_duplicate_keys_keeps_first_position_and_last_value(store, items) -> None:
     (k0, v0), (k1, v1), (_, v2) = items[:3]
-    sd = make_store()
+    sd = store()
     sd.update([(k0, v0), (k1, v1), (k0, v2)])
     expected = dict([(k0, v0), (k1, v1), (k0, v2)])
     assert_matches_dict(sd, expected)
 
 
-def test_overwrite_keeps_position(make_store, items) -> None:
-    sd = make_store(items)
+def test_overwrite_keeps_position(store, items) -> None:
+    sd = store(items)
     sd[items[1][0]] = items[3][1]
     expected = dict(items)
     expected[items[1][0]] = items[3][1]
     assert_matches_dict(sd, expected)
 
 
-def test_delete_and_reinsert_goes_to_the_end(make_store, items) -> None:
-    sd = make_store(items)
+def test_delete_and_reinsert_goes_to_the_end(store, items) -> None:
+    sd = store(items)
     expected = dict(items)
     del sd[items[0][0]]
     del expected[items[0][0]]
@@ -96,8 +113,8 @@ def test_delete_and_reinsert_goes_to_the_end(make_store, items) -> None:
     assert_matches_dict(sd, expected)
 
 
-def test_pop_popitem_setdefault_clear(make_store, items) -> None:
-    sd = make_store(items)
+def test_pop_popitem_setdefault_clear(store, items) -> None:
+    sd = store(items)
     expected = dict(items)
     assert same_value(sd.pop(items[2][0]), expected.pop(items[2][0]))
     assert sd.pop("pear", "none") == "none"
@@ -118,9 +135,9 @@ def test_equals_a_dict_with_the_same_items(make_store) -> None:
     assert sd != {"apple": 1}
 
 
-def test_deleted_keys_never_contribute_and_survive_compaction(make_store, items) -> None:
+def test_deleted_keys_never_contribute_and_survive_compaction(store, items) -> None:
     """Enough deletes to trigger compaction; the mapping and soft lookup stay consistent."""
-    sd = make_store()
+    sd = store()
     keys = [f"word{i} thing{i % 7}" for i in range(300)]
     sd.update({key: items[i % len(items)][1] for i, key in enumerate(keys)})
     expected = {key: items[i % len(items)][1] for i, key in enumerate(keys)}
@@ -138,11 +155,12 @@ def test_deleted_keys_never_contribute_and_survive_compaction(make_store, items)
     assert sd.nearest(keys[3], k=1)[0][0] == keys[3]
 
 
-def test_values_come_back_as_independent_copies(make_store, kind) -> None:
+def test_values_come_back_as_independent_copies(store, kind) -> None:
+    immutable = {"scalar": 3.5, "boolean": True}
     mutable = {"vector": np.array([1.0, 2.0]), "categorical": {"id": [1, 2]}}.get(kind)
     if mutable is None:
-        mutable = 3.5
-    sd = make_store({"apple": mutable})
+        mutable = immutable[kind]
+    sd = store({"apple": mutable})
     got = sd["apple"]
     if isinstance(got, np.ndarray):
         got[0] = 99.0
@@ -151,7 +169,8 @@ def test_values_come_back_as_independent_copies(make_store, kind) -> None:
         got["id"].append(99)
         mutable["id"].append(42)
     assert same_value(
-        sd["apple"], {"vector": np.array([1.0, 2.0]), "categorical": {"id": [1, 2]}}.get(kind, 3.5)
+        sd["apple"],
+        {"vector": np.array([1.0, 2.0]), "categorical": {"id": [1, 2]}}.get(kind, immutable.get(kind)),
     )
 
 

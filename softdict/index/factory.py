@@ -86,7 +86,10 @@ class FactoryBackend(FaissBackend):
 
     def _fits(self, index: faiss.Index) -> bool:
         expected = faiss.index_factory(self.dim, self.factory, faiss_metric(self.metric))
-        return type(faiss.downcast_index(index)) is type(expected)
+        loaded = faiss.downcast_index(index)
+        # The factory may build a generic class (IndexFlat) whose saved form reads back as a
+        # specialised one (IndexFlatIP), or the other way round.
+        return isinstance(loaded, type(expected)) or isinstance(expected, type(loaded))
 
     def _search_plan(
         self,
