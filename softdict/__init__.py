@@ -7,8 +7,6 @@ attention over the store, softmax(sim(q, K) / T) · V.
 # First: it sets the OpenMP wait policy before FAISS (imported below) loads its runtime.
 import softdict._runtime  # noqa: F401
 from softdict._config import ValueKind
-from softdict._similarity import Similarity
-from softdict.encoders.base import Encoder
 from softdict._errors import (
     ConfigError,
     EmptyStoreError,
@@ -24,6 +22,8 @@ from softdict._errors import (
 from softdict._learning import FitReport
 from softdict._mapping import SoftDict
 from softdict._results import Attention
+from softdict._similarity import Similarity
+from softdict.encoders.base import Encoder
 from softdict.values.distribution import Distribution
 
 __all__ = [

@@ -92,7 +92,7 @@ def check_number(
     if (
         not isinstance(value, kind)
         or isinstance(value, bool)
-        or not math.isfinite(value)  # type: ignore[arg-type]
+        or not math.isfinite(value)
         or not valid(value)
     ):
         raise ConfigError(f"{name} must be {expected}, got {value!r}")

@@ -57,7 +57,9 @@ class FileReader:
             raise self.error(name, "is not a raw file")
         return content
 
-    def npy(self, name: str, dtype: type | np.dtype[Any], shape: tuple[int | None, ...]) -> np.ndarray:
+    def npy(
+        self, name: str, dtype: type | np.dtype[Any], shape: tuple[int | None, ...]
+    ) -> np.ndarray:
         """The array in ``name``, which must have this dtype and shape (None: any length)."""
         array = self._array(name)
         if (

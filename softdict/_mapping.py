@@ -32,8 +32,7 @@ from softdict._results import Attention
 from softdict._similarity import Similarity
 from softdict._types import NO_DEFAULT, BatchValue, Label, Mask, NoDefault, Value
 from softdict.encoders import TextEncoder, resolve_encoder
-from softdict.store.base import Store
-from softdict.store.memory import MemoryStore
+from softdict.store import Store, open_store
 
 __all__ = ["SoftDict"]
 
@@ -73,6 +72,8 @@ class SoftDict(MutableMapping[str, Value]):
         batch_size: how many texts the encoder embeds per call.
         progress: draw a progress bar while encoding inserts; None draws one only for large
             inserts when stderr is a terminal.
+        store: where the keys, values and vectors live: "memory" (this process, the default),
+            or "scheme:location" for a store registered with ``softdict.store.register_store``.
 
     Raises:
         ConfigError: an option is out of range or unknown.
@@ -95,6 +96,7 @@ class SoftDict(MutableMapping[str, Value]):
         query_cache_size: int = 1024,
         batch_size: int = 64,
         progress: bool | None = None,
+        store: str = "memory",
     ) -> None:
         config = SoftDictConfig.build(
             similarity=similarity,
@@ -108,8 +110,9 @@ class SoftDict(MutableMapping[str, Value]):
             batch_size=batch_size,
             progress=progress,
         )
-        store = MemoryStore(config)  # ConfigError for an unknown index or value kind
-        self._attach(store, resolve_encoder(encoder, query_cache_size=query_cache_size))
+        # ConfigError for an unknown store, index or value kind, before the encoder loads.
+        opened = open_store(store, config)
+        self._attach(opened, resolve_encoder(encoder, query_cache_size=query_cache_size))
         if data is not None:
             self.update(data)
 
@@ -241,6 +244,23 @@ class SoftDict(MutableMapping[str, Value]):
         """
         self._insert(update_items(other, kwargs))
 
+    # Overridden: the mixin's signature shows its private sentinel in help(), and it reads and
+    # deletes in two steps; this does both under the lock.
+    @overload
+    def pop(self, key: str) -> Value: ...
+    @overload
+    def pop(self, key: str, default: D) -> Value | D: ...
+    def pop(self, key: str, default: object = NO_DEFAULT) -> object:
+        """Remove ``key`` and return its value; ``default`` if absent, else ``KeyError``."""
+        with self._lock:
+            if key in self._store:
+                value = self._store.get(key)
+                self._store.remove(key)
+                return value
+        if isinstance(default, NoDefault):
+            raise KeyError(key)
+        return default
+
     # Overridden: the mixin pops the first key; dict.popitem pops the last inserted (LIFO).
     def popitem(self) -> tuple[str, Value]:
         """Remove and return the most recently inserted (key, value), as ``dict.popitem`` does."""
@@ -326,12 +346,13 @@ class SoftDict(MutableMapping[str, Value]):
 
     # -- soft lookup -------------------------------------------------------------------------
 
+    # A str is also an Iterable[str]: the str overloads come first, so a str gets one result.
     @overload
-    def lookup(
+    def lookup(  # type: ignore[overload-overlap]
         self, query: str, *, min_score: float | None = None, mask: Mask = None
     ) -> Value: ...
     @overload
-    def lookup(
+    def lookup(  # type: ignore[overload-overlap]
         self, query: str, *, min_score: float | None = None, default: D, mask: Mask = None
     ) -> Value | D: ...
     @overload
@@ -411,11 +432,14 @@ class SoftDict(MutableMapping[str, Value]):
             chosen = _lookup.selection(self._store, array, mask)
             return _lookup.lookup_values(self._store, chosen, None, single, min_score, default)
 
+    # A str is also an Iterable[str]: the str overloads come first, so a str gets one result.
     @overload
-    def attend(self, query: str, *, mask: Mask = None) -> Attention: ...
+    def attend(self, query: str, *, mask: Mask = None) -> Attention: ...  # type: ignore[overload-overlap]
     @overload
     def attend(self, query: Iterable[str], *, mask: Mask = None) -> list[Attention]: ...
-    def attend(self, query: str | Iterable[str], *, mask: Mask = None) -> Attention | list[Attention]:
+    def attend(
+        self, query: str | Iterable[str], *, mask: Mask = None
+    ) -> Attention | list[Attention]:
         """How ``query`` attends: an ``Attention``, or a list of them for a list of queries."""
         texts, single = query_texts(query)
         with self._lock:
@@ -438,8 +462,11 @@ class SoftDict(MutableMapping[str, Value]):
             found = _lookup.attentions(self._store, chosen, None)
         return found[0] if single else found
 
+    # A str is also an Iterable[str]: the str overloads come first, so a str gets one result.
     @overload
-    def nearest(self, query: str, k: int = 3, *, mask: Mask = None) -> list[tuple[str, float]]: ...
+    def nearest(  # type: ignore[overload-overlap]
+        self, query: str, k: int = 3, *, mask: Mask = None
+    ) -> list[tuple[str, float]]: ...
     @overload
     def nearest(
         self, query: Iterable[str], k: int = 3, *, mask: Mask = None
@@ -513,7 +540,9 @@ class SoftDict(MutableMapping[str, Value]):
             ConfigError: ``sample_size`` is not a whole number >= 2, ``seed`` not one >= 0, or
                 ``choose_k`` not a bool.
         """
-        check_number("sample_size", sample_size, "a whole number >= 2", lambda v: v >= 2, whole=True)
+        check_number(
+            "sample_size", sample_size, "a whole number >= 2", lambda v: v >= 2, whole=True
+        )
         check_number("seed", seed, "a whole number >= 0", lambda v: v >= 0, whole=True)
         if not isinstance(choose_k, bool):
             raise ConfigError(f"choose_k must be True or False, got {choose_k!r}")

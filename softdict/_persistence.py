@@ -235,7 +235,9 @@ def load_store(path: str | os.PathLike[str], encoder: object) -> tuple[MemorySto
     try:
         store = MemoryStore.restore(state, files)
     except ConfigError as exc:
-        raise StoreFormatError(f"{folder / MANIFEST} holds options this softdict lacks: {exc}") from None
+        raise StoreFormatError(
+            f"{folder / MANIFEST} holds options this softdict lacks: {exc}"
+        ) from None
     return store, text_encoder
 
 
@@ -291,7 +293,11 @@ def _read_format_1(
         raise files.error("rows.npy", "has rows out of range or repeated")
     projection = _projection(files, dim)
     if count == 0:
-        return StoreState(config, [], rows, rows_total, dim, kind, None, projection), files, identity
+        return (
+            StoreState(config, [], rows, rows_total, dim, kind, None, projection),
+            files,
+            identity,
+        )
     live = files.npy("live.npy", np.bool_, (rows_total,))
     if int(live.sum()) != count or not live[rows].all():
         raise files.error("live.npy", "does not match the rows of the keys")

@@ -140,7 +140,9 @@ def adaptive_top_k(
     width = 0
     for k in _growing_k(cap):
         if found_scores.shape[1] < k:
-            found_scores, found_ids = backend.search(queries[pending], k if in_rounds else cap, allow)
+            found_scores, found_ids = backend.search(
+                queries[pending], k if in_rounds else cap, allow
+            )
         head_scores, head_ids = found_scores[:, :k], found_ids[:, :k]
         bound = tail_mass_bound(head_scores, n_allowed, policy.temperature)
         # A padded result means the index has no more candidates to give.

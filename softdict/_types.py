@@ -13,7 +13,7 @@ __all__ = ["NO_DEFAULT", "BatchValue", "Label", "Mask", "NoDefault", "Value"]
 
 # A categorical value: any JSON value. (Scalars and vectors are numbers and float arrays.)
 Label: TypeAlias = Union[  # noqa: UP007 - a recursive alias must be spelt with Union
-    str, int, float, bool, None, list["Label"], dict[str, "Label"]
+    str, int, float, bool, list["Label"], dict[str, "Label"], None
 ]
 
 # What ``sd[key]`` and a single ``lookup`` return: a number, a float64 vector, or a label.
@@ -31,8 +31,8 @@ class NoDefault(enum.Enum):
 
     NO_DEFAULT = "NO_DEFAULT"
 
-    def __repr__(self) -> str:  # shown by help(SoftDict.lookup)
-        return "<no default: raise NoMatchError>"
+    def __repr__(self) -> str:  # shown by help(SoftDict)
+        return "<no default>"
 
 
 NO_DEFAULT: Final = NoDefault.NO_DEFAULT

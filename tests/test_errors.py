@@ -168,6 +168,8 @@ def test_bad_temperature_is_refused(temperature: object) -> None:
         ("value_kind", "blob"),
         ("query_cache_size", -1),
         ("batch_size", 0),
+        ("store", "mongo:./x"),
+        ("store", 3),
     ],
 )
 def test_bad_option_is_refused_naming_it(option: str, value: object) -> None:

@@ -93,7 +93,7 @@ def test_search_finds_the_nearest_keys_with_their_true_scores(name: str, metric:
     queries = clustered(40, seed=7)
     scores, found = backend.search(queries, 10)
     assert found.shape == scores.shape == (40, 10) and found.dtype == np.int64
-    truth, true_scores = true_top(X, ids, queries, 10, metric)
+    truth, _ = true_top(X, ids, queries, 10, metric)
     assert_finds(backend, found, truth)
     assert np.all(np.diff(scores, axis=1) <= 1e-6)  # best first
     # Every returned id carries its own score (compressed indexes approximate it).
@@ -227,10 +227,14 @@ def test_emptied_backend_takes_new_keys(name: str) -> None:
     assert np.mean(found[:, 0] == fresh) >= 0.95
 
 
-@pytest.mark.parametrize("make", [lambda: ExactBackend(DIM, Metric.INNER_PRODUCT)] + [
-    lambda name=name: backend_spec(name).create(DIM, Metric.INNER_PRODUCT)
-    for name in ("hnsw", "ivf-from-start")
-])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: ExactBackend(DIM, Metric.INNER_PRODUCT)]
+    + [
+        lambda name=name: backend_spec(name).create(DIM, Metric.INNER_PRODUCT)
+        for name in ("hnsw", "ivf-from-start")
+    ],
+)
 def test_backends_with_rows_refuse_ids_that_do_not_increase(make) -> None:
     """The store hands out ids in increasing order; a backend that maps them to rows relies on
     it and says so rather than corrupting its map."""

@@ -6,9 +6,8 @@ import numpy as np
 import pytest
 from _support import FakeEncoder
 
-from softdict import Attention, EmptyStoreError, NoMatchError, SoftDict
+from softdict import Attention, EmptyStoreError, NoMatchError, Similarity, SoftDict
 from softdict._attention import attention
-from softdict import Similarity
 
 KEYS = ["red apple", "green apple", "yellow banana", "wooden chair", "soft sofa", "red car"]
 

@@ -170,7 +170,9 @@ def test_values_come_back_as_independent_copies(store, kind) -> None:
         mutable["id"].append(42)
     assert same_value(
         sd["apple"],
-        {"vector": np.array([1.0, 2.0]), "categorical": {"id": [1, 2]}}.get(kind, immutable.get(kind)),
+        {"vector": np.array([1.0, 2.0]), "categorical": {"id": [1, 2]}}.get(
+            kind, immutable.get(kind)
+        ),
     )
 
 

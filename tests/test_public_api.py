@@ -51,3 +51,29 @@ def test_readme_opens_with_exactly_two_setup_commands() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert setup_commands()[1] in ci.splitlines()
+
+
+def test_no_public_method_returns_any_and_help_shows_no_sentinel_object() -> None:
+    import inspect
+    import pydoc
+    import typing
+
+    # The methods SoftDict defines (the MutableMapping mixins are typed through its generic base).
+    for name, member in vars(softdict.SoftDict).items():
+        if name.startswith("_") and name not in ("__getitem__", "__iter__", "__len__"):
+            continue
+        function = member.fget if isinstance(member, property) else member
+        if not callable(function):
+            continue
+        hints = typing.get_type_hints(inspect.unwrap(getattr(function, "__func__", function)))
+        assert "return" in hints, f"SoftDict.{name} has no return annotation"
+        assert hints["return"] is not typing.Any, f"SoftDict.{name} returns Any"
+    text = pydoc.render_doc(softdict.SoftDict, renderer=pydoc.plaintext)
+    assert "object object at" not in text
+
+
+def test_plug_in_points_are_importable_by_their_documented_names() -> None:
+    from softdict.encoders import Encoder, register_encoder_name, resolve_encoder  # noqa: F401
+    from softdict.index import IndexBackend, register_backend  # noqa: F401
+    from softdict.store import MemoryStore, Store  # noqa: F401
+    from softdict.values import ValueColumn, register_value_kind  # noqa: F401

@@ -357,7 +357,7 @@ def test_unknown_index_is_a_config_error() -> None:
 
 
 def test_scores_are_the_metric_of_prepared_vectors_for_every_backend(backend: str) -> None:
-    sd, X, keys = build(backend, top_k=5)
+    sd, X, _ = build(backend, top_k=5)
     attention = sd.attend_embeddings(X[42])
     rows = [int(key[3:]) for key in attention.keys]
     expected = metric_scores(X[42][None, :], X[rows], Metric.INNER_PRODUCT)[0]

@@ -9,6 +9,7 @@ plug-in and the bundled model. A new encoder is one file plus one registration.
 
 from __future__ import annotations
 
+from softdict.encoders import sentence_transformers as _st
 from softdict.encoders.adapter import TextEncoder
 from softdict.encoders.base import PROBE_TEXT, Encoder, EncoderIdentity
 from softdict.encoders.registry import (
@@ -23,7 +24,6 @@ from softdict.encoders.sentence_transformers import (
     SentenceTransformerEncoder,
     is_sentence_transformer,
 )
-from softdict.encoders import sentence_transformers as _st
 
 __all__ = [
     "BUNDLED_MODEL_NAME",

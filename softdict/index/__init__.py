@@ -61,7 +61,9 @@ def _factory(option: str) -> BackendSpec | None:
         return None
     return BackendSpec(
         option,
-        lambda dim, metric: GrowingBackend(dim, metric, lambda: FactoryBackend(dim, metric, option)),
+        lambda dim, metric: GrowingBackend(
+            dim, metric, lambda: FactoryBackend(dim, metric, option)
+        ),
         option,
     )
 

@@ -66,7 +66,7 @@ class ExactBackend(IndexBackend):
         sq_norms = self._sq_norms.view if self.metric is Metric.L2 else None
         if allow is None and not self._rows.has_tombstones:
             return metric_scores(queries, vectors, self.metric, sq_norms), self._rows.ids
-        # Allowed ids are sorted, and so are the ids by row: these rows come out in increasing order.
+        # Allowed ids are sorted, and so are the ids by row: these rows come out increasing.
         rows = self._rows.live_rows() if allow is None else self._rows.rows_of(allow.ids)
         if len(rows) < _GATHER_FRACTION * len(vectors):
             part_norms = sq_norms[rows] if sq_norms is not None else None
@@ -103,7 +103,8 @@ class ExactBackend(IndexBackend):
     def dump(self) -> BackendDump:
         live = self._rows.live_rows()
         return BackendDump(
-            {}, {"embeddings.npy": self._vectors.view[live], "embedding_ids.npy": self._rows.ids[live]}
+            {},
+            {"embeddings.npy": self._vectors.view[live], "embedding_ids.npy": self._rows.ids[live]},
         )
 
     def restore(self, meta: dict[str, Any], files: FileReader) -> None:

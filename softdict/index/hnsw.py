@@ -19,7 +19,9 @@ __all__ = ["SPARSE_ALLOW_FRACTION", "HNSWBackend", "hnsw_params"]
 SPARSE_ALLOW_FRACTION = 0.05
 
 
-def hnsw_params(ef_search: int, k: int, selector: faiss.IDSelector | None) -> faiss.SearchParameters:
+def hnsw_params(
+    ef_search: int, k: int, selector: faiss.IDSelector | None
+) -> faiss.SearchParameters:
     # The graph search keeps efSearch candidates; it must be at least k to return k results.
     return faiss.SearchParametersHNSW(sel=selector, efSearch=max(ef_search, k))
 

@@ -16,7 +16,7 @@ cannot fail on bad input. Commit a staged write in the same critical section as 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -218,7 +218,9 @@ class Store(ABC):
         """The state to save, and the files of its parts (the value column and the index)."""
 
 
-def dump_files(column: ValueColumn | None, slots: np.ndarray, index: BackendDump | None) -> StoreFiles:
+def dump_files(
+    column: ValueColumn | None, slots: np.ndarray, index: BackendDump | None
+) -> StoreFiles:
     """The parts' files in one dict; a part that wrote a name another did is a programming
     error, caught here rather than in a half-overwritten store."""
     files: StoreFiles = dict(column.dump(slots)) if column is not None else {}
@@ -227,5 +229,3 @@ def dump_files(column: ValueColumn | None, slots: np.ndarray, index: BackendDump
             raise RuntimeError(f"two parts of the store both write {name}")
         files[name] = content
     return files
-
-

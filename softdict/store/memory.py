@@ -149,7 +149,9 @@ class MemoryStore(Store):
             "staged_kept": staged_kept,
         }
         if fresh and not missing:
-            raw = self.checked_embeddings(np.stack([vectors[key] for key in fresh]), "key embeddings")
+            raw = self.checked_embeddings(
+                np.stack([vectors[key] for key in fresh]), "key embeddings"
+            )
             details["prepared"] = self._config.similarity.prepare_keys(raw)
             if self._backend is None:
                 # May raise ConfigError (a factory string that does not fit d): nothing changed.
@@ -294,7 +296,9 @@ class MemoryStore(Store):
         return np.flatnonzero(self._alive.view)
 
     def keys_of(self, ids: np.ndarray) -> list[str]:
-        return [self._key_of_slot[slot] for slot in self._slots(ids)]  # type: ignore[misc]
+        keys = [self._key_of_slot[slot] for slot in self._slots(ids)]
+        assert None not in keys, "keys_of() takes held ids only"
+        return keys
 
     def ids(self) -> np.ndarray:
         slots = np.fromiter(self._slot_of.values(), np.int64, len(self._slot_of))
@@ -335,7 +339,9 @@ class MemoryStore(Store):
         backend = store._spec.create(state.dim, state.config.similarity.metric)
         backend.restore(state.index_meta or {}, files)
         if len(backend) != n:
-            raise files.error("manifest.json", f"lists {n} keys, but the index holds {len(backend)}")
+            raise files.error(
+                "manifest.json", f"lists {n} keys, but the index holds {len(backend)}"
+            )
         store._column, store._backend, store._dim = column, backend, state.dim
         store._id_of_slot.append(state.ids[by_id])
         store._alive.append(np.ones(n, dtype=np.bool_))

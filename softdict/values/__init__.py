@@ -3,13 +3,13 @@
 ``ValueColumn`` (in ``base``) is the protocol; each kind is one file, registered here under the
 name ``value_kind=`` accepts. A new kind is one file plus one call to ``register_value_kind``.
 
-============== ============================================ ==========================================
-value_kind=    what you store                               what ``lookup`` returns
-============== ============================================ ==========================================
-"scalar"       int or float (not bool)                      the weighted sum, a float
-"vector"       1-D numbers, one length per store            the weighted sum, a float64 array
-"categorical"  any other JSON-serialisable value (a label)  the label with the largest summed weight
-============== ============================================ ==========================================
+============= ============================================ =========================================
+value_kind=   what you store                               what ``lookup`` returns
+============= ============================================ =========================================
+"scalar"      int or float (not bool)                      the weighted sum, a float
+"vector"      1-D numbers, one length per store            the weighted sum, a float64 array
+"categorical" any other JSON-serialisable value (a label)  the label with the largest summed weight
+============= ============================================ =========================================
 """
 
 from __future__ import annotations

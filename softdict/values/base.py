@@ -102,15 +102,16 @@ class ValueColumn(ABC):
         the blend says it all. ``present()`` gives the slots of every stored key."""
         return [None] * len(weights)
 
-    def check_batch_default(self, default: object) -> None:
+    def check_batch_default(self, default: object) -> None:  # noqa: B027 - most kinds accept any
         """Raise ValueShapeError unless a batch result can hold ``default`` for a query with no
-        match (a batch of numbers is one array)."""
+        match (a batch of numbers is one array). A list of labels holds anything."""
 
     def fill(self, blended: BatchValue, misses: np.ndarray, default: object) -> BatchValue:
         """``blended`` with ``default`` for each query in ``misses`` (checked by
         ``check_batch_default``)."""
+        filled: Any = blended  # an array or a list: either takes an item by index
         for i in np.flatnonzero(misses):
-            blended[i] = default  # type: ignore[index]
+            filled[int(i)] = default
         return blended
 
     @abstractmethod

@@ -8,11 +8,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from softdict._errors import InvalidValueError
+from softdict._errors import InvalidValueError, ValueShapeError
 from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows
 from softdict._types import BatchValue, Value
-from softdict._errors import ValueShapeError
 from softdict.values.base import LossKind, ValueColumn, gather_blend, is_number
 
 __all__ = ["ScalarColumn"]
@@ -81,7 +80,7 @@ class ScalarColumn(ValueColumn):
         return float(blended[i])  # type: ignore[arg-type]
 
     def check_batch_default(self, default: object) -> None:
-        if not (np.ndim(default) == 0 and is_number(default)):
+        if not is_number(default):
             raise ValueShapeError(
                 f"a batch lookup returns one array, so default must be a number (float('nan') "
                 f"marks a miss); got {default!r:.60}. To get {default!r:.20} back, look the "
@@ -92,7 +91,10 @@ class ScalarColumn(ValueColumn):
         return self._numbers.view[slots]
 
     def dump(self, slots: np.ndarray) -> StoreFiles:
-        return {"values.npy": self._numbers.view[slots], "value_is_int.npy": self._was_int.view[slots]}
+        return {
+            "values.npy": self._numbers.view[slots],
+            "value_is_int.npy": self._was_int.view[slots],
+        }
 
     @classmethod
     def restore(cls, files: FileReader, n: int) -> ScalarColumn:

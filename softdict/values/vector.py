@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -86,8 +87,9 @@ class VectorColumn(ValueColumn):
         return gather_blend(weights, slots, self._vectors.view)
 
     def check_batch_default(self, default: object) -> None:
-        fits = np.shape(default) == (self.length,) and np.issubdtype(
-            np.asarray(default).dtype, np.number
+        value: Any = default  # anything: numpy says what shape and type it has
+        fits = np.shape(value) == (self.length,) and np.issubdtype(
+            np.asarray(value).dtype, np.number
         )
         if not fits:
             raise ValueShapeError(
