@@ -110,7 +110,7 @@ def _items(rows: list[dict[str, Any]], path: Path, key: str, columns: list[str])
 
 
 def _build(args: argparse.Namespace) -> int:
-    from softdict._mapping import SoftDict
+    from softdict import SoftDict
 
     path = Path(args.file)
     items = _items(_read_rows(path, args.format), path, args.key, args.value)
@@ -132,7 +132,7 @@ def _build(args: argparse.Namespace) -> int:
 def _query(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from softdict._mapping import SoftDict
+    from softdict import SoftDict
 
     sd = SoftDict.load(args.store)
     attention = sd.attend(args.text)  # the value, the keys and the best score, in one search

@@ -3,10 +3,10 @@
 A soft lookup of text runs torch (to encode the query) and then FAISS or numpy (to search), one
 after the other. OpenMP's default is to keep a library's threads spinning for a while after each
 call, so on a small machine the idle spinning threads of one library starve the working threads
-of the next. Waiting passively puts them to sleep at once (on a 2-core machine, a one-off probe
-showed back-to-back ``lookup(text)`` clearly slower without it; benchmarks/scale.py measures
-with it). A value the user has set is kept; the setting reaches only the OpenMP
-runtimes that load after softdict is imported (FAISS's always; torch's unless imported earlier).
+of the next. Waiting passively puts them to sleep at once (benchmarks/scale.py measures
+``lookup(text)`` with this setting). A value the user has set is kept; the setting reaches only
+the OpenMP runtimes that load after softdict is imported (FAISS's always; torch's unless
+imported earlier).
 """
 
 from __future__ import annotations

@@ -77,3 +77,19 @@ def test_plug_in_points_are_importable_by_their_documented_names() -> None:
     from softdict.index import IndexBackend, register_backend  # noqa: F401
     from softdict.store import MemoryStore, Store  # noqa: F401
     from softdict.values import ValueColumn, register_value_kind  # noqa: F401
+
+
+def test_only_the_package_root_imports_the_facade() -> None:
+    """The façade sits on top: no module below it reaches back up (persistence, the store, the
+    CLI all work through public interfaces)."""
+    import ast
+
+    package = ROOT / "softdict"
+    for path in package.rglob("*.py"):
+        if path == package / "__init__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert node.module != "softdict._mapping", f"{path} imports the façade"
+            if isinstance(node, ast.Import):
+                assert all(alias.name != "softdict._mapping" for alias in node.names), path
