@@ -29,9 +29,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from categories import CATEGORIES
 
-from softdict import SoftDict
+from softdict import Similarity, SoftDict
 from softdict._attention import softmax
-from softdict._config import Similarity
 
 TEMPERATURES = [0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.1, 0.12, 0.15, 0.2, 0.3, 0.5]
 

@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from categories import CATEGORIES
 
 from softdict import SoftDict
-from softdict._attention import prepare_keys, softmax
-from softdict._config import DEFAULT_COSINE_TEMPERATURE, Similarity
-from softdict._encoders import resolve_encoder
+from softdict._attention import softmax
+from softdict._similarity import DEFAULT_COSINE_TEMPERATURE, Similarity
+from softdict.encoders import resolve_encoder
 
 T = DEFAULT_COSINE_TEMPERATURE
 DIM = 384
@@ -140,7 +140,7 @@ def exact_attention(
     """The seed formula over every key, in numpy; returns outputs and weights (float32)."""
     outputs, weights = [], []
     for start in range(0, len(queries), 25):
-        q = prepare_keys(queries[start : start + 25], Similarity.COSINE)
+        q = Similarity.COSINE.prepare_keys(queries[start : start + 25])
         w = softmax(q @ keys.T, T)
         outputs.append(w @ values)
         weights.append(w.astype(np.float32))
@@ -199,7 +199,7 @@ def bench_dataset(
 ) -> list[str]:
     n = len(keys)
     names = [f"k{i}" for i in range(n)]
-    keys = prepare_keys(keys, Similarity.COSINE)
+    keys = Similarity.COSINE.prepare_keys(keys)
     exact_out, exact_w = exact_attention(keys, values, queries)
     exact_lat = timings(lambda q: exact_attention(keys, values, q), queries)
     rows = [row("exact numpy", dataset, n, exact_lat, 0.0, 4 * DIM, 0.0, 1.0, None, exact_lat[0])]
@@ -218,7 +218,7 @@ def bench_dataset(
             mass.append(captured)
             held.append(1.0 - captured <= a.tail_mass + 1e-6)
         lat = timings(sd.lookup_embeddings, queries)
-        memory = sd._index.memory_bytes() / n
+        memory = sd.index_memory_bytes / n
         label = f"softdict {sd.index_description}"
         rows.append(
             row(
@@ -288,7 +288,7 @@ def text_lookup_overhead(sd: SoftDict, encoder, dataset: str, n: int) -> str:
         # keep their threads spinning for a while after a call, which would slow the next one.
         time.sleep(0.05)
         start = time.perf_counter()
-        encoder.model.encode_query([f"question {100 + i} about {topic}"], show_progress_bar=False)
+        encoder.encoder.encode_query([f"question {100 + i} about {topic}"])
         encode.append(time.perf_counter() - start)
         time.sleep(0.05)
         start = time.perf_counter()

@@ -160,6 +160,12 @@ class SoftDict(MutableMapping[str, Value]):
             return self._store.describe_index()
 
     @property
+    def index_memory_bytes(self) -> int:
+        """Bytes this process holds for the key vectors and their ids (the index backend)."""
+        with self._lock:
+            return self._store.index_memory_bytes()
+
+    @property
     def value_kind(self) -> str | None:
         """The kind of value this store holds ("scalar", "vector", "categorical", or a
         registered kind), or None while it is empty and not fixed by ``value_kind=``."""

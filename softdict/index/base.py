@@ -21,7 +21,16 @@ import numpy as np
 from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric
 
-__all__ = ["Allow", "BackendDump", "Capabilities", "IndexBackend"]
+__all__ = ["Allow", "BackendDump", "Capabilities", "IndexBackend", "sorted_unique"]
+
+
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """``np.unique`` of a 1-D integer array: a sort and a neighbour comparison, several times
+    faster than numpy's hash-based unique on the thousands of ids a mask holds."""
+    ordered = np.sort(values)
+    if len(ordered) < 2:
+        return ordered
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
 @dataclass(frozen=True)
@@ -32,7 +41,7 @@ class Allow:
 
     @classmethod
     def of(cls, ids: np.ndarray | list[int]) -> Allow:
-        return cls(np.unique(np.asarray(ids, dtype=np.int64)))
+        return cls(sorted_unique(np.asarray(ids, dtype=np.int64)))
 
     def __len__(self) -> int:
         return len(self.ids)

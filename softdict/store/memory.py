@@ -19,7 +19,7 @@ from softdict._errors import EmptyStoreError, InvalidValueError, KeyTypeError, V
 from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows
 from softdict._types import Mask, Value
-from softdict.index.base import Allow, IndexBackend
+from softdict.index.base import Allow, IndexBackend, sorted_unique
 from softdict.index.registry import BackendSpec, backend_spec
 from softdict.store.base import StagedWrite, Store, StoreState, dump_files
 from softdict.values.base import ValueColumn
@@ -282,11 +282,17 @@ class MemoryStore(Store):
                 f"the mask allows none of the {len(self)} stored keys; a soft lookup needs at "
                 f"least one key to attend to"
             )
-        return Allow.of(self._id_of_slot.view[np.array(slots)])
+        # Ids increase with slots, so the ids of sorted distinct slots are sorted and distinct.
+        return Allow(self._id_of_slot.view[sorted_unique(np.asarray(slots, dtype=np.int64))])
 
     def _slots(self, ids: np.ndarray) -> np.ndarray:
+        held = self._id_of_slot.view
+        if ids.ndim == 1 and len(ids) == len(held) == len(self._slot_of):
+            # Every key (distinct held ids, as a selection of every key gives them) and no
+            # empty slot: slot s holds the s-th smallest id, so the slots are 0..n-1.
+            return np.arange(len(held))
         # Padding (-1) points at slot 0: it has weight 0.
-        return np.searchsorted(self._id_of_slot.view, np.maximum(ids, 0))
+        return np.searchsorted(held, np.maximum(ids, 0))
 
     def values_of(self, ids: np.ndarray) -> tuple[ValueColumn, np.ndarray]:
         assert self._column is not None
