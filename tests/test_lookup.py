@@ -222,3 +222,21 @@ def test_lookup_on_an_empty_store() -> None:
 def test_empty_query_batch_gives_an_empty_result() -> None:
     sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
     assert sd.lookup([]).shape == (0,)
+
+
+def test_attention_names_each_key_with_its_own_weight_and_score() -> None:
+    """Keys, weights and scores of an Attention belong together, on the path that scores every
+    key and on the top-k path, before and after deletes leave empty slots."""
+    values = [1.0, 2.0, 3.0, 10.0, 20.0, 5.0]
+    for options in ({}, {"top_k": 4}):
+        sd = SoftDict(dict(zip(KEYS, values)), encoder=FakeEncoder(), temperature=0.3, **options)
+        for _ in range(2):
+            attention = sd.attend("red apple car")
+            query = FakeEncoder().encode(["red apple car"])
+            for key, score in zip(attention.keys, attention.scores):
+                expected = Similarity.COSINE.scores(query, FakeEncoder().encode([key]))[0, 0]
+                assert score == pytest.approx(expected, rel=1e-5)
+            assert attention.value == pytest.approx(
+                sum(w * sd[k] for k, w in zip(attention.keys, attention.weights))
+            )
+            sd.pop("green apple", None)  # leaves an empty slot for the second round

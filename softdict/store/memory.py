@@ -287,9 +287,9 @@ class MemoryStore(Store):
 
     def _slots(self, ids: np.ndarray) -> np.ndarray:
         held = self._id_of_slot.view
-        if ids.ndim == 1 and len(ids) == len(held) == len(self._slot_of):
-            # Every key (distinct held ids, as a selection of every key gives them) and no
-            # empty slot: slot s holds the s-th smallest id, so the slots are 0..n-1.
+        if len(ids) == len(held) and np.array_equal(ids, held):
+            # Every key, in id order, as a selection of every key gives them: slots 0..n-1,
+            # without the search (an equality test costs a tenth of it).
             return np.arange(len(held))
         # Padding (-1) points at slot 0: it has weight 0.
         return np.searchsorted(held, np.maximum(ids, 0))
