@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -401,11 +402,7 @@ class SoftDict(MutableMapping[str, Value]):
         """
         texts, single = query_texts(query)
         check_min_score(min_score)
-        with self._lock:
-            self._check_lookup(default, single)  # fail before the slow encode
-        embeddings = self._encode_queries(texts)
-        with self._lock:
-            self._check_lookup(default, single)  # another thread may have written meanwhile
+        with self._encoded(texts, lambda: self._check_lookup(default, single)) as embeddings:
             chosen = _lookup.selection(self._store, embeddings, mask)
             return _lookup.lookup_values(self._store, chosen, texts, single, min_score, default)
 
@@ -448,11 +445,7 @@ class SoftDict(MutableMapping[str, Value]):
     ) -> Attention | list[Attention]:
         """How ``query`` attends: an ``Attention``, or a list of them for a list of queries."""
         texts, single = query_texts(query)
-        with self._lock:
-            self._require_keys()
-        embeddings = self._encode_queries(texts)
-        with self._lock:
-            self._require_keys()
+        with self._encoded(texts, self._require_keys) as embeddings:
             chosen = _lookup.selection(self._store, embeddings, mask)
             found = _lookup.attentions(self._store, chosen, texts)
         return found[0] if single else found
@@ -487,13 +480,21 @@ class SoftDict(MutableMapping[str, Value]):
         """
         check_number("k", k, "a whole number >= 1", lambda v: v >= 1, whole=True)
         texts, single = query_texts(query)
-        with self._lock:
-            self._require_keys()
-        embeddings = self._encode_queries(texts)
-        with self._lock:
-            self._require_keys()
+        with self._encoded(texts, self._require_keys) as embeddings:
             found = _lookup.nearest_keys(self._store, embeddings, int(k), mask)
         return found[0] if single else found
+
+    @contextmanager
+    def _encoded(self, texts: list[str], check: Callable[[], None]) -> Iterator[np.ndarray]:
+        """The query embeddings of ``texts``, with the lock held. Encoding, the slow part, runs
+        outside the lock; ``check`` runs before it (to fail fast) and again under the lock
+        (another thread may have written meanwhile)."""
+        with self._lock:
+            check()
+        embeddings = self._encode_queries(texts)
+        with self._lock:
+            check()
+            yield embeddings
 
     def _encode_queries(self, texts: list[str]) -> np.ndarray:
         return self._encoder.encode_queries(texts, batch_size=self._store.config.batch_size)

@@ -12,6 +12,7 @@ second copy of the embeddings is kept.
 from __future__ import annotations
 
 from abc import abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 import faiss
@@ -22,7 +23,21 @@ from softdict._similarity import Metric
 from softdict.index._rows import IdRows
 from softdict.index.base import Allow, BackendDump, IndexBackend
 
-__all__ = ["FaissBackend", "faiss_message", "faiss_metric"]
+__all__ = ["FaissBackend", "SearchPlan", "SearchRequest", "faiss_message", "faiss_metric"]
+
+# Which FAISS index to search, and with which parameters.
+SearchPlan = tuple[faiss.Index, faiss.SearchParameters | None]
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """One search, as a backend plans it: ``n_queries`` queries of ``k`` results each, limited to
+    ``selector`` (None: every row), which lets ``fraction`` of the index's rows through."""
+
+    k: int
+    selector: faiss.IDSelector | None
+    fraction: float
+    n_queries: int
 
 
 def faiss_metric(metric: Metric) -> int:
@@ -52,16 +67,8 @@ class FaissBackend(IndexBackend):
         """An empty FAISS index, trained on ``training`` if it needs training."""
 
     @abstractmethod
-    def _search_plan(
-        self,
-        index: faiss.Index,
-        k: int,
-        selector: faiss.IDSelector | None,
-        fraction: float,
-        n_queries: int,
-    ) -> tuple[faiss.Index, faiss.SearchParameters | None]:
-        """Which index to search, with which parameters, for ``n_queries`` queries of ``k``
-        results each, limited to ``selector``, which lets ``fraction`` of the rows through."""
+    def _search_plan(self, index: faiss.Index, request: SearchRequest) -> SearchPlan:
+        """Which index to search, with which parameters, for ``request``."""
 
     def _fits(self, index: faiss.Index) -> bool:
         """Whether a loaded FAISS index is of this backend's kind."""
@@ -129,7 +136,7 @@ class FaissBackend(IndexBackend):
         if bitmap is not None:
             selector = faiss.IDSelectorBitmap(self._rows.size, faiss.swig_ptr(bitmap))
         fraction = n_allowed / max(self._rows.size, 1)
-        index, params = self._search_plan(self._index, k, selector, fraction, m)
+        index, params = self._search_plan(self._index, SearchRequest(k, selector, fraction, m))
         distances, rows = index.search(np.ascontiguousarray(queries), k, params=params)
         del bitmap  # kept alive until here: the selector points into it
         scores = distances.astype(np.float64)

@@ -12,10 +12,16 @@ import numpy as np
 
 from softdict._errors import ConfigError
 from softdict._similarity import Metric, metric_scores
-from softdict.index._faiss import FaissBackend, faiss_message, faiss_metric
+from softdict.index._faiss import (
+    FaissBackend,
+    SearchPlan,
+    SearchRequest,
+    faiss_message,
+    faiss_metric,
+)
 from softdict.index.base import Allow, Capabilities
 from softdict.index.hnsw import sparse_or_graph
-from softdict.index.ivf import ivf_params, set_parallel_mode
+from softdict.index.ivf import ivf_params
 
 __all__ = ["FactoryBackend", "check_factory", "is_factory_string"]
 
@@ -91,20 +97,13 @@ class FactoryBackend(FaissBackend):
         # specialised one (IndexFlatIP), or the other way round.
         return isinstance(loaded, type(expected)) or isinstance(expected, type(loaded))
 
-    def _search_plan(
-        self,
-        index: faiss.Index,
-        k: int,
-        selector: faiss.IDSelector | None,
-        fraction: float,
-        n_queries: int,
-    ) -> tuple[faiss.Index, faiss.SearchParameters | None]:
+    def _search_plan(self, index: faiss.Index, request: SearchRequest) -> SearchPlan:
         ivf = faiss.try_extract_index_ivf(index)
         if ivf is not None:
-            set_parallel_mode(ivf, n_queries)
-            return index, ivf_params(ivf, ivf.nprobe, k, selector, fraction)
+            return index, ivf_params(ivf, ivf.nprobe, request)
         if isinstance(index, faiss.IndexHNSW):
-            return sparse_or_graph(index, k, selector, fraction, index.hnsw.efSearch)
+            return sparse_or_graph(index, request, index.hnsw.efSearch)
+        selector = request.selector
         return index, faiss.SearchParameters(sel=selector) if selector is not None else None
 
     def score_all(

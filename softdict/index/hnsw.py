@@ -9,7 +9,7 @@ from __future__ import annotations
 import faiss
 
 from softdict._similarity import Metric
-from softdict.index._faiss import FaissBackend, faiss_metric
+from softdict.index._faiss import FaissBackend, SearchPlan, SearchRequest, faiss_metric
 from softdict.index.base import Capabilities
 
 __all__ = ["SPARSE_ALLOW_FRACTION", "HNSWBackend", "hnsw_params"]
@@ -47,28 +47,15 @@ class HNSWBackend(FaissBackend):
     def _fits(self, index: faiss.Index) -> bool:
         return isinstance(index, faiss.IndexHNSW)
 
-    def _search_plan(
-        self,
-        index: faiss.Index,
-        k: int,
-        selector: faiss.IDSelector | None,
-        fraction: float,
-        n_queries: int,
-    ) -> tuple[faiss.Index, faiss.SearchParameters | None]:
-        return sparse_or_graph(index, k, selector, fraction, self.ef_search)
+    def _search_plan(self, index: faiss.Index, request: SearchRequest) -> SearchPlan:
+        return sparse_or_graph(index, request, self.ef_search)
 
     def describe(self) -> str:
         return f"hnsw (M={self.m}, efSearch={self.ef_search})"
 
 
-def sparse_or_graph(
-    index: faiss.Index,
-    k: int,
-    selector: faiss.IDSelector | None,
-    fraction: float,
-    ef_search: int,
-) -> tuple[faiss.Index, faiss.SearchParameters]:
+def sparse_or_graph(index: faiss.Index, request: SearchRequest, ef_search: int) -> SearchPlan:
     """Walk the graph, or, when few rows are allowed, score its flat storage (exact and cheap)."""
-    if fraction < SPARSE_ALLOW_FRACTION:
-        return faiss.downcast_index(index.storage), faiss.SearchParameters(sel=selector)
-    return index, hnsw_params(ef_search, k, selector)
+    if request.fraction < SPARSE_ALLOW_FRACTION:
+        return faiss.downcast_index(index.storage), faiss.SearchParameters(sel=request.selector)
+    return index, hnsw_params(ef_search, request.k, request.selector)

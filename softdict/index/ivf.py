@@ -14,10 +14,10 @@ import faiss
 import numpy as np
 
 from softdict._similarity import Metric
-from softdict.index._faiss import FaissBackend, faiss_metric
+from softdict.index._faiss import FaissBackend, SearchPlan, SearchRequest, faiss_metric
 from softdict.index.base import Capabilities
 
-__all__ = ["IVFBackend", "ivf_params", "set_parallel_mode"]
+__all__ = ["MIN_TRAIN_KEYS", "IVFBackend", "ivf_params"]
 
 # FAISS IVF parallel_mode for a single query: 0 runs it on one thread, 1 splits its lists over
 # the threads. Splitting pays only while idle threads spin; with the passive OpenMP waiting that
@@ -25,23 +25,21 @@ __all__ = ["IVFBackend", "ivf_params", "set_parallel_mode"]
 _SINGLE_QUERY_PARALLEL_MODE = 0
 
 
-def ivf_params(
-    ivf: faiss.IndexIVF, minimum: int, k: int, selector: faiss.IDSelector | None, fraction: float
-) -> faiss.SearchParameters:
+def ivf_params(ivf: faiss.IndexIVF, minimum: int, request: SearchRequest) -> faiss.SearchParameters:
     """Probe enough lists to hold about 4·k candidates, at least ``minimum``, and more in
-    proportion when only ``fraction`` of the keys are allowed.
+    proportion when only a fraction of the keys are allowed; set the threads for the batch.
 
     A fixed nprobe would return fewer candidates than k on small lists and miss much of the
     attention mass.
     """
-    mean_list = max(ivf.ntotal / ivf.nlist, 1.0)
-    nprobe = max(minimum, math.ceil(4 * k / mean_list)) / max(min(fraction, 1.0), 1e-9)
-    return faiss.SearchParametersIVF(sel=selector, nprobe=int(min(math.ceil(nprobe), ivf.nlist)))
-
-
-def set_parallel_mode(ivf: faiss.IndexIVF, n_queries: int) -> None:
     # A batch: one query per thread, FAISS's default. One query: see the constant.
-    ivf.parallel_mode = _SINGLE_QUERY_PARALLEL_MODE if n_queries == 1 else 0
+    ivf.parallel_mode = _SINGLE_QUERY_PARALLEL_MODE if request.n_queries == 1 else 0
+    mean_list = max(ivf.ntotal / ivf.nlist, 1.0)
+    nprobe = max(minimum, math.ceil(4 * request.k / mean_list))
+    nprobe /= max(min(request.fraction, 1.0), 1e-9)
+    return faiss.SearchParametersIVF(
+        sel=request.selector, nprobe=int(min(math.ceil(nprobe), ivf.nlist))
+    )
 
 
 # Below this many keys an IVF index is not worth building: exact search answers until then (see
@@ -94,16 +92,8 @@ class IVFBackend(FaissBackend):
     def _wants_rebuild(self, size: int, built_for: int) -> bool:
         return size >= 4 * built_for
 
-    def _search_plan(
-        self,
-        index: faiss.Index,
-        k: int,
-        selector: faiss.IDSelector | None,
-        fraction: float,
-        n_queries: int,
-    ) -> tuple[faiss.Index, faiss.SearchParameters | None]:
-        set_parallel_mode(index, n_queries)
-        return index, ivf_params(index, self.nprobe, k, selector, fraction)
+    def _search_plan(self, index: faiss.Index, request: SearchRequest) -> SearchPlan:
+        return index, ivf_params(index, self.nprobe, request)
 
     def describe(self) -> str:
         lists = f"nlist={self._index.nlist}, " if self._index is not None else ""

@@ -16,12 +16,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from softdict._errors import ValueKindError
+from softdict._errors import ValueKindError, ValueShapeError
 from softdict._files import FileReader, StoreFiles
 from softdict._types import BatchValue, Value
 from softdict.values.distribution import Distribution
 
-__all__ = ["LossKind", "ValueColumn", "describe_value", "is_number"]
+__all__ = ["LossKind", "ValueColumn", "batch_default_error", "describe_value", "is_number"]
 
 
 class LossKind(str, Enum):
@@ -133,6 +133,14 @@ class ValueColumn(ABC):
             f"{self.describe()} values (fixed by its first insert); store different kinds of "
             f"value in separate SoftDicts"
         )
+
+
+def batch_default_error(expected: str, default: object) -> ValueShapeError:
+    """The error for a ``default`` that a batch result (one array) cannot hold."""
+    return ValueShapeError(
+        f"a batch lookup returns one array, so default must be {expected}; got {default!r:.60}. "
+        f"To get {default!r:.20} back, look the queries up one at a time"
+    )
 
 
 def gather_blend(weights: np.ndarray, slots: np.ndarray, column: np.ndarray) -> np.ndarray:

@@ -8,11 +8,17 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from softdict._errors import InvalidValueError, ValueShapeError
+from softdict._errors import InvalidValueError
 from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows
 from softdict._types import BatchValue, Value
-from softdict.values.base import LossKind, ValueColumn, gather_blend, is_number
+from softdict.values.base import (
+    LossKind,
+    ValueColumn,
+    batch_default_error,
+    gather_blend,
+    is_number,
+)
 
 __all__ = ["ScalarColumn"]
 
@@ -81,11 +87,7 @@ class ScalarColumn(ValueColumn):
 
     def check_batch_default(self, default: object) -> None:
         if not is_number(default):
-            raise ValueShapeError(
-                f"a batch lookup returns one array, so default must be a number (float('nan') "
-                f"marks a miss); got {default!r:.60}. To get {default!r:.20} back, look the "
-                f"queries up one at a time"
-            )
+            raise batch_default_error("a number (float('nan') marks a miss)", default)
 
     def calibration_values(self, slots: np.ndarray) -> np.ndarray:
         return self._numbers.view[slots]

@@ -11,7 +11,14 @@ from softdict._errors import InvalidValueError, ValueKindError, ValueShapeError
 from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows
 from softdict._types import BatchValue, Value
-from softdict.values.base import LossKind, ValueColumn, describe_value, gather_blend, is_number
+from softdict.values.base import (
+    LossKind,
+    ValueColumn,
+    batch_default_error,
+    describe_value,
+    gather_blend,
+    is_number,
+)
 
 __all__ = ["VectorColumn"]
 
@@ -92,11 +99,7 @@ class VectorColumn(ValueColumn):
             np.asarray(value).dtype, np.number
         )
         if not fits:
-            raise ValueShapeError(
-                f"a batch lookup returns one array, so default must be a vector of length "
-                f"{self.length}; got {default!r:.60}. To get {default!r:.20} back, look the "
-                f"queries up one at a time"
-            )
+            raise batch_default_error(f"a vector of length {self.length}", default)
 
     def calibration_values(self, slots: np.ndarray) -> np.ndarray:
         return self._vectors.view[slots]
