@@ -135,7 +135,10 @@ def test_repeated_queries_hit_a_bounded_cache() -> None:
     assert encoder.calls == calls + 3
     sd.lookup("apple")
     assert encoder.calls == calls + 4
-    assert len(sd.encoder._cache) == 2
+    sd.lookup(["car", "apple"])  # the two most recent: still cached
+    assert encoder.calls == calls + 4
+    sd.lookup("chair")  # evicted: two fit, no more
+    assert encoder.calls == calls + 5
 
 
 def test_cache_can_be_disabled() -> None:

@@ -158,6 +158,10 @@ class Store(ABC):
         """Delete ``key``; ``KeyError(key)`` if it is absent."""
 
     @abstractmethod
+    def compact(self) -> None:
+        """Reclaim what deleted keys left behind now (a store also does it on its own)."""
+
+    @abstractmethod
     def clear(self) -> None:
         """Remove every key. The options and the query projection stay; the value kind is free
         again for the next insert (unless fixed by ``value_kind=``)."""

@@ -211,11 +211,12 @@ class MemoryStore(Store):
             return
         empty = len(self._key_of_slot) - len(self._slot_of)
         if empty > max(_COMPACT_MIN_EMPTY, len(self._slot_of)):
-            self._compact()
+            self.compact()
 
-    def _compact(self) -> None:
+    def compact(self) -> None:
         """Drop empty slots and renumber live ones, keeping their order (ids stay)."""
-        assert self._column is not None
+        if self._column is None or len(self._key_of_slot) == len(self._slot_of):
+            return
         live = np.flatnonzero(self._alive.view)
         self._column.keep(live)
         self._id_of_slot.keep(live)

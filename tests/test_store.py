@@ -1,0 +1,191 @@
+"""The store conformance suite: what every ``Store`` implementation must do, tested through the
+protocol alone (today the in-memory store; a store in a vector database runs the same suite).
+
+Writes are staged then committed; a staged write that raises changes nothing; keys keep their
+insertion order; ids, values and keys agree; masks become ``Allow`` filters; snapshots hold all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _support import FakeEncoder
+
+from softdict import (
+    EmptyStoreError,
+    InvalidValueError,
+    KeyTypeError,
+    ValueKindError,
+    ValueShapeError,
+)
+from softdict._config import SoftDictConfig
+from softdict._files import FileReader, encode_file
+from softdict.store import MemoryStore, Store, open_store
+
+STORES: dict[str, Callable[..., Store]] = {
+    "memory": lambda **options: open_store("memory", SoftDictConfig.build(**options)),
+}
+ENCODER = FakeEncoder()
+
+
+@pytest.fixture(params=sorted(STORES))
+def make(request: pytest.FixtureRequest) -> Callable[..., Store]:
+    return STORES[request.param]
+
+
+def vectors(*keys: str) -> dict[str, np.ndarray]:
+    return dict(zip(keys, ENCODER.encode(list(keys))))
+
+
+def insert(store: Store, items: dict[str, object]) -> None:
+    staged = store.stage(items)
+    staged = store.stage(items, vectors(*staged.missing))
+    store.commit(staged)
+
+
+@pytest.fixture
+def fruit(make) -> Store:
+    store = make()
+    insert(store, {"red apple": 1.0, "green pear": 2.0, "old chair": 3.0})
+    return store
+
+
+def state(store: Store) -> tuple:
+    keys = store.keys()  # a snapshot list: a Store itself is not iterable
+    return keys, [store.get(k) for k in keys], store.ids().tolist(), len(store)
+
+
+def test_a_staged_write_changes_nothing_until_committed(fruit: Store) -> None:
+    before = state(fruit)
+    staged = fruit.stage({"blue car": 4.0, "red apple": 9.0})
+    assert staged.missing == ["blue car"] and staged.kept == ["red apple"]
+    assert state(fruit) == before
+    with pytest.raises(ValueError, match="no embedding"):
+        fruit.commit(staged)
+    assert state(fruit) == before
+
+
+@pytest.mark.parametrize(
+    ("items", "error"),
+    [
+        ({"blue car": "a label"}, ValueKindError),
+        ({"blue car": float("nan")}, InvalidValueError),
+        ({"blue car": 1.0, "red apple": [1.0]}, ValueKindError),
+    ],
+)
+def test_a_bad_value_is_refused_at_staging(fruit: Store, items: dict, error: type) -> None:
+    before = state(fruit)
+    with pytest.raises(error):
+        fruit.stage(items, vectors(*items))
+    assert state(fruit) == before
+
+
+def test_a_bad_embedding_is_refused_at_staging(fruit: Store) -> None:
+    before = state(fruit)
+    with pytest.raises(ValueShapeError, match="16-dim"):
+        fruit.stage({"blue car": 4.0}, {"blue car": np.ones(3)})
+    with pytest.raises(InvalidValueError, match="NaN"):
+        fruit.stage({"blue car": 4.0}, {"blue car": np.full(16, np.nan)})
+    assert state(fruit) == before
+
+
+def test_inserts_keep_order_and_overwrites_keep_position(fruit: Store) -> None:
+    insert(fruit, {"green pear": 5.0, "blue car": 4.0})
+    assert fruit.keys() == ["red apple", "green pear", "old chair", "blue car"]
+    assert fruit.get("green pear") == 5.0 and fruit.newest_key() == "blue car"
+    assert len(fruit) == 4 and "blue car" in fruit and "pear" not in fruit
+    assert len(set(fruit.ids().tolist())) == 4
+    assert fruit.value_kind == "scalar" and fruit.dim == 16
+
+
+def test_a_replaced_embedding_gets_a_new_id_and_keeps_its_position(fruit: Store) -> None:
+    old_ids = dict(zip(fruit.keys(), fruit.ids().tolist()))
+    turned = {"green pear": -ENCODER.encode(["green pear"])[0]}
+    fruit.commit(fruit.stage({"green pear": 7.0}, turned, replace_vectors=True))
+    new_ids = dict(zip(fruit.keys(), fruit.ids().tolist()))
+    assert fruit.keys() == ["red apple", "green pear", "old chair"]
+    assert new_ids["green pear"] > max(old_ids.values())
+    assert new_ids["red apple"] == old_ids["red apple"]
+    query = fruit.prepare_queries(turned["green pear"][None, :])
+    _, found = fruit.backend.search(query, 1)
+    assert fruit.keys_of(found[0]) == ["green pear"] and fruit.get("green pear") == 7.0
+
+
+def test_remove_compact_and_clear(fruit: Store) -> None:
+    fruit.remove("green pear")
+    with pytest.raises(KeyError):
+        fruit.get("green pear")
+    with pytest.raises(KeyError):
+        fruit.remove("green pear")
+    before = state(fruit)
+    fruit.compact()
+    assert state(fruit) == before
+    _, found = fruit.backend.search(fruit.prepare_queries(ENCODER.encode(["pear"])), 5)
+    assert sorted(fruit.keys_of(found[0][found[0] >= 0])) == ["old chair", "red apple"]
+    fruit.clear()
+    assert len(fruit) == 0 and fruit.keys() == [] and fruit.value_kind is None
+    with pytest.raises(KeyError):
+        fruit.newest_key()
+    insert(fruit, {"a label key": "fruit"})  # emptied: the kind is free again
+    assert fruit.value_kind == "categorical"
+
+
+def test_ids_keys_and_values_agree(fruit: Store) -> None:
+    insert(fruit, {f"key {i}": float(i) for i in range(100)})
+    for key in [f"key {i}" for i in range(0, 100, 3)]:
+        fruit.remove(key)
+    ids = fruit.ids()
+    assert fruit.keys_of(ids) == fruit.keys()
+    column, slots = fruit.values_of(ids)
+    keys = fruit.keys()
+    assert [column.get(int(s)) for s in slots] == [fruit.get(k) for k in keys]
+    reordered = ids[::-1]
+    assert fruit.keys_of(reordered) == fruit.keys()[::-1]
+    padded = np.array([[ids[0], -1]])  # padding points at some slot; its weight is 0
+    assert fruit.values_of(padded)[1].shape == (1, 2)
+
+
+def test_masks_become_allow_filters(fruit: Store) -> None:
+    by_key = dict(zip(fruit.keys(), fruit.ids().tolist()))
+    allow = fruit.allow(["old chair", "not stored", "red apple", "red apple"])
+    assert allow is not None and allow.ids.tolist() == sorted(
+        [by_key["old chair"], by_key["red apple"]]
+    )
+    allow = fruit.allow(lambda key: key.startswith("g"))
+    assert allow is not None and allow.ids.tolist() == [by_key["green pear"]]
+    assert fruit.allow(None) is None
+    with pytest.raises(EmptyStoreError, match="allows none"):
+        fruit.allow(["pear"])
+    with pytest.raises(KeyTypeError, match="pass \\[key\\]"):
+        fruit.allow("red apple")  # type: ignore[arg-type]
+
+
+def test_queries_are_checked_projected_and_prepared(fruit: Store) -> None:
+    raw = ENCODER.encode(["apple"])
+    prepared = fruit.prepare_queries(raw)
+    np.testing.assert_allclose(np.linalg.norm(prepared, axis=1), 1.0, rtol=1e-6)  # cosine
+    with pytest.raises(ValueShapeError):
+        fruit.prepare_queries(np.ones((1, 5)))
+    fruit.projection = -np.eye(16)
+    np.testing.assert_allclose(fruit.prepare_queries(raw), -prepared, rtol=1e-6)
+
+
+def test_a_snapshot_holds_everything(fruit: Store, tmp_path: Path) -> None:
+    insert(fruit, {f"key {i}": float(i) for i in range(40)})
+    fruit.remove("key 3")
+    fruit.projection = 2 * np.eye(16)
+    snapshot, files = fruit.snapshot()
+    assert snapshot.keys == fruit.keys() and snapshot.ids.tolist() == fruit.ids().tolist()
+    assert snapshot.next_id > max(snapshot.ids.tolist())
+    assert (snapshot.dim, snapshot.value_kind) == (16, "scalar")
+    np.testing.assert_array_equal(snapshot.projection, 2 * np.eye(16))
+    reader = FileReader(tmp_path, {name: encode_file(c) for name, c in files.items()})
+    restored = MemoryStore.restore(snapshot, reader)
+    assert state(restored) == state(fruit)
+    query = fruit.prepare_queries(ENCODER.encode(["key 7"]))
+    assert (
+        restored.backend.search(query, 5)[1].tolist() == fruit.backend.search(query, 5)[1].tolist()
+    )
