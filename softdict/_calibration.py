@@ -22,6 +22,7 @@ import numpy as np
 
 from softdict._attention import top_of_scores
 from softdict._retrieval import scores_every_key
+from softdict.index.base import require_vectors
 from softdict.store.base import Store
 from softdict.values.base import LossKind
 
@@ -55,6 +56,7 @@ def calibrate(store: Store, *, sample_size: int, seed: int, choose_k: bool) -> C
     """
     config, backend = store.config, store.backend
     assert store.dim is not None
+    require_vectors(backend, "calibrate")
     ids = store.ids()
     n_keys = len(ids)
     if n_keys > sample_size:

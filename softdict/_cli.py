@@ -110,7 +110,7 @@ def _items(rows: list[dict[str, Any]], path: Path, key: str, columns: list[str])
 
 
 def _build(args: argparse.Namespace) -> int:
-    from softdict import SoftDict
+    from softdict import SoftDict, ValueKind
 
     path = Path(args.file)
     items = _items(_read_rows(path, args.format), path, args.key, args.value)
@@ -122,9 +122,10 @@ def _build(args: argparse.Namespace) -> int:
     )
     sd.update(items)
     sd.save(args.output)
+    kind = sd.value_kind
+    kind_name = kind.value if isinstance(kind, ValueKind) else kind  # a plug-in kind is a str
     print(
-        f"built {args.output}: {len(sd)} keys, {sd.value_kind or '-'} "
-        f"values, encoder {sd.encoder.name}"
+        f"built {args.output}: {len(sd)} keys, {kind_name or '-'} values, encoder {sd.encoder.name}"
     )
     return 0
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from softdict._errors import KeyTypeError, NoMatchError
 from softdict._similarity import Similarity
+from softdict.index.base import require_vectors
 from softdict.store.base import Store
 
 __all__ = ["FitReport", "examples_from", "fit", "fit_projection"]
@@ -92,6 +93,7 @@ def fit(
             f"fit learns to find stored keys, so insert them first"
         )
     assert store.dim is not None
+    require_vectors(store.backend, "fit")
     position = {key: i for i, key in enumerate(store.keys())}
     target_positions = np.array([position[t] for t in targets], dtype=np.int64)
     keys = store.backend.vectors(store.ids())

@@ -167,10 +167,13 @@ class SoftDict(MutableMapping[str, Value]):
             return self._store.index_memory_bytes()
 
     @property
-    def value_kind(self) -> str | None:
-        """The kind of value this store holds ("scalar", "vector", "categorical", or a
-        registered kind), or None while it is empty and not fixed by ``value_kind=``."""
-        return self._store.value_kind
+    def value_kind(self) -> ValueKind | str | None:
+        """The kind of value this store holds: a ``ValueKind`` for the built-in kinds (a str
+        enum: it equals "scalar", "vector" or "categorical"), the name of a registered plug-in
+        kind, or None while the store is empty and its kind not fixed by ``value_kind=``."""
+        kind = self._store.value_kind
+        built_in = {member.value for member in ValueKind}
+        return ValueKind(kind) if kind in built_in else kind
 
     @property
     def query_projection(self) -> np.ndarray | None:
@@ -208,7 +211,7 @@ class SoftDict(MutableMapping[str, Value]):
         return self._encoder
 
     def __repr__(self) -> str:
-        kind = self.value_kind or "no values yet"
+        kind = self._store.value_kind or "no values yet"
         return (
             f"SoftDict({len(self)} keys, {kind}, similarity={self.similarity.value!r}, "
             f"temperature={self.temperature:.4g}, encoder={self._encoder.name!r})"
@@ -303,17 +306,17 @@ class SoftDict(MutableMapping[str, Value]):
             with self._lock:
                 self._store.commit(self._store.stage(items, vectors, replace_vectors=True))
             return
-        with self._lock:
-            new_keys = self._store.stage(items).missing  # fail fast on bad values, before encoding
-        # Outside the lock: encoding is slow, and other threads may look up meanwhile.
-        encoded = self._encode_keys(new_keys)
-        with self._lock:
-            staged = self._store.stage(items, encoded)
-            if staged.missing:
-                # Keys another thread deleted since encoding began are new again: encode them.
-                encoded.update(self._encode_keys(staged.missing))
+        encoded: dict[str, np.ndarray] = {}
+        while True:
+            with self._lock:
+                # Validates every value (and fails fast, before the slow encode).
                 staged = self._store.stage(items, encoded)
-            self._store.commit(staged)
+                if not staged.missing:
+                    self._store.commit(staged)
+                    return
+            # Outside the lock: encoding is slow, and other threads may look up meanwhile. A key
+            # another thread deletes while this one encodes is new again: the loop encodes it.
+            encoded.update(self._encode_keys(staged.missing))
 
     def _encode_keys(self, keys: list[str]) -> dict[str, np.ndarray]:
         if not keys:

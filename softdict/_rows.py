@@ -1,10 +1,21 @@
-"""Row storage: a numpy array that grows in place, shared by the key index and the value columns."""
+"""Row storage: a numpy array that grows in place, and when deleted rows are worth dropping.
+Shared by the store's slots, the value columns and the index backends' rows."""
 
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GrowableRows"]
+__all__ = ["GrowableRows", "compaction_due"]
+
+# Deleted rows are dropped once they outnumber live ones (and are at least this many), so a scan
+# never covers more than about twice the live rows, and the cost of compacting is amortised over
+# the deletes that made it necessary.
+_COMPACT_MIN_DEAD = 64
+
+
+def compaction_due(dead: int, live: int) -> bool:
+    """Whether ``dead`` deleted rows beside ``live`` ones should be compacted away now."""
+    return dead > max(_COMPACT_MIN_DEAD, live)
 
 
 class GrowableRows:

@@ -7,8 +7,10 @@
 * ``HashingEncoder``: a character-trigram hashing encoder with query and document entry points
   (registered as ``encoder="test-hashing"``), loadable by name, so saved stores reload it.
 
-Also ``ivf-from-start``: the real IVF backend trained from the first insert (not after 2,000
-keys), so the mapping contract runs FAISS IVF on small stores.
+They import only public names (``softdict.index``, ``softdict.values``, ``softdict.encoders``).
+
+Also ``ivf-from-start`` and ``ivf_sq8-from-start``: the real IVF backends trained from the first
+insert (not after 2,000 keys), so the mapping contract runs FAISS IVF on small stores.
 """
 
 from __future__ import annotations
@@ -19,16 +21,28 @@ from typing import Any
 
 import numpy as np
 
-from softdict._attention import top_of_scores
-from softdict._files import FileReader, StoreFiles
-from softdict._rows import GrowableRows
-from softdict._similarity import Metric, metric_scores
-from softdict._types import BatchValue, Value
 from softdict.encoders import register_encoder_name
-from softdict.index import Allow, BackendDump, Capabilities, IndexBackend, register_backend
+from softdict.index import (
+    Allow,
+    BackendDump,
+    Capabilities,
+    FileReader,
+    IndexBackend,
+    Metric,
+    metric_scores,
+    register_backend,
+    top_of_scores,
+)
 from softdict.index.growing import GrowingBackend
 from softdict.index.ivf import IVFBackend
-from softdict.values import LossKind, ValueColumn, register_value_kind
+from softdict.values import (
+    BatchValue,
+    LossKind,
+    StoreFiles,
+    Value,
+    ValueColumn,
+    register_value_kind,
+)
 
 
 class DictBackend(IndexBackend):
@@ -52,6 +66,9 @@ class DictBackend(IndexBackend):
     def remove(self, ids: np.ndarray) -> None:
         for id_ in ids.tolist():
             self._vectors.pop(id_, None)
+
+    def ids(self) -> np.ndarray:
+        return np.array(sorted(self._vectors), dtype=np.int64)
 
     def score_all(self, queries: np.ndarray, allow: Allow | None = None):  # type: ignore[no-untyped-def]
         held = sorted(self._vectors)
@@ -86,14 +103,14 @@ class DictBackend(IndexBackend):
         self.add(ids, files.finite_npy("dict_vectors.npy", np.float32, (len(ids), self.dim)))
 
 
-class BooleanColumn(ValueColumn):
+class BooleanColumn(ValueColumn[np.ndarray]):
     """True/False; a lookup returns the attention mass on True (a float in [0, 1])."""
 
     kind = "boolean"
     loss = LossKind.SQUARED_ERROR
 
     def __init__(self) -> None:
-        self._flags = GrowableRows((), np.bool_)
+        self._flags = np.zeros(0, dtype=np.bool_)
 
     @classmethod
     def accepts(cls, value: object) -> bool:
@@ -109,19 +126,19 @@ class BooleanColumn(ValueColumn):
         return np.array(values, dtype=np.bool_)
 
     def append(self, staged: np.ndarray) -> None:
-        self._flags.append(staged)
+        self._flags = np.concatenate([self._flags, staged])
 
     def assign(self, slots: np.ndarray, staged: np.ndarray) -> None:
-        self._flags.view[slots] = staged
+        self._flags[slots] = staged
 
     def get(self, slot: int) -> Value:
-        return bool(self._flags.view[slot])
+        return bool(self._flags[slot])
 
     def keep(self, slots: np.ndarray) -> None:
-        self._flags.keep(slots)
+        self._flags = self._flags[slots]
 
     def blend(self, weights: np.ndarray, slots: np.ndarray) -> BatchValue:
-        flags = self._flags.view.astype(np.float64)
+        flags = self._flags.astype(np.float64)
         if slots.ndim == 1:
             return np.asarray(weights @ flags[slots])
         return np.einsum("mk,mk->m", weights, flags[slots])
@@ -130,10 +147,10 @@ class BooleanColumn(ValueColumn):
         return float(blended[i])  # type: ignore[arg-type]
 
     def calibration_values(self, slots: np.ndarray) -> np.ndarray:
-        return self._flags.view[slots].astype(np.float64)
+        return self._flags[slots].astype(np.float64)
 
     def dump(self, slots: np.ndarray) -> StoreFiles:
-        return {"booleans.npy": self._flags.view[slots]}
+        return {"booleans.npy": self._flags[slots]}
 
     @classmethod
     def restore(cls, files: FileReader, n: int) -> BooleanColumn:
@@ -165,9 +182,12 @@ class HashingEncoder:
 
 
 register_backend("test-dict", DictBackend)
-register_backend(
-    "ivf-from-start",
-    lambda dim, metric: GrowingBackend(dim, metric, lambda: IVFBackend(dim, metric), switch_at=1),
-)
+for _encoding, _name in (("Flat", "ivf-from-start"), ("SQ8", "ivf_sq8-from-start")):
+    register_backend(
+        _name,
+        lambda dim, metric, encoding=_encoding: GrowingBackend(
+            dim, metric, lambda: IVFBackend(dim, metric, encoding), switch_at=1
+        ),
+    )
 register_value_kind(BooleanColumn)
 register_encoder_name("test-hashing", HashingEncoder)

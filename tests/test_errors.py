@@ -18,6 +18,7 @@ from softdict import (
     SoftDict,
     SoftDictError,
     StoreFormatError,
+    ValueKind,
     ValueKindError,
     ValueShapeError,
 )
@@ -146,7 +147,7 @@ def test_failing_first_insert_leaves_the_store_empty_and_its_kind_free() -> None
         sd.update({"apple": 1.0, "chair": "furniture"})
     assert len(sd) == 0 and sd.value_kind is None
     sd["chair"] = "furniture"
-    assert sd.value_kind == "categorical"
+    assert sd.value_kind is ValueKind.CATEGORICAL
 
 
 @pytest.mark.parametrize("temperature", [0, -1.0, math.nan, math.inf, "hot"])

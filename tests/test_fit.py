@@ -147,3 +147,15 @@ def test_query_projection_is_checked_when_set() -> None:
     assert sd.lookup("apple") == before
     with pytest.raises(ValueShapeError, match="no keys yet"):
         SoftDict(encoder=FakeEncoder()).query_projection = np.eye(16)
+
+
+def test_a_projection_kept_through_clear_must_fit_the_new_keys() -> None:
+    sd = SoftDict({"apple": 1.0, "pear": 2.0}, encoder=FakeEncoder())
+    sd.query_projection = np.eye(16)
+    sd.clear()  # the projection belongs to the queries: it stays
+    with pytest.raises(ValueShapeError, match="query_projection = None"):
+        sd.add_embeddings(["a", "b"], np.eye(4)[:2], [1.0, 2.0])
+    assert len(sd) == 0
+    sd.query_projection = None
+    sd.add_embeddings(["a", "b"], np.eye(4)[:2], [1.0, 2.0])
+    assert sd.lookup_embeddings(np.eye(4)[0]) < 1.5

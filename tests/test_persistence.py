@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import signal
@@ -155,6 +156,26 @@ def rewrite_manifest(folder: Path, change) -> None:
     body = json.dumps(manifest["body"], sort_keys=True, ensure_ascii=False).encode()
     manifest["body_sha256"] = hashlib.sha256(body).hexdigest()
     (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_ids_that_do_not_match_the_index_are_refused(tmp_path: Path) -> None:
+    """Checksums catch corruption; a folder whose files agree with the manifest but not with
+    each other (ids.npy against the index's ids) is refused too, naming the file."""
+    folder = saved_store(tmp_path)
+    ids = np.load(folder / "ids.npy") + 1  # distinct, below the new next_id, but not the index's
+    buffer = io.BytesIO()
+    np.save(buffer, ids)
+    (folder / "ids.npy").write_bytes(buffer.getvalue())
+
+    def change(manifest: dict) -> None:
+        body = manifest["body"]
+        body["next_id"] = int(ids.max()) + 1
+        data = buffer.getvalue()
+        body["files"]["ids.npy"] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+    rewrite_manifest(folder, change)
+    with pytest.raises(StoreFormatError, match=r"ids\.npy does not match the index"):
+        SoftDict.load(folder, encoder=FakeEncoder())
 
 
 def test_newer_format_version_is_refused(tmp_path: Path) -> None:

@@ -18,11 +18,14 @@ other      a FAISS index_factory string                      ``growing``, ``fact
 
 from __future__ import annotations
 
+from softdict._attention import top_of_scores
 from softdict._config import EXACT_MAX_KEYS
-from softdict._similarity import Metric
+from softdict._errors import ConfigError
+from softdict._files import FileReader, StoreFiles
+from softdict._similarity import Metric, metric_scores
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
 from softdict.index.exact import ExactBackend
-from softdict.index.factory import FactoryBackend, is_factory_string
+from softdict.index.factory import FactoryBackend, parse_error
 from softdict.index.growing import GrowingBackend
 from softdict.index.hnsw import HNSWBackend
 from softdict.index.ivf import IVFBackend
@@ -39,11 +42,15 @@ __all__ = [
     "BackendDump",
     "BackendSpec",
     "Capabilities",
+    "FileReader",
     "IndexBackend",
     "Metric",
+    "StoreFiles",
     "backend_names",
     "backend_spec",
+    "metric_scores",
     "register_backend",
+    "top_of_scores",
 ]
 
 
@@ -56,9 +63,10 @@ def _ivf(encoding: str) -> BackendSpec:
     )
 
 
-def _factory(option: str) -> BackendSpec | None:
-    if not is_factory_string(option):
-        return None
+def _factory(option: str) -> BackendSpec:
+    problem = parse_error(option)
+    if problem is not None:
+        raise ConfigError(f"FAISS: {problem}")
     return BackendSpec(
         option,
         lambda dim, metric: GrowingBackend(

@@ -20,7 +20,7 @@ import numpy as np
 
 from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric
-from softdict.index._rows import IdRows
+from softdict.index._ids import IdRows, increasing_ids
 from softdict.index.base import Allow, BackendDump, IndexBackend
 
 __all__ = ["FaissBackend", "SearchPlan", "SearchRequest", "faiss_message", "faiss_metric"]
@@ -88,30 +88,42 @@ class FaissBackend(IndexBackend):
         return self._rows.n_live
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        ids = np.asarray(ids, dtype=np.int64)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        self._rows.check_new(ids)
+        # Everything that can fail comes first, so a failed add changes nothing.
+        index = self._index if self._index is not None else self._new_index(vectors)
+        index.add(vectors)
         if self._index is None:
-            self._index = self._new_index(vectors)  # may raise: nothing has changed yet
-            self._built_for = len(vectors)
+            self._index, self._built_for = index, len(vectors)
         self._rows.append(ids)
-        self._index.add(vectors)
         self._live_bitmap = None
         if self._wants_rebuild(self._rows.n_live, self._built_for):
-            self._rebuild(self._rows.live_rows())
+            self._try_rebuild(self._rows.live_rows())
 
     def remove(self, ids: np.ndarray) -> None:
         self._rows.remove(ids)
         self._live_bitmap = None
         if self._rows.needs_compaction:
-            self._rebuild(self._rows.live_rows())
+            self._try_rebuild(self._rows.live_rows())
 
-    def _rebuild(self, rows: np.ndarray) -> None:
+    def ids(self) -> np.ndarray:
+        return self._rows.live_ids()
+
+    def _try_rebuild(self, rows: np.ndarray) -> None:
         """Rebuild (and retrain) the index from the vectors of ``rows``, renumbered from 0.
-        With no rows left there is nothing to train on: the next add builds a new index."""
+
+        If FAISS cannot train on that many vectors (a product quantiser needs 256, k-means one
+        per list), the index stays as it is, tombstones and all, and answers as before. With no
+        rows left there is nothing to train on: the next add builds a new index."""
         assert self._index is not None
         index = None
         if len(rows):
             vectors = np.ascontiguousarray(self._index.reconstruct_batch(rows), dtype=np.float32)
-            index = self._new_index(vectors)
+            try:
+                index = self._new_index(vectors)
+            except RuntimeError:
+                return
             index.add(vectors)
         self._rows.keep(rows)
         self._index, self._built_for, self._live_bitmap = index, len(rows), None
@@ -166,7 +178,7 @@ class FaissBackend(IndexBackend):
     def restore(self, meta: dict[str, Any], files: FileReader) -> None:
         ids = files.npy("index_ids.npy", np.int64, (None,))
         live = files.npy("index_live.npy", np.bool_, (len(ids),))
-        if len(ids) and (ids[0] < 0 or np.any(np.diff(ids) <= 0)):
+        if not increasing_ids(ids):
             raise files.error("index_ids.npy", "holds ids that are negative or not increasing")
         if not len(ids):
             return

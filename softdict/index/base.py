@@ -18,10 +18,18 @@ from typing import Any
 
 import numpy as np
 
+from softdict._errors import ConfigError
 from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric
 
-__all__ = ["Allow", "BackendDump", "Capabilities", "IndexBackend", "sorted_unique"]
+__all__ = [
+    "Allow",
+    "BackendDump",
+    "Capabilities",
+    "IndexBackend",
+    "require_vectors",
+    "sorted_unique",
+]
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
@@ -55,13 +63,12 @@ class Capabilities:
         exact: searches return the true best keys, and ``score_all`` scores every key.
         cost_grows_with_k: a larger k makes one search much slower (HNSW's efSearch must be >= k),
             so adaptive top-k searches in rounds; elsewhere one search at the largest k is cheaper.
-        keeps_own_data: the vectors live outside this process (a server); ``dump`` saves nothing.
-        returns_vectors: ``vectors(ids)`` gives the stored vectors back (calibrate, fit).
+        returns_vectors: ``vectors(ids)`` gives the stored vectors back (calibrate and fit need
+            the keys' vectors; without it they refuse with a message).
     """
 
     exact: bool
     cost_grows_with_k: bool = False
-    keeps_own_data: bool = False
     returns_vectors: bool = True
 
 
@@ -71,6 +78,15 @@ class BackendDump:
 
     meta: dict[str, Any]
     files: StoreFiles
+
+
+def require_vectors(backend: IndexBackend, caller: str) -> None:
+    """ConfigError unless ``backend`` can give its vectors back, which ``caller`` needs."""
+    if not backend.capabilities.returns_vectors:
+        raise ConfigError(
+            f"{caller} uses the stored keys' vectors, and the index {backend.describe()!r} cannot "
+            f"return them; use an index that can (e.g. index='auto')"
+        )
 
 
 class IndexBackend(ABC):
@@ -100,7 +116,14 @@ class IndexBackend(ABC):
 
     @abstractmethod
     def remove(self, ids: np.ndarray) -> None:
-        """Remove ``ids``: no search returns them again. Ids it does not hold are ignored."""
+        """Remove ``ids``: no search returns them again. Ids it does not hold are ignored.
+
+        It must not fail: the store has committed to the delete. A backend that cannot compact
+        or retrain now keeps what it has (tombstones) and tries again later."""
+
+    @abstractmethod
+    def ids(self) -> np.ndarray:
+        """Every id held, in increasing order (int64)."""
 
     @abstractmethod
     def search(

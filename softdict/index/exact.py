@@ -16,7 +16,7 @@ from softdict._attention import top_of_scores
 from softdict._files import FileReader
 from softdict._rows import GrowableRows
 from softdict._similarity import Metric, metric_scores, squared_norms
-from softdict.index._rows import IdRows
+from softdict.index._ids import IdRows, increasing_ids
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
 
 __all__ = ["ExactBackend"]
@@ -84,9 +84,8 @@ class ExactBackend(IndexBackend):
             return best, columns  # nothing held: all padding
         return best, np.where(columns >= 0, ids[np.maximum(columns, 0)], -1)
 
-    def held_ids(self) -> np.ndarray:
-        """Every id held, in increasing order."""
-        return self._rows.ids[self._rows.live_rows()]
+    def ids(self) -> np.ndarray:
+        return self._rows.live_ids()
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         rows = self._rows.rows_of(np.asarray(ids, dtype=np.int64))
@@ -109,7 +108,7 @@ class ExactBackend(IndexBackend):
 
     def restore(self, meta: dict[str, Any], files: FileReader) -> None:
         ids = files.npy("embedding_ids.npy", np.int64, (None,))
-        if len(ids) and (ids[0] < 0 or np.any(np.diff(ids) <= 0)):
+        if not increasing_ids(ids):
             raise files.error("embedding_ids.npy", "holds ids that are negative or not increasing")
         vectors = files.finite_npy("embeddings.npy", np.float32, (len(ids), self.dim))
         self.add(ids, vectors)

@@ -23,25 +23,19 @@ from softdict.index.base import Allow, Capabilities
 from softdict.index.hnsw import sparse_or_graph
 from softdict.index.ivf import ivf_params
 
-__all__ = ["FactoryBackend", "check_factory", "is_factory_string"]
+__all__ = ["FactoryBackend", "check_factory", "parse_error"]
 
 
-def is_factory_string(name: str) -> bool:
-    """Whether FAISS parses ``name`` (at 8 dims; a string that parses but does not fit 8 dims,
-    such as a product quantiser with 48 codes, counts: its fit is checked later)."""
+def parse_error(name: str) -> str | None:
+    """Why FAISS cannot parse ``name``, or None if it can (parsed at 8 dims: a string that does
+    not fit 8 dims, such as a product quantiser with 48 codes, parses; its fit is checked when
+    the real dimension is known)."""
     try:
         faiss.index_factory(8, name)
     except RuntimeError as exc:
-        return "could not parse" not in str(exc)
-    return True
-
-
-def parse_error(name: str) -> str:
-    try:
-        faiss.index_factory(8, name)
-    except RuntimeError as exc:
-        return faiss_message(exc, "")
-    return ""
+        if "could not parse" in str(exc):
+            return faiss_message(exc, "could not parse it")
+    return None
 
 
 def check_factory(name: str, dim: int) -> int:

@@ -67,7 +67,7 @@ class GrowingBackend(IndexBackend):
         """Move the vectors into the large backend, or, if FAISS cannot build it from this many
         keys after all, stay exact until there are twice as many."""
         assert self._small is not None
-        ids = self._small.held_ids()
+        ids = self._small.ids()
         try:
             # A FaissBackend whose index cannot be built changes nothing before it raises.
             self._large.add(ids, self._small.vectors(ids))
@@ -78,9 +78,17 @@ class GrowingBackend(IndexBackend):
 
     def remove(self, ids: np.ndarray) -> None:
         self._active.remove(ids)
-        if self._small is None and len(self._large) == 0:
-            # Emptied: start small again (an IVF index cannot retrain on no keys).
-            self._large, self._small = self._make_large(), ExactBackend(self.dim, self.metric)
+        if self._small is None and len(self._large) < self._switch_at // 2:
+            # Fewer than half the keys it was built for: exact search again (it is exact, and an
+            # index this small cannot be retrained when it compacts). Half, not all: a store
+            # hovering at the threshold does not rebuild the index on every insert and delete.
+            ids = self._large.ids()
+            small = ExactBackend(self.dim, self.metric)
+            small.add(ids, self._large.vectors(ids) if len(ids) else np.zeros((0, self.dim)))
+            self._large, self._small = self._make_large(), small
+
+    def ids(self) -> np.ndarray:
+        return self._active.ids()
 
     def search(
         self, queries: np.ndarray, k: int, allow: Allow | None = None

@@ -4,9 +4,11 @@ A store holds the options (config), the keys and the int64 id each key's vector 
 column, the index backend, and the query projection learned by ``fit``. ``SoftDict`` is a façade
 over one store and one encoder: it parses arguments, encodes text, holds the lock, and asks the
 store. Counting, iterating, getting, writing, deleting and searching all go through this
-interface, so nothing requires the keys, values or vectors to be in this process's memory: a
-store backed by a vector database is a second implementation (one package and one registration
-in ``softdict.store``).
+interface, and a lookup asks only for the values of the keys it attends to (and, in a label
+store, which labels are stored), so the keys, values and vectors need not be in this process's
+memory: a store backed by a vector database is a second implementation (one package and one
+registration in ``softdict.store``). ``snapshot`` is the exception: it returns everything, for
+saving to a folder.
 
 Writes have two steps so that a failed write changes nothing: ``stage`` validates everything
 against the store as it is and returns a ``StagedWrite`` (or raises); ``commit`` applies it and
@@ -170,7 +172,7 @@ class Store(ABC):
 
     @property
     @abstractmethod
-    def value_column(self) -> ValueColumn | None:
+    def value_column(self) -> ValueColumn[Any] | None:
         """A column of the store's value kind (for a remote store, possibly an empty local one),
         for checks made before a lookup; None while the store holds no value."""
 
@@ -199,12 +201,12 @@ class Store(ABC):
         """
 
     @abstractmethod
-    def values_of(self, ids: np.ndarray) -> tuple[ValueColumn, np.ndarray]:
+    def values_of(self, ids: np.ndarray) -> tuple[ValueColumn[Any], np.ndarray]:
         """A column holding the values of ``ids`` ((c,) or (m, c), -1 for padding), and the
         slots of ``ids`` in it (padding points at any slot: it has weight 0)."""
 
     @abstractmethod
-    def present_slots(self, column: ValueColumn) -> np.ndarray:
+    def present_slots(self, column: ValueColumn[Any]) -> np.ndarray:
         """The slots of ``column`` (from ``values_of``) that hold every stored key's value."""
 
     @abstractmethod
@@ -223,7 +225,7 @@ class Store(ABC):
 
 
 def dump_files(
-    column: ValueColumn | None, slots: np.ndarray, index: BackendDump | None
+    column: ValueColumn[Any] | None, slots: np.ndarray, index: BackendDump | None
 ) -> StoreFiles:
     """The parts' files in one dict; a part that wrote a name another did is a programming
     error, caught here rather than in a half-overwritten store."""

@@ -17,7 +17,7 @@ import numpy as np
 from softdict._config import SoftDictConfig
 from softdict._errors import EmptyStoreError, InvalidValueError, KeyTypeError, ValueShapeError
 from softdict._files import FileReader, StoreFiles
-from softdict._rows import GrowableRows
+from softdict._rows import GrowableRows, compaction_due
 from softdict._types import Mask, Value
 from softdict.index.base import Allow, IndexBackend, sorted_unique
 from softdict.index.registry import BackendSpec, backend_spec
@@ -26,10 +26,6 @@ from softdict.values.base import ValueColumn
 from softdict.values.registry import column_class, infer_column_class
 
 __all__ = ["MemoryStore"]
-
-# Empty slots are compacted away once they outnumber live ones (and are at least this many), so
-# compaction cost is amortised over the deletes that made it necessary.
-_COMPACT_MIN_EMPTY = 64
 
 
 class MemoryStore(Store):
@@ -48,7 +44,7 @@ class MemoryStore(Store):
         self._key_of_slot: list[str | None] = []  # None marks an empty slot
         self._id_of_slot = GrowableRows((), np.int64)
         self._alive = GrowableRows((), np.bool_)
-        self._column: ValueColumn | None = None
+        self._column: ValueColumn[Any] | None = None
         self._backend: IndexBackend | None = None
         self._dim: int | None = None
 
@@ -143,7 +139,6 @@ class MemoryStore(Store):
         vectors = vectors or {}
         missing = [key for key in fresh if key not in vectors]
         details: dict[str, Any] = {
-            "items": items,
             "column": column,
             "staged_fresh": staged_fresh,
             "staged_kept": staged_kept,
@@ -152,6 +147,7 @@ class MemoryStore(Store):
             raw = self.checked_embeddings(
                 np.stack([vectors[key] for key in fresh]), "key embeddings"
             )
+            self._check_projection_fits(raw.shape[1])
             details["prepared"] = self._config.similarity.prepare_keys(raw)
             if self._backend is None:
                 # May raise ConfigError (a factory string that does not fit d): nothing changed.
@@ -162,12 +158,13 @@ class MemoryStore(Store):
         if staged.missing:
             raise ValueError(f"{len(staged.missing)} new keys have no embedding; stage them again")
         details = staged.details
-        column: ValueColumn = details["column"]
+        column: ValueColumn[Any] = details["column"]
         if staged.fresh:
-            backend = self._backend or details["backend"]
+            backend = self._backend if self._backend is not None else details["backend"]
             prepared = details["prepared"]
             new_ids = np.arange(self._next_id, self._next_id + len(staged.fresh), dtype=np.int64)
-            backend.add(new_ids, prepared)  # first: a FAISS failure here leaves all as it was
+            # First: a backend's add changes nothing if it fails, and nothing below can fail.
+            backend.add(new_ids, prepared)
             self._backend, self._dim = backend, prepared.shape[1]
             self._next_id += len(staged.fresh)
         self._column = column
@@ -191,9 +188,10 @@ class MemoryStore(Store):
             self._after_removal()
 
     def remove(self, key: str) -> None:
-        slot = self._slot_of.pop(key)  # KeyError(key), as a dict raises
+        slot = self._slot_of[key]  # KeyError(key), as a dict raises
         assert self._backend is not None
         self._backend.remove(self._id_of_slot.view[[slot]])
+        del self._slot_of[key]
         self._empty_slots([slot])
         self._after_removal()
 
@@ -209,8 +207,7 @@ class MemoryStore(Store):
         if not self._slot_of:
             self._reset()
             return
-        empty = len(self._key_of_slot) - len(self._slot_of)
-        if empty > max(_COMPACT_MIN_EMPTY, len(self._slot_of)):
+        if compaction_due(len(self._key_of_slot) - len(self._slot_of), len(self._slot_of)):
             self.compact()
 
     def compact(self) -> None:
@@ -225,6 +222,15 @@ class MemoryStore(Store):
         for slot, key in enumerate(self._key_of_slot):
             assert key is not None
             self._slot_of[key] = slot  # reassigning keeps the dict's (insertion) order
+
+    def _check_projection_fits(self, dim: int) -> None:
+        """A projection kept through ``clear()`` must fit new keys of another dimension."""
+        if self._projection is not None and self._projection.shape != (dim, dim):
+            raise ValueShapeError(
+                f"this store keeps a query projection (W_q, from fit) for "
+                f"{self._projection.shape[0]}-dim queries, and the new keys are {dim}-dim; set "
+                f"sd.query_projection = None to drop it before inserting them"
+            )
 
     def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
         array = np.asarray(embeddings, dtype=np.float32)
@@ -248,7 +254,7 @@ class MemoryStore(Store):
     # -- reading for attention -----------------------------------------------------------------
 
     @property
-    def value_column(self) -> ValueColumn | None:
+    def value_column(self) -> ValueColumn[Any] | None:
         return self._column
 
     @property
@@ -295,11 +301,11 @@ class MemoryStore(Store):
         # Padding (-1) points at slot 0: it has weight 0.
         return np.searchsorted(held, np.maximum(ids, 0))
 
-    def values_of(self, ids: np.ndarray) -> tuple[ValueColumn, np.ndarray]:
+    def values_of(self, ids: np.ndarray) -> tuple[ValueColumn[Any], np.ndarray]:
         assert self._column is not None
         return self._column, self._slots(ids)
 
-    def present_slots(self, column: ValueColumn) -> np.ndarray:
+    def present_slots(self, column: ValueColumn[Any]) -> np.ndarray:
         return np.flatnonzero(self._alive.view)
 
     def keys_of(self, ids: np.ndarray) -> list[str]:
@@ -345,9 +351,11 @@ class MemoryStore(Store):
         column.keep(by_id)
         backend = store._spec.create(state.dim, state.config.similarity.metric)
         backend.restore(state.index_meta or {}, files)
-        if len(backend) != n:
+        if not np.array_equal(backend.ids(), np.sort(state.ids)):
             raise files.error(
-                "manifest.json", f"lists {n} keys, but the index holds {len(backend)}"
+                "ids.npy",
+                f"does not match the index: the store lists {n} keys, the index holds "
+                f"{len(backend)} vectors, not under the same ids",
             )
         store._column, store._backend, store._dim = column, backend, state.dim
         store._id_of_slot.append(state.ids[by_id])

@@ -14,6 +14,8 @@ value_kind=   what you store                               what ``lookup`` retur
 
 from __future__ import annotations
 
+from softdict._files import FileReader, StoreFiles
+from softdict._types import BatchValue, Label, Value
 from softdict.values.base import LossKind, ValueColumn
 from softdict.values.categorical import CategoricalColumn
 from softdict.values.distribution import Distribution
@@ -27,8 +29,13 @@ from softdict.values.scalar import ScalarColumn
 from softdict.values.vector import VectorColumn
 
 __all__ = [
+    "BatchValue",
     "Distribution",
+    "FileReader",
+    "Label",
     "LossKind",
+    "StoreFiles",
+    "Value",
     "ValueColumn",
     "column_class",
     "infer_column_class",

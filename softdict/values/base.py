@@ -12,7 +12,7 @@ import numbers
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from enum import Enum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
@@ -21,7 +21,14 @@ from softdict._files import FileReader, StoreFiles
 from softdict._types import BatchValue, Value
 from softdict.values.distribution import Distribution
 
-__all__ = ["LossKind", "ValueColumn", "batch_default_error", "describe_value", "is_number"]
+__all__ = [
+    "LossKind",
+    "Staged",
+    "ValueColumn",
+    "batch_default_error",
+    "describe_value",
+    "is_number",
+]
 
 
 class LossKind(str, Enum):
@@ -43,7 +50,12 @@ def describe_value(value: object) -> str:
     return f"a {type(value).__name__} ({text})"
 
 
-class ValueColumn(ABC):
+# The form a column's values take between ``stage`` (which validates them) and ``append`` or
+# ``assign`` (which store them): each kind chooses its own.
+Staged = TypeVar("Staged")
+
+
+class ValueColumn(ABC, Generic[Staged]):
     """Values of one kind by slot, with the blend that attention weights give them."""
 
     kind: ClassVar[str]  # the name ``value_kind=`` takes
@@ -55,7 +67,7 @@ class ValueColumn(ABC):
         """Whether ``value`` is of this kind: a first value it accepts makes a store of it."""
 
     @classmethod
-    def for_first_value(cls, key: str, value: object) -> ValueColumn:
+    def for_first_value(cls, key: str, value: object) -> ValueColumn[Staged]:
         """An empty column for a store whose first value is ``value`` (for ``key``)."""
         return cls()
 
@@ -67,15 +79,15 @@ class ValueColumn(ABC):
         """Slots held, deleted ones included until the store compacts them."""
 
     @abstractmethod
-    def stage(self, values: Sequence[object], keys: Sequence[str]) -> Any:
+    def stage(self, values: Sequence[object], keys: Sequence[str]) -> Staged:
         """Validate ``values`` (for ``keys``, named in errors) and return them ready to store."""
 
     @abstractmethod
-    def append(self, staged: Any) -> None:
+    def append(self, staged: Staged) -> None:
         """Add staged values as new slots at the end."""
 
     @abstractmethod
-    def assign(self, slots: np.ndarray, staged: Any) -> None:
+    def assign(self, slots: np.ndarray, staged: Staged) -> None:
         """Overwrite the values of existing ``slots`` with staged values."""
 
     @abstractmethod
@@ -102,7 +114,7 @@ class ValueColumn(ABC):
         the blend says it all. ``present()`` gives the slots of every stored key."""
         return [None] * len(weights)
 
-    def check_batch_default(self, default: object) -> None:  # noqa: B027 - most kinds accept any
+    def check_batch_default(self, default: object) -> None:
         """Raise ValueShapeError unless a batch result can hold ``default`` for a query with no
         match (a batch of numbers is one array). A list of labels holds anything."""
 
@@ -124,7 +136,7 @@ class ValueColumn(ABC):
 
     @classmethod
     @abstractmethod
-    def restore(cls, files: FileReader, n: int) -> ValueColumn:
+    def restore(cls, files: FileReader, n: int) -> ValueColumn[Staged]:
         """A column of ``n`` slots from ``dump``'s files; StoreFormatError if they do not fit."""
 
     def kind_error(self, key: str, value: object) -> ValueKindError:
@@ -147,12 +159,7 @@ def gather_blend(weights: np.ndarray, slots: np.ndarray, column: np.ndarray) -> 
     """Weighted sums of ``column`` rows: shared (c,) slots or per-query (m, c) slots."""
     if slots.ndim == 1:
         # Every stored key in slot order (the exact path, no deletes pending): no gather needed.
-        rows = column if len(slots) == len(column) and _is_all(slots) else column[slots]
-        return np.asarray(weights @ rows)
+        every = len(slots) == len(column) and np.array_equal(slots, np.arange(len(column)))
+        return np.asarray(weights @ (column if every else column[slots]))
     # (m, k) weights against the (m, k[, d]) values of each query's own slots.
     return np.einsum("mk,mk...->m...", weights, column[slots])
-
-
-def _is_all(slots: np.ndarray) -> bool:
-    # Slots of sorted ids are increasing, so n increasing slots in [0, n) are 0..n-1.
-    return bool(len(slots) == 0 or (slots[0] == 0 and slots[-1] == len(slots) - 1))

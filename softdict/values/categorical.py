@@ -22,7 +22,7 @@ from softdict.values.distribution import Distribution, canonical_json
 __all__ = ["CategoricalColumn"]
 
 
-class CategoricalColumn(ValueColumn):
+class CategoricalColumn(ValueColumn[list[str]]):
     """Labels, stored as codes into a table of their canonical JSON."""
 
     kind = "categorical"

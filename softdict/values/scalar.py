@@ -26,7 +26,7 @@ __all__ = ["ScalarColumn"]
 MAX_EXACT_INT = 2**53
 
 
-class ScalarColumn(ValueColumn):
+class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
     kind = "scalar"
     loss = LossKind.SQUARED_ERROR
 

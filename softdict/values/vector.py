@@ -31,7 +31,7 @@ def is_numeric_sequence(value: object) -> bool:
     return False
 
 
-class VectorColumn(ValueColumn):
+class VectorColumn(ValueColumn[np.ndarray]):
     kind = "vector"
     loss = LossKind.SQUARED_ERROR
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from softdict._rows import GrowableRows
+from softdict._rows import GrowableRows, compaction_due
 
-__all__ = ["IdRows"]
+__all__ = ["IdRows", "increasing_ids"]
 
-# Tombstones are compacted away once they outnumber live rows (and are at least this many), so a
-# search never scans more than about twice the live rows, and compaction cost is amortised.
-_COMPACT_MIN_DEAD = 64
+
+def increasing_ids(ids: np.ndarray, after: int = -1) -> bool:
+    """Whether ``ids`` are non-negative, strictly increasing, and all larger than ``after``."""
+    return not len(ids) or bool(ids[0] > after and ids[0] >= 0 and np.all(np.diff(ids) > 0))
 
 
 class IdRows:
@@ -48,18 +49,21 @@ class IdRows:
 
     @property
     def needs_compaction(self) -> bool:
-        dead = self.size - self.n_live
-        return dead > max(_COMPACT_MIN_DEAD, self.n_live)
+        return compaction_due(self.size - self.n_live, self.n_live)
 
-    def append(self, ids: np.ndarray) -> None:
-        """Rows for new ``ids``, which must increase and exceed every id held so far."""
-        ids = np.asarray(ids, dtype=np.int64)
-        last = self._ids.view[-1] if self.size else -1
-        if len(ids) and (ids[0] <= last or np.any(np.diff(ids) <= 0)):
+    def check_new(self, ids: np.ndarray) -> None:
+        """ValueError unless ``ids`` increase and exceed every id held so far."""
+        last = int(self._ids.view[-1]) if self.size else -1
+        if not increasing_ids(ids, last):
             raise ValueError(
                 "index backends take new ids in increasing order, each larger than every id "
                 f"added before (the last was {last}); got {ids[:5].tolist()}..."
             )
+
+    def append(self, ids: np.ndarray) -> None:
+        """Rows for new ``ids`` (see ``check_new``)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        self.check_new(ids)
         self._ids.append(ids)
         self._live.append(np.ones(len(ids), dtype=np.bool_))
         self.n_live += len(ids)
@@ -81,6 +85,10 @@ class IdRows:
 
     def live_rows(self) -> np.ndarray:
         return np.flatnonzero(self._live.view)
+
+    def live_ids(self) -> np.ndarray:
+        """Every id held, increasing."""
+        return self._ids.view[self.live_rows()]
 
     def keep(self, rows: np.ndarray) -> None:
         """Keep only ``rows`` (live, increasing), renumbered 0..len(rows)-1: compaction."""
