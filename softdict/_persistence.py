@@ -243,11 +243,12 @@ def load_store(path: str | os.PathLike[str], encoder: object) -> tuple[MemorySto
 
 def _read_common(
     folder: Path, body: dict[str, Any]
-) -> tuple[SoftDictConfig, int, FileReader, list[str], dict[str, Any]]:
+) -> tuple[SoftDictConfig, int, FileReader, list[str], EncoderIdentity]:
     """What both formats share: config, count, the checked files, the keys, the encoder."""
     config = SoftDictConfig.model_validate(body["config"])
     count = int(body["count"])
-    identity = body["encoder"]
+    recorded = body["encoder"]
+    identity = EncoderIdentity(**{**recorded, "fingerprint": tuple(recorded["fingerprint"])})
     files = FileReader(folder, dict(_check_files(folder, body)))
     keys = files.json_list("keys.json")
     if len(keys) != count or not all(isinstance(k, str) for k in keys) or len(set(keys)) != count:
@@ -265,15 +266,20 @@ def _projection(files: FileReader, dim: int | None) -> np.ndarray | None:
 
 def _read_format_2(
     folder: Path, body: dict[str, Any]
-) -> tuple[StoreState, FileReader, dict[str, Any]]:
+) -> tuple[StoreState, FileReader, EncoderIdentity]:
     config, count, files, keys, identity = _read_common(folder, body)
-    dim, next_id = body["dim"], int(body["next_id"])
+    dim, next_id, kind, index_meta = body["dim"], body["next_id"], body["value_kind"], body["index"]
+    if not (
+        (dim is None or (type(dim) is int and dim >= 1))
+        and type(next_id) is int
+        and (kind is None or isinstance(kind, str))
+        and (index_meta is None or isinstance(index_meta, dict))
+    ):
+        raise ValueError("dim, next_id, value_kind or index has the wrong type")
     ids = files.npy("ids.npy", np.int64, (count,))
     if count and (ids.min() < 0 or ids.max() >= next_id or len(np.unique(ids)) != count):
         raise files.error("ids.npy", "has ids that are negative, repeated or not below next_id")
-    state = StoreState(
-        config, keys, ids, next_id, dim, body["value_kind"], body["index"], _projection(files, dim)
-    )
+    state = StoreState(config, keys, ids, next_id, dim, kind, index_meta, _projection(files, dim))
     return state, files, identity
 
 
@@ -283,7 +289,7 @@ _FORMAT_1_NOT_VALUES = {"rows.npy", "live.npy", "embeddings.npy", "query_project
 
 def _read_format_1(
     folder: Path, body: dict[str, Any]
-) -> tuple[StoreState, FileReader, dict[str, Any]]:
+) -> tuple[StoreState, FileReader, EncoderIdentity]:
     """Format 1 kept values and vectors by row, deleted rows included: take the live rows, in
     key order, and make each key's row its id (rows were never reused before compaction)."""
     config, count, files, keys, identity = _read_common(folder, body)
@@ -324,9 +330,8 @@ def _read_format_1(
     return state, FileReader(folder, translated), identity
 
 
-def _matching_encoder(identity: dict[str, Any], encoder: object, cache_size: int) -> TextEncoder:
+def _matching_encoder(recorded: EncoderIdentity, encoder: object, cache_size: int) -> TextEncoder:
     """The encoder to use: the one given, checked against the store's, or the recorded one."""
-    recorded = EncoderIdentity(**{**identity, "fingerprint": tuple(identity["fingerprint"])})
     expected = f"{recorded.name!r} ({recorded.dim} dims)"
     if encoder is None:
         if not recorded.loadable_by_name:

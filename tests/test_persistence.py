@@ -178,6 +178,34 @@ def test_ids_that_do_not_match_the_index_are_refused(tmp_path: Path) -> None:
         SoftDict.load(folder, encoder=FakeEncoder())
 
 
+@pytest.mark.parametrize(
+    "garble",
+    [
+        lambda body: body["encoder"].pop("probe_text"),
+        lambda body: body["encoder"].update(surprise=1),
+        lambda body: body.update(encoder="fake"),
+        lambda body: body["encoder"].update(fingerprint=None),
+        lambda body: body.pop("next_id"),
+        lambda body: body.update(index="built"),
+        lambda body: body.update(dim="16"),
+    ],
+    ids=[
+        "no probe text",
+        "unknown field",
+        "a string",
+        "no fingerprint",
+        "no next_id",
+        "index a string",
+        "dim a string",
+    ],
+)
+def test_a_garbled_manifest_field_is_a_store_format_error(tmp_path: Path, garble) -> None:
+    folder = saved_store(tmp_path)
+    rewrite_manifest(folder, lambda manifest: garble(manifest["body"]))
+    with pytest.raises(StoreFormatError, match=r"manifest\.json lacks or garbles a field"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
 def test_newer_format_version_is_refused(tmp_path: Path) -> None:
     folder = saved_store(tmp_path)
     rewrite_manifest(folder, lambda m: m.update(format_version=99))
