@@ -127,3 +127,10 @@ def test_progress_bar_only_when_asked(capsys: pytest.CaptureFixture[str]) -> Non
         {f"key {i}": i for i in range(300)}, encoder=FakeEncoder(), batch_size=100, progress=True
     )
     assert "softdict: embedding keys" in capsys.readouterr().err
+
+
+def test_the_bundled_models_hub_name_loads_the_bundled_package(monkeypatch, loads) -> None:
+    """The name stores record for the default encoder resolves offline, to the package."""
+    encoder = resolve_encoder(BUNDLED_MODEL_NAME)
+    assert encoder.name == BUNDLED_MODEL_NAME and encoder.loadable_by_name
+    assert loads == [str(bundled_model_path())]
