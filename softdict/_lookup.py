@@ -72,11 +72,14 @@ def attentions(store: Store, chosen: Selection, texts: list[str] | None) -> list
         found = np.isfinite(chosen.scores[i])  # padding scores -inf
         weights, scores = chosen.weights[i, found], chosen.scores[i, found]
         order = np.argsort(-scores, kind="stable")
+        # Keys in the selection's own order (for every key, id order, which the store maps
+        # without a search), then by weight.
+        keys = store.keys_of(ids[found])
         results.append(
             Attention(
                 query=texts[i] if texts is not None else None,
                 value=column.result(blended, i),
-                keys=tuple(store.keys_of(ids[found][order])),
+                keys=tuple(keys[j] for j in order.tolist()),
                 weights=weights[order],
                 scores=scores[order],
                 k=int(chosen.k[i]),

@@ -309,9 +309,8 @@ class MemoryStore(Store):
         return np.flatnonzero(self._alive.view)
 
     def keys_of(self, ids: np.ndarray) -> list[str]:
-        keys = [self._key_of_slot[slot] for slot in self._slots(ids)]
-        assert None not in keys, "keys_of() takes held ids only"
-        return keys
+        key_of_slot = self._key_of_slot  # held ids only (the protocol): no slot here is empty
+        return [key_of_slot[slot] for slot in self._slots(ids).tolist()]
 
     def ids(self) -> np.ndarray:
         slots = np.fromiter(self._slot_of.values(), np.int64, len(self._slot_of))
