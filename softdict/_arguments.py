@@ -11,7 +11,7 @@ import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from softdict._errors import ConfigError, KeyTypeError
+from softdict._errors import ConfigError, KeyTypeError, ValueShapeError
 
 __all__ = ["check_key", "check_min_score", "query_texts", "update_items"]
 
@@ -47,12 +47,21 @@ def update_items(other: Any, kwargs: Mapping[str, object]) -> dict[str, object]:
     else:
         pairs = []
         for i, item in enumerate(other):
-            if isinstance(item, (str, bytes)) or not hasattr(item, "__len__") or len(item) != 2:
+            # As dict.update: any iterable of two things is a pair; anything else is an error
+            # of the kind dict raises (TypeError for no sequence, ValueError for a wrong length).
+            try:
+                pair = tuple(item)
+            except TypeError:
                 raise KeyTypeError(
-                    f"update() takes a mapping or an iterable of (key, value) pairs; "
-                    f"item #{i} is {item!r:.60}"
+                    f"update() takes a mapping or an iterable of (key, value) pairs; item #{i} "
+                    f"is {item!r:.60}, which is not a sequence"
+                ) from None
+            if len(pair) != 2:
+                raise ValueShapeError(
+                    f"update() takes (key, value) pairs; item #{i} has length {len(pair)}: "
+                    f"{item!r:.60}"
                 )
-            pairs.append((item[0], item[1]))
+            pairs.append(pair)
     pairs.extend(kwargs.items())
     items: dict[str, object] = {}
     for i, (key, value) in enumerate(pairs):

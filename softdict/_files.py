@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeAlias, Union
 
@@ -40,9 +41,11 @@ def encode_file(content: np.ndarray | list[Any] | bytes) -> bytes:
 class FileReader:
     """Checked access to a store's files; the bytes have already passed their checksums."""
 
-    def __init__(self, folder: Path, contents: dict[str, bytes | np.ndarray]) -> None:
+    def __init__(
+        self, folder: Path, contents: Mapping[str, bytes | np.ndarray | list[Any]]
+    ) -> None:
         self.folder = folder
-        self._contents = contents
+        self._contents = dict(contents)
 
     def has(self, name: str) -> bool:
         return name in self._contents
@@ -53,6 +56,8 @@ class FileReader:
 
     def raw(self, name: str) -> bytes:
         content = self._need(name)
+        if isinstance(content, list):
+            return canonical_json(content)
         if not isinstance(content, bytes):
             raise self.error(name, "is not a raw file")
         return content
@@ -85,6 +90,8 @@ class FileReader:
         content = self._need(name)
         if isinstance(content, np.ndarray):
             return content
+        if isinstance(content, list):
+            raise self.error(name, "holds a JSON list, not an array")
         try:
             return np.load(io.BytesIO(content), allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
@@ -101,6 +108,8 @@ class FileReader:
 
     def json_list(self, name: str) -> list[Any]:
         content = self._need(name)
+        if isinstance(content, list):
+            return content
         try:
             value = json.loads(content) if isinstance(content, bytes) else None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -109,7 +118,7 @@ class FileReader:
             raise self.error(name, "should hold a JSON list")
         return value
 
-    def _need(self, name: str) -> bytes | np.ndarray:
+    def _need(self, name: str) -> bytes | np.ndarray | list[Any]:
         if name not in self._contents:
             raise self.error(name, "is missing")
         return self._contents[name]

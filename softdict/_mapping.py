@@ -26,14 +26,22 @@ import numpy.typing as npt
 from softdict import _calibration, _learning, _lookup
 from softdict._arguments import check_key, check_min_score, query_texts, update_items
 from softdict._config import SoftDictConfig, ValueKind, check_number
-from softdict._errors import ConfigError, EmptyStoreError, InvalidValueError, ValueShapeError
+from softdict._errors import (
+    ConfigError,
+    EmptyStoreError,
+    EncoderError,
+    InvalidValueError,
+    KeyTypeError,
+    ValueShapeError,
+)
+from softdict._files import StoreFiles
 from softdict._learning import FitReport
-from softdict._persistence import load_store, save_store
+from softdict._persistence import load_store, restore_snapshot, save_store
 from softdict._results import Attention
 from softdict._similarity import Similarity
 from softdict._types import NO_DEFAULT, BatchValue, Label, Mask, NoDefault, Value
-from softdict.encoders import TextEncoder, resolve_encoder
-from softdict.store import Store, open_store
+from softdict.encoders import EncoderIdentity, TextEncoder, resolve_encoder
+from softdict.store import Store, StoreState, open_store
 
 __all__ = ["SoftDict"]
 
@@ -287,6 +295,74 @@ class SoftDict(MutableMapping[str, Value]):
         """Remove every key. The value kind is free again for the next insert."""
         with self._lock:
             self._store.clear()
+
+    # -- copies, pickling and the dict operators ----------------------------------------------
+
+    def copy(self) -> SoftDict:
+        """An independent copy: the same options, keys, values, vectors and query projection
+        (nothing is encoded again), sharing the encoder. Changes to one never reach the other."""
+        with self._lock:
+            return type(self)._from_store(self._store.copy(), self._encoder)
+
+    def __copy__(self) -> SoftDict:
+        return self.copy()
+
+    # The encoder is shared, not copied: it holds a model's weights and no state of the store.
+    def __deepcopy__(self, memo: dict[int, object]) -> SoftDict:
+        return self.copy()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickling: the store's contents and the encoder's name, never its weights; the
+        unpickling process loads the encoder by name. An encoder that cannot be loaded by name
+        (an object passed as ``encoder=``) cannot be pickled: save and load instead."""
+        with self._lock:
+            if not self._encoder.loadable_by_name:
+                raise EncoderError(
+                    f"cannot pickle this SoftDict: its encoder {self._encoder.name!r} cannot be "
+                    f"loaded by name in another process. Save it with sd.save(path) and load it "
+                    f"with SoftDict.load(path, encoder=...)"
+                )
+            state, files = self._store.snapshot()
+            return _unpickle, (type(self), state, files, self._encoder.identity())
+
+    @classmethod
+    def fromkeys(cls, iterable: Iterable[str], value: object = None, /, **options: Any) -> SoftDict:
+        """A new SoftDict with the keys of ``iterable``, each holding ``value``, like
+        ``dict.fromkeys``; ``options`` go to the constructor. The keys are inserted in one batch.
+        """
+        try:
+            keys = list(iterable)
+        except TypeError:
+            raise KeyTypeError(
+                f"fromkeys() takes an iterable of keys, got {type(iterable).__name__}"
+            ) from None
+        sd = cls(**options)
+        sd.update((key, value) for key in keys)
+        return sd
+
+    def __or__(self, other: object) -> SoftDict:
+        """``sd | other``: a copy of ``sd`` updated with the mapping ``other`` (PEP 584)."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        merged = self.copy()
+        merged.update(other)
+        return merged
+
+    def __ror__(self, other: object) -> SoftDict:
+        """``other | sd``: ``other``'s items, then ``sd``'s (which win), in a SoftDict with
+        ``sd``'s options. ``sd``'s keys are encoded again, to come after ``other``'s."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        merged = self.copy()
+        merged.clear()
+        merged.update(other)
+        merged.update(self)
+        return merged
+
+    def __ior__(self, other: object) -> SoftDict:
+        """``sd |= other``: ``sd.update(other)`` (a mapping or (key, value) pairs)."""
+        self.update(other)
+        return self
 
     # -- inserting ---------------------------------------------------------------------------
 
@@ -660,3 +736,11 @@ class SoftDict(MutableMapping[str, Value]):
         """
         store, text_encoder = load_store(path, encoder)
         return cls._from_store(store, text_encoder)
+
+
+def _unpickle(
+    cls: type[SoftDict], state: StoreState, files: StoreFiles, identity: EncoderIdentity
+) -> SoftDict:
+    """Rebuild a pickled SoftDict (see ``SoftDict.__reduce__``)."""
+    store, encoder = restore_snapshot(state, files, identity)
+    return cls._from_store(store, encoder)

@@ -44,12 +44,19 @@ import numpy as np
 
 from softdict._config import SoftDictConfig
 from softdict._errors import ConfigError, EncoderError, StoreFormatError
-from softdict._files import FileReader, canonical_json, encode_file
+from softdict._files import FileReader, StoreFiles, canonical_json, encode_file
 from softdict.encoders import EncoderIdentity, TextEncoder, resolve_encoder
 from softdict.store.base import Store, StoreState
 from softdict.store.memory import MemoryStore
 
-__all__ = ["FORMAT_VERSION", "MANIFEST", "load_store", "read_manifest", "save_store"]
+__all__ = [
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "load_store",
+    "read_manifest",
+    "restore_snapshot",
+    "save_store",
+]
 
 FORMAT_NAME = "softdict-store"
 FORMAT_VERSION = 2
@@ -239,6 +246,15 @@ def load_store(path: str | os.PathLike[str], encoder: object) -> tuple[MemorySto
             f"{folder / MANIFEST} holds options this softdict lacks: {exc}"
         ) from None
     return store, text_encoder
+
+
+def restore_snapshot(
+    state: StoreState, files: StoreFiles, identity: EncoderIdentity
+) -> tuple[MemoryStore, TextEncoder]:
+    """A store and its encoder from a snapshot held in memory (an unpickled SoftDict): the
+    encoder is loaded by its recorded name and checked against its fingerprint."""
+    text_encoder = _matching_encoder(identity, None, state.config.query_cache_size)
+    return MemoryStore.restore(state, FileReader(Path("<pickle>"), dict(files))), text_encoder
 
 
 def _read_common(

@@ -136,8 +136,12 @@ def test_failing_batch_update_inserts_nothing(scalar_store: SoftDict) -> None:
         scalar_store.update({"pear": 1.0, "apple": 99.0, "plum": math.nan})
     with pytest.raises(ValueKindError):
         scalar_store.update([("pear", 1.0), ("banana", 3.0), ("plum", "x")])
-    with pytest.raises(KeyTypeError, match="pairs"):
+    # As dict.update: an item of another length is a ValueError, one that is no sequence a
+    # TypeError (a str of two characters is a pair, as it is for a dict).
+    with pytest.raises(ValueShapeError, match="item #1 has length 4"):
         scalar_store.update([("pear", 1.0), "plum"])
+    with pytest.raises(KeyTypeError, match="item #1 is 5, which is not a sequence"):
+        scalar_store.update([("pear", 1.0), 5])
     assert_unchanged(scalar_store, before)
 
 

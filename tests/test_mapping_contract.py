@@ -3,6 +3,7 @@ plug-ins of tests/_plugins.py): a SoftDict behaves like a plain dict."""
 
 from __future__ import annotations
 
+import copy
 from collections.abc import MutableMapping
 
 import numpy as np
@@ -194,3 +195,40 @@ def test_emptied_store_accepts_a_new_kind(make_store) -> None:
     sd["apple"] = "label"
     assert sd["apple"] == "label"
     assert sd.value_kind is ValueKind.CATEGORICAL
+
+
+@pytest.mark.parametrize("make_copy", [copy.copy, copy.deepcopy, SoftDict.copy])
+def test_a_copy_is_independent_of_the_original(store, items, make_copy) -> None:
+    """Changing a copy (deletes, overwrites, inserts, enough to compact) never reaches the
+    original, and the copy answers like it."""
+    sd = store(items)
+    sd.update({f"word{i} thing{i % 7}": items[i % len(items)][1] for i in range(150)})
+    before = [(k, v) for k, v in sd.items()]
+    nearest_before = sd.nearest("word3 thing3", k=4)
+    twin = make_copy(sd)
+    assert type(twin) is type(sd) and twin is not sd and twin.encoder is sd.encoder
+    assert list(twin) == list(sd) and twin.index_description == sd.index_description
+    assert twin.nearest("word3 thing3", k=4) == nearest_before
+    for i in range(140):
+        del twin[f"word{i} thing{i % 7}"]
+    twin[items[0][0]] = items[1][1]
+    twin["brand new"] = items[2][1]
+    assert len(sd) == len(before) and all(
+        key == k and same_value(value, v) for (key, value), (k, v) in zip(sd.items(), before)
+    )
+    assert sd.nearest("word3 thing3", k=4) == nearest_before
+    assert all(key in twin for key, _ in twin.nearest("word3 thing3", k=4))
+
+
+def test_or_and_ior_follow_pep_584(make_store) -> None:
+    sd = make_store({"apple": 1.0, "pear": 2.0})
+    merged = sd | {"pear": 5.0, "plum": 3.0}
+    assert list(merged.items()) == [("apple", 1.0), ("pear", 5.0), ("plum", 3.0)]
+    assert list(sd.items()) == [("apple", 1.0), ("pear", 2.0)]
+    left = {"plum": 3.0, "pear": 5.0} | sd  # the right operand wins, the left's order first
+    assert type(left) is type(sd)
+    assert list(left.items()) == [("plum", 3.0), ("pear", 2.0), ("apple", 1.0)]
+    sd |= [("kiwi", 4.0)]
+    assert sd["kiwi"] == 4.0 and len(sd) == 3
+    with pytest.raises(TypeError):
+        sd | 3  # type: ignore[operator]

@@ -6,6 +6,7 @@ import hashlib
 import io
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -335,3 +336,28 @@ def test_stores_saved_in_format_1_load_and_answer_the_same(tmp_path: Path, name:
 def test_an_empty_store_saved_in_format_1_loads() -> None:
     loaded = SoftDict.load(FORMAT1 / "empty", encoder=FakeEncoder())
     assert len(loaded) == 0 and loaded.value_kind is None
+
+
+def test_pickle_round_trips_by_encoder_name_without_weights() -> None:
+    """A store on an encoder that loads by name pickles its contents and that name, and comes
+    back whole; one on an encoder object is refused with a pointer to save and load."""
+    sd = SoftDict(
+        {f"key {i}": float(i) for i in range(50)}, encoder="test-hashing", top_k=5, temperature=0.2
+    )
+    del sd["key 7"]
+    sd.query_projection = np.eye(32)[::-1]
+    loaded = pickle.loads(pickle.dumps(sd))
+    assert list(loaded.items()) == list(sd.items())
+    assert (loaded.top_k, loaded.temperature, loaded.encoder.name) == (5, 0.2, "test-hashing")
+    np.testing.assert_array_equal(loaded.query_projection, sd.query_projection)
+    assert loaded.attend("key 3").keys == sd.attend("key 3").keys
+    with pytest.raises(EncoderError, match=r"sd\.save\(path\)"):
+        pickle.dumps(SoftDict({"apple": 1.0}, encoder=FakeEncoder()))
+
+
+@pytest.mark.integration
+def test_a_pickled_store_on_the_bundled_encoder_carries_no_weights(bundled_encoder) -> None:
+    sd = SoftDict({"apple": 10, "banana": 5, "chair": 2}, encoder=bundled_encoder)
+    data = pickle.dumps(sd)
+    assert len(data) < 50_000  # the model's weights are about 90 MB
+    assert pickle.loads(data).lookup("fruit") == pytest.approx(sd.lookup("fruit"))

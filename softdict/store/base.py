@@ -220,6 +220,10 @@ class Store(ABC):
     # -- persistence ---------------------------------------------------------------------------
 
     @abstractmethod
+    def copy(self) -> Store:
+        """An independent store with the same options and contents (``SoftDict.copy``)."""
+
+    @abstractmethod
     def snapshot(self) -> tuple[StoreState, StoreFiles]:
         """The state to save, and the files of its parts (the value column and the index)."""
 

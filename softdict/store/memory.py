@@ -10,6 +10,7 @@ backend holds vectors under them and compacts on its own schedule.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -332,6 +333,10 @@ class MemoryStore(Store):
             projection=None if self._projection is None else self._projection.copy(),
         )
         return state, dump_files(self._column, slots, dump)
+
+    def copy(self) -> MemoryStore:
+        state, files = self.snapshot()
+        return MemoryStore.restore(state, FileReader(Path("<copy>"), dict(files)))
 
     @classmethod
     def restore(cls, state: StoreState, files: FileReader) -> MemoryStore:
