@@ -11,29 +11,48 @@ import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from softdict._errors import ConfigError, KeyTypeError, ValueShapeError
+from softdict._errors import ConfigError, InvalidValueError, KeyTypeError, ValueShapeError
 
-__all__ = ["check_key", "check_min_score", "query_texts", "update_items"]
+__all__ = ["check_key", "check_min_score", "check_unicode", "query_texts", "update_items"]
 
 
-def check_key(key: object, position: str = "") -> str:
+def check_key(key: object, position: str = "", what: str = "key") -> str:
+    """``key`` as a plain str; KeyTypeError for another type, InvalidValueError for text that is
+    not valid Unicode. ``what`` ("key" or "query") and ``position`` name it in messages."""
     if not isinstance(key, str):
+        plural = "queries" if what == "query" else f"{what}s"
         raise KeyTypeError(
-            f"keys must be str{position}, got {type(key).__name__} ({key!r:.60}); "
+            f"{plural} must be str{position}, got {type(key).__name__} ({key!r:.60}); "
             f"convert it with str() if its text is what should be matched"
         )
+    check_unicode(key, f"{what}{position}")
     return str(key)  # a str subclass (numpy.str_) is stored as a plain str
+
+
+def check_unicode(text: str, what: str) -> None:
+    """InvalidValueError for text that is not valid Unicode (a lone surrogate, as
+    ``bytes.decode(errors="surrogateescape")`` leaves): it could not be saved as UTF-8."""
+    if text.isascii():
+        return
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidValueError(
+            f"{what} {text!r:.60} holds {text[exc.start]!r} at position {exc.start}, a lone "
+            f"surrogate that is not valid Unicode and cannot be saved; decode its source with "
+            f"errors='replace' (or fix the bytes) before inserting it"
+        ) from None
 
 
 def query_texts(query: object) -> tuple[list[str], bool]:
     """A query or a batch of them as a list of texts, and whether it was a single one."""
     if isinstance(query, str):
-        return [str(query)], True
+        return [check_key(query, what="query")], True
     if isinstance(query, (bytes, Mapping)) or not isinstance(query, Iterable):
         raise KeyTypeError(
             f"a query must be a str or a sequence of str, got {type(query).__name__}"
         )
-    return [check_key(q, f" (query #{i})") for i, q in enumerate(query)], False
+    return [check_key(q, f" (query #{i})", "query") for i, q in enumerate(query)], False
 
 
 def update_items(other: Any, kwargs: Mapping[str, object]) -> dict[str, object]:

@@ -10,7 +10,8 @@ written for plain dicts and arrays keeps working (``except KeyError`` catches a 
     ├── KeyTypeError          (TypeError)    a key that is not a ``str``
     ├── ValueKindError        (TypeError)    a value of another kind than the store holds
     ├── ValueShapeError       (ValueError)   a vector or embedding of the wrong shape
-    ├── InvalidValueError     (ValueError)   NaN, infinity, or a number too large to keep exactly
+    ├── InvalidValueError     (ValueError)   NaN, infinity, a number too large to keep exactly, or
+    │                                        text that is not valid Unicode (a lone surrogate)
     ├── ConfigError           (ValueError)   a bad option: temperature <= 0, unknown similarity, ...
     ├── EncoderError          (ValueError)   the encoder could not be loaded or returned bad output
     └── StoreFormatError      (ValueError)   a saved store that cannot be read
@@ -64,7 +65,8 @@ class ValueShapeError(SoftDictError, ValueError):
 
 
 class InvalidValueError(SoftDictError, ValueError):
-    """A value is NaN, infinite, or otherwise cannot be stored faithfully."""
+    """A value is NaN, infinite, or otherwise cannot be stored faithfully (such as a key or label
+    that is not valid Unicode)."""
 
 
 class ConfigError(SoftDictError, ValueError):

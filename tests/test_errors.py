@@ -264,3 +264,33 @@ def test_text_keys_after_embeddings_of_another_dimension_are_refused() -> None:
     with pytest.raises(ValueShapeError, match="3-dim"):
         sd.lookup("apple")
     assert list(sd) == ["a"]
+
+
+@pytest.mark.parametrize("bad", ["bad\udce9", "\ud800", "fine then \udfff"])
+def test_text_that_is_not_valid_unicode_is_refused_before_it_can_break_a_save(
+    tmp_path, bad: str
+) -> None:
+    """A lone surrogate (what bytes.decode(errors="surrogateescape") leaves) cannot be written
+    as UTF-8: as a key or a label it would make every later save fail, as a query the
+    tokenizer would raise. All three are refused at the door, naming the position."""
+    sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
+    labels = SoftDict({"apple": "fruit"}, encoder=FakeEncoder())
+    before, before_labels = snapshot(sd), snapshot(labels)
+    with pytest.raises(InvalidValueError, match="lone surrogate"):
+        sd[bad] = 2.0
+    with pytest.raises(InvalidValueError, match="item #1"):
+        sd.update([("pear", 1.0), (bad, 2.0)])
+    with pytest.raises(InvalidValueError, match="key"):
+        sd.add_embeddings([bad], np.ones((1, FAKE_DIM)), [2.0])
+    with pytest.raises(InvalidValueError, match="the label of key 'pear'"):
+        labels["pear"] = bad
+    with pytest.raises(InvalidValueError, match="the label of key 'pear'"):
+        labels["pear"] = {"name": ["ok", bad]}  # anywhere inside a label
+    with pytest.raises(InvalidValueError, match="query"):
+        sd.lookup(bad)
+    with pytest.raises(InvalidValueError, match="query #1"):
+        sd.attend(["apple", bad])
+    assert_unchanged(sd, before)
+    assert_unchanged(labels, before_labels)
+    sd.save(tmp_path / "s")  # and the store still saves
+    labels.save(tmp_path / "l")

@@ -120,6 +120,8 @@ HOSTILE_TEXT = st.one_of(
     st.text(max_size=50),  # every plane of unicode, control characters, empty strings
     st.text(min_size=2000, max_size=5000),
     st.sampled_from(["", " ", "\x00", "\n\t\r", "\ud7ff", "🦄" * 300, "a" * 20000]),
+    # Lone surrogates, which st.text() never makes: not valid Unicode, refused everywhere.
+    st.sampled_from(["bad\udce9", "\ud800", "x\udfffy"]),
 )
 HOSTILE_VALUE = st.one_of(
     st.floats(),

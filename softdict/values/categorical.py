@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from softdict._arguments import check_unicode
 from softdict._errors import ValueKindError
 from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows
@@ -48,12 +49,14 @@ class CategoricalColumn(ValueColumn[list[str]]):
         staged = []
         for key, value in zip(keys, values):
             try:
-                staged.append(canonical_json(value))
+                text = canonical_json(value)
             except (TypeError, ValueError) as exc:
                 raise ValueKindError(
                     f"value for key {key!r} is {describe_value(value)}, which is not a number, a "
                     f"vector or a JSON-serialisable label ({exc}); convert it to one of those"
                 ) from None
+            check_unicode(text, f"the label of key {key!r}")  # any string inside the label
+            staged.append(text)
         return staged
 
     def _codes_for(self, staged: list[str]) -> np.ndarray:
