@@ -26,7 +26,8 @@ corruption, not a deliberately crafted file: load FAISS files only from sources 
 Saving is atomic. Everything is written into a new sibling folder and flushed to disk, then the
 old folder is renamed aside, the new one renamed into place, and the old one removed. A process
 killed at any moment leaves either the old store or the new one whole: if it dies between the two
-renames, ``load`` finds the complete new folder (or else the old one) and finishes the swap.
+renames, ``load`` finishes the swap (see ``_recover``, which brings back nothing else). A store
+path that is a symbolic link is saved to and loaded from the link's target.
 """
 
 from __future__ import annotations
@@ -91,9 +92,16 @@ def _siblings(path: Path, tag: str) -> list[Path]:
 # -- saving ------------------------------------------------------------------------------------
 
 
+def _store_folder(path: str | os.PathLike[str]) -> Path:
+    """The folder a store path names: through a symbolic link, its target, so that saving
+    replaces what the link points to and the link stays a link."""
+    folder = Path(path)
+    return folder.resolve() if folder.is_symlink() else folder
+
+
 def save_store(store: Store, encoder: TextEncoder, path: str | os.PathLike[str]) -> None:
     """Write ``store`` (embedded by ``encoder``) to the folder ``path`` atomically."""
-    target = Path(path)
+    target = _store_folder(path)
     if not target.parent.is_dir():
         raise StoreFormatError(
             f"cannot save to {target}: its parent folder {target.parent} does not exist"
@@ -117,6 +125,9 @@ def save_store(store: Store, encoder: TextEncoder, path: str | os.PathLike[str])
         "next_id": state.next_id,
         "encoder": dataclasses.asdict(encoder.identity()),
         "index": state.index_meta,
+        # Whether a store stood at the path when this one was written: recovery finishes an
+        # interrupted swap only when that proves it was in flight (see _recover).
+        "replaces_store": target.exists(),
         "files": {
             name: {"bytes": len(data), "sha256": _sha256(data)} for name, data in files.items()
         },
@@ -157,19 +168,36 @@ def _swap_in(target: Path, files: dict[str, bytes], manifest: bytes) -> None:
 
 
 def _recover(target: Path) -> None:
-    """Finish a save that was killed between its two renames."""
+    """Finish a save that was killed between its two renames, and only such a save.
+
+    A save writes ``.NAME.new-T``, renames ``NAME`` to ``.NAME.old-T`` (if there was one),
+    renames ``.NAME.new-T`` to ``NAME``, and removes ``.NAME.old-T``. With ``NAME`` missing,
+    swap T was in flight exactly when ``.NAME.new-T`` exists and either ``.NAME.old-T`` exists
+    or the new manifest says no store stood there: it is finished forward when the new folder
+    is whole, else backward. Anything else beside a missing store is not brought back (the
+    store may have been deleted since). With ``NAME`` present, ``.NAME.old-*`` folders are what
+    finished swaps failed to clean up, and are removed.
+    """
     if target.exists():
+        for leftover in _siblings(target, "old"):
+            shutil.rmtree(leftover, ignore_errors=True)
         return
-    for candidate in reversed(_siblings(target, "new")):
+    for fresh in reversed(_siblings(target, "new")):
+        token = fresh.name.rsplit("-", 1)[-1]
+        old = fresh.with_name(f".{target.name}.old-{token}")
         try:
-            _check_files(candidate, read_manifest(candidate)["body"])
-        except StoreFormatError:
-            continue
-        os.rename(candidate, target)
-        return
-    olds = _siblings(target, "old")
-    if olds:
-        os.rename(olds[-1], target)
+            body = read_manifest(fresh)["body"]
+            _check_files(fresh, body)
+        except (StoreFormatError, KeyError, TypeError):
+            body = None
+        if old.exists():
+            kept, dropped = (fresh, old) if body is not None else (old, fresh)
+            os.rename(kept, target)
+            shutil.rmtree(dropped, ignore_errors=True)  # the swap is finished: its leftover
+            return
+        if body is not None and body.get("replaces_store") is False:
+            os.rename(fresh, target)
+            return
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:
@@ -225,7 +253,7 @@ def _check_files(folder: Path, body: dict[str, Any]) -> dict[str, bytes]:
 
 def load_store(path: str | os.PathLike[str], encoder: object) -> tuple[MemoryStore, TextEncoder]:
     """Read the store at ``path``; every problem is a ``StoreFormatError`` naming the file."""
-    folder = Path(path)
+    folder = _store_folder(path)
     _recover(folder)
     if not folder.is_dir():
         raise StoreFormatError(f"no softdict store at {folder}: the folder does not exist")

@@ -7,6 +7,7 @@ import io
 import json
 import os
 import pickle
+import shutil
 import signal
 import subprocess
 import sys
@@ -240,17 +241,61 @@ def test_saving_over_a_store_replaces_it_and_leaves_no_debris(tmp_path: Path) ->
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
 
 
+def store_at(tmp_path: Path, name: str, items: dict, *, replacing: bool = False) -> Path:
+    """A store folder as a save writes it; ``replacing``: as if a store stood at its path."""
+    folder = tmp_path / name
+    if replacing:
+        SoftDict({"placeholder": 0.0}, encoder=FakeEncoder()).save(folder)
+    SoftDict(items, encoder=FakeEncoder()).save(folder)
+    return folder
+
+
 def test_a_save_killed_between_its_renames_is_finished_on_load(tmp_path: Path) -> None:
-    SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(tmp_path / "s")
-    SoftDict({"chair": 2.0}, encoder=FakeEncoder()).save(tmp_path / "new")
-    os.rename(tmp_path / "s", tmp_path / ".s.old-aaaa")  # the first rename happened...
-    os.rename(tmp_path / "new", tmp_path / ".s.new-bbbb")  # ...the second did not
+    old = store_at(tmp_path, "s", {"apple": 1.0})
+    new = store_at(tmp_path, "new", {"chair": 2.0}, replacing=True)
+    os.rename(old, tmp_path / ".s.old-aaaa")  # the first rename happened...
+    os.rename(new, tmp_path / ".s.new-aaaa")  # ...the second did not
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
-    # With the new folder incomplete, the old store comes back instead.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # the leftover is cleaned
+    # With the new folder damaged, the swap goes back: the old store returns.
     os.rename(tmp_path / "s", tmp_path / ".s.old-cccc")
-    (tmp_path / ".s.new-dddd").mkdir()
-    (tmp_path / ".s.new-dddd" / "keys.json").write_text("[")
+    (tmp_path / ".s.new-cccc").mkdir()
+    (tmp_path / ".s.new-cccc" / "keys.json").write_text("[")
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
+
+
+def test_a_first_save_killed_before_its_rename_is_finished_on_load(tmp_path: Path) -> None:
+    fresh = store_at(tmp_path, "fresh", {"apple": 1.0})  # no store stood there: nothing to move
+    os.rename(fresh, tmp_path / ".s.new-bbbb")
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
+
+
+def test_a_deleted_store_does_not_come_back(tmp_path: Path) -> None:
+    """Leftovers beside a store prove no interrupted save once the store has been deleted: a
+    finished swap's old folder, or a save killed before its first rename."""
+    folder = store_at(tmp_path, "s", {"chair": 2.0})
+    older = store_at(tmp_path, "older", {"apple": 1.0})
+    os.rename(older, tmp_path / ".s.old-dddd")  # a finished swap whose cleanup was killed
+    assert list(SoftDict.load(folder, encoder=FakeEncoder())) == ["chair"]
+    assert not (tmp_path / ".s.old-dddd").exists()  # cleaned once the swap is known finished
+    os.rename(store_at(tmp_path, "o2", {"apple": 1.0}), tmp_path / ".s.old-eeee")
+    stale = store_at(tmp_path, "stale", {"pear": 3.0}, replacing=True)
+    os.rename(stale, tmp_path / ".s.new-ffff")  # killed before its first rename
+    shutil.rmtree(folder)  # the user deletes the store
+    with pytest.raises(StoreFormatError, match="does not exist"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+    assert not folder.exists()
+
+
+def test_a_store_path_that_is_a_symlink_is_saved_through_the_link(tmp_path: Path) -> None:
+    real = store_at(tmp_path, "real", {"apple": 1.0})
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    SoftDict({"chair": 2.0}, encoder=FakeEncoder()).save(link)
+    assert link.is_symlink() and link.resolve() == real.resolve()
+    assert list(SoftDict.load(real, encoder=FakeEncoder())) == ["chair"]
+    assert list(SoftDict.load(link, encoder=FakeEncoder())) == ["chair"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
 
 
 SAVER = textwrap.dedent(
