@@ -14,7 +14,8 @@ written for plain dicts and arrays keeps working (``except KeyError`` catches a 
     │                                        text that is not valid Unicode (a lone surrogate)
     ├── ConfigError           (ValueError)   a bad option: temperature <= 0, unknown similarity, ...
     ├── EncoderError          (ValueError)   the encoder could not be loaded or returned bad output
-    └── StoreFormatError      (ValueError)   a saved store that cannot be read
+    ├── StoreFormatError      (ValueError)   a saved store that cannot be read
+    └── StoreBusyError        (TimeoutError) another process held a store's lock too long
 
 Messages say what was wrong and what to do about it. An operation that raises leaves the store
 exactly as it was.
@@ -30,6 +31,7 @@ __all__ = [
     "KeyTypeError",
     "NoMatchError",
     "SoftDictError",
+    "StoreBusyError",
     "StoreFormatError",
     "ValueKindError",
     "ValueShapeError",
@@ -75,6 +77,10 @@ class ConfigError(SoftDictError, ValueError):
 
 class EncoderError(SoftDictError, ValueError):
     """The encoder could not be loaded, or it returned output of the wrong shape or type."""
+
+
+class StoreBusyError(SoftDictError, TimeoutError):
+    """Another process kept a store folder's lock (saving or loading it) past the timeout."""
 
 
 class StoreFormatError(SoftDictError, ValueError):

@@ -36,7 +36,7 @@ from softdict._errors import (
 )
 from softdict._files import StoreFiles
 from softdict._learning import FitReport
-from softdict._persistence import load_store, restore_snapshot, save_store
+from softdict._persistence import LOCK_TIMEOUT, load_store, restore_snapshot, save_store
 from softdict._results import Attention
 from softdict._similarity import Similarity
 from softdict._types import NO_DEFAULT, BatchValue, Label, Mask, NoDefault, Value
@@ -709,32 +709,45 @@ class SoftDict(MutableMapping[str, Value]):
 
     # -- persistence -------------------------------------------------------------------------
 
-    def save(self, path: str | os.PathLike[str]) -> None:
+    def save(self, path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT) -> None:
         """Save the store to the folder ``path``, atomically: a crash leaves the old or the new.
 
         The folder holds JSON and .npy files (never pickle), a manifest with checksums, and the
         encoder's identity. An existing folder at ``path`` is replaced only if it is a store.
+        Saves and loads of one path, from any process, take turns: each holds an advisory lock
+        (the file ``.NAME.lock`` beside the folder), waiting up to ``timeout`` seconds for it.
 
         Raises:
             StoreFormatError: ``path`` is not writable as a store.
+            StoreBusyError: another process held the lock for longer than ``timeout``.
         """
+        check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
         with self._lock:
-            save_store(self._store, self._encoder, path)
+            save_store(self._store, self._encoder, path, float(timeout))
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], *, encoder: object = None) -> SoftDict:
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        encoder: object = None,
+        timeout: float = LOCK_TIMEOUT,
+    ) -> SoftDict:
         """Load a store saved with ``save``.
 
         Args:
             path: the store folder.
             encoder: the encoder to use; it must embed like the one the store was saved with.
                 None loads the recorded encoder (a model name or path).
+            timeout: how long to wait for another process's save or load of ``path``.
 
         Raises:
             StoreFormatError: a file is missing, truncated, corrupted or of an unknown version.
             EncoderError: the encoder does not match the store's, or cannot be loaded.
+            StoreBusyError: another process held the store's lock for longer than ``timeout``.
         """
-        store, text_encoder = load_store(path, encoder)
+        check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
+        store, text_encoder = load_store(path, encoder, float(timeout))
         return cls._from_store(store, text_encoder)
 
 

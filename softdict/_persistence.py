@@ -38,13 +38,16 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from filelock import FileLock, Timeout
 
 from softdict._config import SoftDictConfig
-from softdict._errors import ConfigError, EncoderError, StoreFormatError
+from softdict._errors import ConfigError, EncoderError, StoreBusyError, StoreFormatError
 from softdict._files import FileReader, StoreFiles, canonical_json, encode_file
 from softdict.encoders import EncoderIdentity, TextEncoder, resolve_encoder
 from softdict.store.base import Store, StoreState
@@ -52,6 +55,7 @@ from softdict.store.memory import MemoryStore
 
 __all__ = [
     "FORMAT_VERSION",
+    "LOCK_TIMEOUT",
     "MANIFEST",
     "load_store",
     "read_manifest",
@@ -64,6 +68,8 @@ FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 # float32 inference on another CPU can differ in the last bits; a different model differs a lot.
 _FINGERPRINT_TOLERANCE = 1e-3
+# How long save and load wait for another process's save or load of the same store, by default.
+LOCK_TIMEOUT = 60.0
 
 
 def _sha256(data: bytes) -> str:
@@ -85,6 +91,39 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+@contextmanager
+def _locked(target: Path, timeout: float, *, writing: bool) -> Iterator[None]:
+    """Hold the advisory lock of the store at ``target`` (the file ``.NAME.lock`` beside it: the
+    store folder itself is renamed by a save). Every save and load of one store, in any process,
+    takes it, so a load never sees a save between its renames and two saves never interleave.
+
+    Where the lock file cannot be created (a read-only place), loading goes ahead unlocked:
+    nobody can save there either.
+    """
+    lock_path = target.parent / f".{target.name}.lock"
+    lock = FileLock(lock_path, timeout=timeout)
+    try:
+        # Polled every 10 ms (filelock's default is 50): a process that saves or loads in a
+        # loop would otherwise win the lock again and again before a waiting one looks.
+        lock.acquire(poll_interval=0.01)
+    except Timeout:
+        raise StoreBusyError(
+            f"another process has been saving or loading {target} for over {timeout:g} s (it "
+            f"holds {lock_path}); try again later, or pass a longer timeout="
+        ) from None
+    except OSError as exc:
+        if writing:
+            raise StoreFormatError(
+                f"cannot save to {target}: cannot create its lock file {lock_path} ({exc})"
+            ) from None
+        yield
+        return
+    try:
+        yield
+    finally:
+        lock.release()
+
+
 def _siblings(path: Path, tag: str) -> list[Path]:
     return sorted(path.parent.glob(f".{path.name}.{tag}-*"), key=lambda p: p.stat().st_mtime)
 
@@ -99,20 +138,35 @@ def _store_folder(path: str | os.PathLike[str]) -> Path:
     return folder.resolve() if folder.is_symlink() else folder
 
 
-def save_store(store: Store, encoder: TextEncoder, path: str | os.PathLike[str]) -> None:
-    """Write ``store`` (embedded by ``encoder``) to the folder ``path`` atomically."""
+def save_store(
+    store: Store,
+    encoder: TextEncoder,
+    path: str | os.PathLike[str],
+    timeout: float = LOCK_TIMEOUT,
+) -> None:
+    """Write ``store`` (embedded by ``encoder``) to the folder ``path`` atomically, holding the
+    store's lock (see ``_locked``)."""
     target = _store_folder(path)
     if not target.parent.is_dir():
         raise StoreFormatError(
             f"cannot save to {target}: its parent folder {target.parent} does not exist"
         )
+    # Encoded before taking the lock: the snapshot and the fingerprint take the longest.
+    state, part_files = store.snapshot()
+    identity = dataclasses.asdict(encoder.identity())
+    with _locked(target, timeout, writing=True):
+        _save_locked(target, state, part_files, identity)
+
+
+def _save_locked(
+    target: Path, state: StoreState, part_files: StoreFiles, identity: dict[str, Any]
+) -> None:
     replaces_other_data = target.exists() and not (target / MANIFEST).is_file()
     if replaces_other_data and (not target.is_dir() or any(target.iterdir())):
         raise StoreFormatError(
             f"cannot save to {target}: it exists and is not a softdict store, and saving "
             f"would replace it; choose another path or remove it yourself"
         )
-    state, part_files = store.snapshot()
     contents: dict[str, Any] = {"keys.json": state.keys, "ids.npy": state.ids, **part_files}
     if state.projection is not None:
         contents["query_projection.npy"] = state.projection
@@ -123,7 +177,7 @@ def save_store(store: Store, encoder: TextEncoder, path: str | os.PathLike[str])
         "dim": state.dim,
         "value_kind": state.value_kind,
         "next_id": state.next_id,
-        "encoder": dataclasses.asdict(encoder.identity()),
+        "encoder": identity,
         "index": state.index_meta,
         # Whether a store stood at the path when this one was written: recovery finishes an
         # interrupted swap only when that proves it was in flight (see _recover).
@@ -251,21 +305,29 @@ def _check_files(folder: Path, body: dict[str, Any]) -> dict[str, bytes]:
     return contents
 
 
-def load_store(path: str | os.PathLike[str], encoder: object) -> tuple[MemoryStore, TextEncoder]:
-    """Read the store at ``path``; every problem is a ``StoreFormatError`` naming the file."""
+def load_store(
+    path: str | os.PathLike[str], encoder: object, timeout: float = LOCK_TIMEOUT
+) -> tuple[MemoryStore, TextEncoder]:
+    """Read the store at ``path``; every problem is a ``StoreFormatError`` naming the file.
+
+    The store's lock is held while recovering and reading the files into memory, and released
+    before the encoder loads."""
     folder = _store_folder(path)
-    _recover(folder)
-    if not folder.is_dir():
-        raise StoreFormatError(f"no softdict store at {folder}: the folder does not exist")
-    manifest = read_manifest(folder)
-    body = manifest["body"]
-    read = _read_format_1 if manifest["format_version"] == 1 else _read_format_2
-    try:
-        state, files, identity = read(folder, body)
-    except (KeyError, TypeError, ValueError) as exc:
-        if isinstance(exc, StoreFormatError):
-            raise
-        raise StoreFormatError(f"{folder / MANIFEST} lacks or garbles a field ({exc})") from None
+    with _locked(folder, timeout, writing=False):
+        _recover(folder)
+        if not folder.is_dir():
+            raise StoreFormatError(f"no softdict store at {folder}: the folder does not exist")
+        manifest = read_manifest(folder)
+        body = manifest["body"]
+        read = _read_format_1 if manifest["format_version"] == 1 else _read_format_2
+        try:
+            state, files, identity = read(folder, body)
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, StoreFormatError):
+                raise
+            raise StoreFormatError(
+                f"{folder / MANIFEST} lacks or garbles a field ({exc})"
+            ) from None
     text_encoder = _matching_encoder(identity, encoder, state.config.query_cache_size)
     try:
         store = MemoryStore.restore(state, files)

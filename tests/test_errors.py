@@ -17,6 +17,7 @@ from softdict import (
     NoMatchError,
     SoftDict,
     SoftDictError,
+    StoreBusyError,
     StoreFormatError,
     ValueKind,
     ValueKindError,
@@ -50,6 +51,7 @@ def assert_unchanged(sd: SoftDict, before: tuple) -> None:
         (ConfigError, ValueError),
         (EncoderError, ValueError),
         (StoreFormatError, ValueError),
+        (StoreBusyError, TimeoutError),
     ],
 )
 def test_every_error_is_a_softdict_error_and_its_builtin(error: type, builtin: type) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from _support import VALUE_SAMPLES, FakeEncoder, same_value
 
-from softdict import EncoderError, SoftDict, StoreFormatError
+from softdict import EncoderError, SoftDict, StoreBusyError, StoreFormatError
 
 TESTS = Path(__file__).resolve().parent
 
@@ -152,6 +152,11 @@ def test_every_damaged_file_is_refused_naming_it(
     assert name in str(info.value)
 
 
+def folder_names(parent: Path) -> list[str]:
+    """What a folder holds besides the stores' lock files (.NAME.lock), which stay by design."""
+    return sorted(p.name for p in parent.iterdir() if not p.name.endswith(".lock"))
+
+
 def rewrite_manifest(folder: Path, change) -> None:
     manifest = json.loads((folder / "manifest.json").read_text())
     change(manifest)
@@ -238,7 +243,7 @@ def test_saving_over_a_store_replaces_it_and_leaves_no_debris(tmp_path: Path) ->
     SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(tmp_path / "s")
     SoftDict({"chair": 2.0}, encoder=FakeEncoder()).save(tmp_path / "s")
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+    assert folder_names(tmp_path) == ["s"]
 
 
 def store_at(tmp_path: Path, name: str, items: dict, *, replacing: bool = False) -> Path:
@@ -256,7 +261,7 @@ def test_a_save_killed_between_its_renames_is_finished_on_load(tmp_path: Path) -
     os.rename(old, tmp_path / ".s.old-aaaa")  # the first rename happened...
     os.rename(new, tmp_path / ".s.new-aaaa")  # ...the second did not
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]  # the leftover is cleaned
+    assert folder_names(tmp_path) == ["s"]  # the leftover is cleaned
     # With the new folder damaged, the swap goes back: the old store returns.
     os.rename(tmp_path / "s", tmp_path / ".s.old-cccc")
     (tmp_path / ".s.new-cccc").mkdir()
@@ -295,7 +300,7 @@ def test_a_store_path_that_is_a_symlink_is_saved_through_the_link(tmp_path: Path
     assert link.is_symlink() and link.resolve() == real.resolve()
     assert list(SoftDict.load(real, encoder=FakeEncoder())) == ["chair"]
     assert list(SoftDict.load(link, encoder=FakeEncoder())) == ["chair"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+    assert folder_names(tmp_path) == ["link", "real"]
 
 
 SAVER = textwrap.dedent(
@@ -406,3 +411,73 @@ def test_a_pickled_store_on_the_bundled_encoder_carries_no_weights(bundled_encod
     data = pickle.dumps(sd)
     assert len(data) < 50_000  # the model's weights are about 90 MB
     assert pickle.loads(data).lookup("fruit") == pytest.approx(sd.lookup("fruit"))
+
+
+LOOP_SAVER = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from _support import FakeEncoder
+    from softdict import SoftDict
+
+    stores = [
+        SoftDict({{f"{name}a{{i}}": float(i) for i in range(300)}}, encoder=FakeEncoder()),
+        SoftDict({{f"{name}b{{i}}": -float(i) for i in range(500)}}, encoder=FakeEncoder()),
+    ]
+    stores[0].save({path!r})
+    print("ready", flush=True)
+    end = time.monotonic() + {seconds}
+    i = 0
+    while time.monotonic() < end:
+        stores[i % 2].save({path!r})
+        i += 1
+    print(i, flush=True)
+    """
+)
+
+
+def start_saver(path: Path, name: str, seconds: float) -> subprocess.Popen[bytes]:
+    script = LOOP_SAVER.format(tests=str(TESTS), path=str(path), name=name, seconds=seconds)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+    return proc
+
+
+def test_loads_never_race_a_save_in_another_process(tmp_path: Path) -> None:
+    """While another process saves two stores to one path as fast as it can, every load here
+    gets one of them, whole: the lock keeps a load out of a save's renames and files."""
+    path = tmp_path / "store"
+    saver = start_saver(path, "x", seconds=4.0)
+    seen = set()
+    try:
+        for _ in range(60):
+            keys = list(SoftDict.load(path, encoder=FakeEncoder()))
+            assert len(keys) in (300, 500) and len({k[:2] for k in keys}) == 1
+            seen.add(keys[0][:2])
+            time.sleep(0.02)
+    finally:
+        saver.wait(timeout=60)
+    assert seen == {"xa", "xb"}  # the saves really ran during the loads
+
+
+def test_two_processes_saving_one_path_take_turns(tmp_path: Path) -> None:
+    path = tmp_path / "store"
+    first = start_saver(path, "p", seconds=2.0)
+    second = start_saver(path, "q", seconds=2.0)
+    assert first.wait(timeout=60) == 0 and second.wait(timeout=60) == 0
+    keys = list(SoftDict.load(path, encoder=FakeEncoder()))
+    assert len(keys) in (300, 500) and len({k[:2] for k in keys}) == 1  # one save, whole
+    assert folder_names(tmp_path) == ["store"]  # no save was left half done
+
+
+def test_a_lock_held_too_long_is_a_store_busy_error(tmp_path: Path) -> None:
+    from filelock import FileLock
+
+    sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
+    sd.save(tmp_path / "s")
+    with FileLock(tmp_path / ".s.lock"):  # as another process saving it would
+        with pytest.raises(StoreBusyError, match="another process"):
+            SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), timeout=0.2)
+        with pytest.raises(StoreBusyError):
+            SoftDict({"chair": 2.0}, encoder=FakeEncoder()).save(tmp_path / "s", timeout=0.2)
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
