@@ -170,26 +170,23 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from softdict._persistence import MANIFEST, read_manifest
+    from softdict._manifest import FORMAT_NAME, MANIFEST, read_manifest
 
     folder = Path(args.store)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such store folder")
     manifest = read_manifest(folder)
-    body = manifest["body"]
-    config = body["config"]
+    body, config = manifest.body, manifest.body.config
+    temperature = config.temperature if config.temperature is not None else "default"
     print(f"store        {folder}")
-    print(f"format       {manifest['format']} version {manifest['format_version']}")
-    print(f"keys         {body['count']}")
-    print(f"values       {body['value_kind'] or '-'}")
-    print(f"encoder      {body['encoder']['name']} ({body['encoder']['dim']} dims)")
-    print(
-        f"similarity   {config['similarity']}, temperature "
-        f"{config['temperature'] if config['temperature'] is not None else 'default'}"
-    )
-    print(f"index        {config['index']}")
-    total = sum(f["bytes"] for f in body["files"].values()) + (folder / MANIFEST).stat().st_size
-    print(f"files        {len(body['files']) + 1}, {total:,} bytes")
+    print(f"format       {FORMAT_NAME} version {manifest.version}")
+    print(f"keys         {body.count}")
+    print(f"values       {body.value_kind or '-'}")
+    print(f"encoder      {body.encoder.name} ({body.encoder.dim} dims)")
+    print(f"similarity   {config.similarity.value}, temperature {temperature}")
+    print(f"index        {config.index}")
+    total = sum(f.bytes for f in body.files.values()) + (folder / MANIFEST).stat().st_size
+    print(f"files        {len(body.files) + 1}, {total:,} bytes")
     return 0
 
 

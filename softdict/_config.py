@@ -42,15 +42,17 @@ class SoftDictConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    # The upper bounds are far beyond any use (a million keys per query, ten million cached
+    # queries); they turn a mistyped or tampered value into an error instead of a memory blow-up.
     similarity: Similarity = Similarity.COSINE
     temperature: float | None = None
-    top_k: int | None = Field(default=None, gt=0)
-    max_k: int = Field(default=1024, gt=0)
+    top_k: int | None = Field(default=None, gt=0, le=1_000_000)
+    max_k: int = Field(default=1024, gt=0, le=1_000_000)
     tail_tolerance: float = Field(default=0.01, gt=0.0, lt=1.0)
     index: str = "auto"
     value_kind: str | None = None
-    query_cache_size: int = Field(default=1024, ge=0)
-    batch_size: int = Field(default=64, gt=0)
+    query_cache_size: int = Field(default=1024, ge=0, le=10_000_000)
+    batch_size: int = Field(default=64, gt=0, le=1_000_000)
     progress: bool | None = None
 
     @field_validator("temperature")

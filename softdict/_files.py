@@ -114,6 +114,8 @@ class FileReader:
             value = json.loads(content) if isinstance(content, bytes) else None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise self.error(name, f"is not valid JSON ({exc})") from None
+        except RecursionError:
+            raise self.error(name, "is JSON nested too deeply to be a store's") from None
         if not isinstance(value, list):
             raise self.error(name, "should hold a JSON list")
         return value

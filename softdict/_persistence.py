@@ -33,7 +33,6 @@ path that is a symbolic link is saved to and loaded from the link's target.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -46,9 +45,18 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
-from softdict._config import SoftDictConfig
 from softdict._errors import ConfigError, EncoderError, StoreBusyError, StoreFormatError
 from softdict._files import FileReader, StoreFiles, canonical_json, encode_file
+from softdict._manifest import (
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    MANIFEST,
+    FileEntry,
+    FormatOneBody,
+    FormatTwoBody,
+    read_manifest,
+    sha256,
+)
 from softdict.encoders import EncoderIdentity, TextEncoder, resolve_encoder
 from softdict.store.base import Store, StoreState
 from softdict.store.memory import MemoryStore
@@ -63,17 +71,10 @@ __all__ = [
     "save_store",
 ]
 
-FORMAT_NAME = "softdict-store"
-FORMAT_VERSION = 2
-MANIFEST = "manifest.json"
 # float32 inference on another CPU can differ in the last bits; a different model differs a lot.
 _FINGERPRINT_TOLERANCE = 1e-3
 # How long save and load wait for another process's save or load of the same store, by default.
 LOCK_TIMEOUT = 60.0
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def _write_durably(path: Path, data: bytes) -> None:
@@ -183,13 +184,13 @@ def _save_locked(
         # interrupted swap only when that proves it was in flight (see _recover).
         "replaces_store": target.exists(),
         "files": {
-            name: {"bytes": len(data), "sha256": _sha256(data)} for name, data in files.items()
+            name: {"bytes": len(data), "sha256": sha256(data)} for name, data in files.items()
         },
     }
     manifest = {
         "format": FORMAT_NAME,
         "format_version": FORMAT_VERSION,
-        "body_sha256": _sha256(canonical_json(manifest_body)),
+        "body_sha256": sha256(canonical_json(manifest_body)),
         "body": manifest_body,
     }
     _swap_in(target, files, json.dumps(manifest, indent=1).encode())
@@ -240,66 +241,39 @@ def _recover(target: Path) -> None:
         token = fresh.name.rsplit("-", 1)[-1]
         old = fresh.with_name(f".{target.name}.old-{token}")
         try:
-            body = read_manifest(fresh)["body"]
-            _check_files(fresh, body)
-        except (StoreFormatError, KeyError, TypeError):
+            body: FormatOneBody | FormatTwoBody | None = read_manifest(fresh).body
+            _check_files(fresh, body.files)  # type: ignore[union-attr]
+        except StoreFormatError:
             body = None
         if old.exists():
             kept, dropped = (fresh, old) if body is not None else (old, fresh)
             os.rename(kept, target)
             shutil.rmtree(dropped, ignore_errors=True)  # the swap is finished: its leftover
             return
-        if body is not None and body.get("replaces_store") is False:
+        if getattr(body, "replaces_store", None) is False:
             os.rename(fresh, target)
             return
 
 
-def read_manifest(folder: Path) -> dict[str, Any]:
-    """The manifest of the store at ``folder``, its format and checksum verified."""
-    path = folder / MANIFEST
-    if not path.is_file():
-        raise StoreFormatError(
-            f"{path} is missing: {folder} is not a softdict store (or its save never finished)"
-        )
-    try:
-        manifest = json.loads(path.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise StoreFormatError(f"{path} is not valid JSON ({exc}); the file is corrupted") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
-        raise StoreFormatError(f"{path} is not a softdict manifest (no 'format': {FORMAT_NAME!r})")
-    version = manifest.get("format_version")
-    if not isinstance(version, int) or version < 1:
-        raise StoreFormatError(f"{path} has an invalid format_version {version!r}")
-    if version > FORMAT_VERSION:
-        raise StoreFormatError(
-            f"{folder} was saved in store format {version}, newer than this softdict reads "
-            f"(up to {FORMAT_VERSION}); upgrade softdict to load it"
-        )
-    body = manifest.get("body")
-    try:
-        intact = isinstance(body, dict) and _sha256(canonical_json(body)) == manifest.get(
-            "body_sha256"
-        )
-    except (TypeError, ValueError):
-        intact = False
-    if not intact:
-        raise StoreFormatError(f"{path} fails its checksum: the manifest is corrupted")
-    return manifest
-
-
-def _check_files(folder: Path, body: dict[str, Any]) -> dict[str, bytes]:
+def _check_files(folder: Path, files: dict[str, FileEntry]) -> dict[str, bytes]:
+    """Each listed file's bytes, checked against the manifest: a plain file of the folder (the
+    schema allows bare names only; links are not followed), its size compared before it is
+    read (a huge file in a store's place is refused unread), then its SHA-256."""
     contents = {}
-    for name, expected in body["files"].items():
+    for name, expected in files.items():
         path = folder / name
+        if path.is_symlink():
+            raise StoreFormatError(f"{path} is a link; a store's files are plain files")
         if not path.is_file():
             raise StoreFormatError(f"{path} is missing; the store is incomplete")
-        data = path.read_bytes()
-        if len(data) != expected["bytes"]:
+        size = path.stat().st_size
+        if size != expected.bytes:
             raise StoreFormatError(
-                f"{path} has {len(data)} bytes, the manifest says {expected['bytes']}: "
+                f"{path} has {size} bytes, the manifest says {expected.bytes}: "
                 f"the file is truncated or was replaced"
             )
-        if _sha256(data) != expected["sha256"]:
+        data = path.read_bytes()
+        if len(data) != expected.bytes or sha256(data) != expected.sha256:
             raise StoreFormatError(f"{path} fails its SHA-256 checksum: the file is corrupted")
         contents[name] = data
     return contents
@@ -317,17 +291,11 @@ def load_store(
         _recover(folder)
         if not folder.is_dir():
             raise StoreFormatError(f"no softdict store at {folder}: the folder does not exist")
-        manifest = read_manifest(folder)
-        body = manifest["body"]
-        read = _read_format_1 if manifest["format_version"] == 1 else _read_format_2
-        try:
-            state, files, identity = read(folder, body)
-        except (KeyError, TypeError, ValueError) as exc:
-            if isinstance(exc, StoreFormatError):
-                raise
-            raise StoreFormatError(
-                f"{folder / MANIFEST} lacks or garbles a field ({exc})"
-            ) from None
+        body = read_manifest(folder).body
+        if isinstance(body, FormatOneBody):
+            state, files, identity = _read_format_1(folder, body)
+        else:
+            state, files, identity = _read_format_2(folder, body)
     text_encoder = _matching_encoder(identity, encoder, state.config.query_cache_size)
     try:
         store = MemoryStore.restore(state, files)
@@ -348,18 +316,23 @@ def restore_snapshot(
 
 
 def _read_common(
-    folder: Path, body: dict[str, Any]
-) -> tuple[SoftDictConfig, int, FileReader, list[str], EncoderIdentity]:
-    """What both formats share: config, count, the checked files, the keys, the encoder."""
-    config = SoftDictConfig.model_validate(body["config"])
-    count = int(body["count"])
-    recorded = body["encoder"]
-    identity = EncoderIdentity(**{**recorded, "fingerprint": tuple(recorded["fingerprint"])})
-    files = FileReader(folder, dict(_check_files(folder, body)))
+    folder: Path, body: FormatOneBody | FormatTwoBody
+) -> tuple[FileReader, list[str], EncoderIdentity]:
+    """What both formats share: the checked files, the keys, the encoder's identity."""
+    recorded = body.encoder
+    identity = EncoderIdentity(
+        recorded.name,
+        recorded.dim,
+        recorded.loadable_by_name,
+        recorded.probe_text,
+        tuple(recorded.fingerprint),
+    )
+    files = FileReader(folder, _check_files(folder, body.files))
     keys = files.json_list("keys.json")
+    count = body.count
     if len(keys) != count or not all(isinstance(k, str) for k in keys) or len(set(keys)) != count:
         raise files.error("keys.json", f"should hold {count} distinct strings")
-    return config, count, files, keys, identity
+    return files, keys, identity
 
 
 def _projection(files: FileReader, dim: int | None) -> np.ndarray | None:
@@ -371,21 +344,16 @@ def _projection(files: FileReader, dim: int | None) -> np.ndarray | None:
 
 
 def _read_format_2(
-    folder: Path, body: dict[str, Any]
+    folder: Path, body: FormatTwoBody
 ) -> tuple[StoreState, FileReader, EncoderIdentity]:
-    config, count, files, keys, identity = _read_common(folder, body)
-    dim, next_id, kind, index_meta = body["dim"], body["next_id"], body["value_kind"], body["index"]
-    if not (
-        (dim is None or (type(dim) is int and dim >= 1))
-        and type(next_id) is int
-        and (kind is None or isinstance(kind, str))
-        and (index_meta is None or isinstance(index_meta, dict))
-    ):
-        raise ValueError("dim, next_id, value_kind or index has the wrong type")
+    files, keys, identity = _read_common(folder, body)
+    count, dim, next_id = body.count, body.dim, body.next_id
     ids = files.npy("ids.npy", np.int64, (count,))
     if count and (ids.min() < 0 or ids.max() >= next_id or len(np.unique(ids)) != count):
         raise files.error("ids.npy", "has ids that are negative, repeated or not below next_id")
-    state = StoreState(config, keys, ids, next_id, dim, kind, index_meta, _projection(files, dim))
+    state = StoreState(
+        body.config, keys, ids, next_id, dim, body.value_kind, body.index, _projection(files, dim)
+    )
     return state, files, identity
 
 
@@ -394,12 +362,13 @@ _FORMAT_1_NOT_VALUES = {"rows.npy", "live.npy", "embeddings.npy", "query_project
 
 
 def _read_format_1(
-    folder: Path, body: dict[str, Any]
+    folder: Path, body: FormatOneBody
 ) -> tuple[StoreState, FileReader, EncoderIdentity]:
     """Format 1 kept values and vectors by row, deleted rows included: take the live rows, in
     key order, and make each key's row its id (rows were never reused before compaction)."""
-    config, count, files, keys, identity = _read_common(folder, body)
-    rows_total, dim, kind = int(body["rows"]), body["dim"], body["value_kind"]
+    files, keys, identity = _read_common(folder, body)
+    config, count, rows_total = body.config, body.count, body.rows
+    dim, kind = body.dim, body.value_kind
     rows = files.npy("rows.npy", np.int64, (count,))
     if count and (rows.min() < 0 or rows.max() >= rows_total or len(set(rows.tolist())) != count):
         raise files.error("rows.npy", "has rows out of range or repeated")
@@ -414,7 +383,7 @@ def _read_format_1(
     if int(live.sum()) != count or not live[rows].all():
         raise files.error("live.npy", "does not match the rows of the keys")
     translated: dict[str, bytes | np.ndarray] = {}
-    for name in body["files"]:
+    for name in body.files:
         if name.endswith(".npy") and name not in _FORMAT_1_NOT_VALUES:
             translated[name] = files.npy_rows(name, rows_total)[rows]
         elif name.endswith(".json") and name != "keys.json":

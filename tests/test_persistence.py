@@ -15,11 +15,19 @@ import textwrap
 import time
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 from _support import VALUE_SAMPLES, FakeEncoder, same_value
 
-from softdict import EncoderError, SoftDict, StoreBusyError, StoreFormatError
+from softdict import (
+    ConfigError,
+    EncoderError,
+    SoftDict,
+    StoreBusyError,
+    StoreFormatError,
+    ValueKindError,
+)
 
 TESTS = Path(__file__).resolve().parent
 
@@ -481,3 +489,143 @@ def test_a_lock_held_too_long_is_a_store_busy_error(tmp_path: Path) -> None:
         with pytest.raises(StoreBusyError):
             SoftDict({"chair": 2.0}, encoder=FakeEncoder()).save(tmp_path / "s", timeout=0.2)
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
+
+
+def resign(folder: Path, name: str, data: bytes) -> None:
+    """Replace a store file and re-sign the manifest for it, as a deliberate edit would: the
+    checksums then pass, and only the checks behind them can refuse the file."""
+    (folder / name).write_bytes(data)
+
+    def change(manifest: dict) -> None:
+        manifest["body"]["files"][name] = {
+            "bytes": len(data),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+
+    rewrite_manifest(folder, change)
+
+
+def npy(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("garble", "field"),
+    [
+        (lambda body: body.update(files=[1, 2]), "files"),
+        (lambda body: body["files"].update({"keys.json": [1]}), "files.keys.json"),
+        (lambda body: body.pop("files"), "files"),
+        (lambda body: body["encoder"].pop("fingerprint"), "encoder.fingerprint"),
+        (lambda body: body.update(encoder="fake"), "encoder"),
+        (lambda body: body["encoder"].update(fingerprint=["a", "b"]), "encoder.fingerprint"),
+        (lambda body: body["config"].update(query_cache_size=10**15), "query_cache_size"),
+        (lambda body: body.update(count=-1), "count"),
+    ],
+    ids=[
+        "files a list",
+        "an entry a list",
+        "no files",
+        "no fingerprint",
+        "encoder a string",
+        "fingerprint of strings",
+        "a query cache of 1e15",
+        "a negative count",
+    ],
+)
+def test_a_manifest_is_checked_against_its_schema(tmp_path: Path, garble, field: str) -> None:
+    folder = saved_store(tmp_path)
+    rewrite_manifest(folder, lambda manifest: garble(manifest["body"]))
+    with pytest.raises(StoreFormatError, match="lacks or garbles a field") as info:
+        SoftDict.load(folder, encoder=FakeEncoder())
+    assert field in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["/etc/hostname", "../outside.json", "sub/keys.json", ".."])
+def test_a_manifest_cannot_list_a_file_outside_the_store(tmp_path: Path, name: str) -> None:
+    (tmp_path / "outside.json").write_text("[]")
+    folder = saved_store(tmp_path)
+    rewrite_manifest(
+        folder, lambda m: m["body"]["files"].update({name: {"bytes": 2, "sha256": "0" * 64}})
+    )
+    with pytest.raises(StoreFormatError, match="not a file of the store folder"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
+def test_a_link_inside_a_store_is_not_followed(tmp_path: Path) -> None:
+    folder = saved_store(tmp_path)
+    real = tmp_path / "elsewhere.json"
+    os.replace(folder / "keys.json", real)
+    (folder / "keys.json").symlink_to(real)
+    with pytest.raises(StoreFormatError, match=r"keys\.json is a link"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
+def test_json_nested_too_deeply_is_a_store_format_error(tmp_path: Path) -> None:
+    folder = saved_store(tmp_path)
+    resign(folder, "keys.json", b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(StoreFormatError, match=r"keys\.json is JSON nested too deeply"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+    (folder / "manifest.json").write_bytes(b"[" * 100_000 + b"]" * 100_000)
+    with pytest.raises(StoreFormatError, match=r"manifest\.json is JSON nested too deeply"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+    deep: object = "label"
+    for _ in range(100_000):
+        deep = [deep]
+    sd = SoftDict({"apple": "fruit"}, encoder=FakeEncoder())
+    with pytest.raises(ValueKindError, match="JSON"):
+        sd["pear"] = deep  # nor can one be inserted
+
+
+def test_a_huge_file_in_a_stores_place_is_refused_unread(tmp_path: Path) -> None:
+    """The size is compared with the manifest first: a 6 GiB (sparse) file is not read."""
+    folder = saved_store(tmp_path)
+    with open(folder / "values.npy", "r+b") as handle:
+        handle.truncate(6 * 2**30)
+    with pytest.raises(StoreFormatError, match=f"values.npy has {6 * 2**30} bytes"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
+def test_loaded_values_are_checked_like_inserted_ones(tmp_path: Path) -> None:
+    folder = saved_store(tmp_path)  # apple 1 (an int), green apple 2.5, ...
+    values = np.load(folder / "values.npy")
+    resign(folder, "values.npy", npy(np.where(np.arange(len(values)) == 0, 1.5, values)))
+    with pytest.raises(StoreFormatError, match=r"value_is_int\.npy flags values as integers"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+    resign(folder, "values.npy", npy(np.where(np.arange(len(values)) == 0, 2.0**60, values)))
+    with pytest.raises(StoreFormatError, match="beyond 2"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+    (tmp_path / "b").mkdir()
+    folder = saved_store(tmp_path / "b")
+    vectors = np.load(folder / "embeddings.npy")
+    vectors[1, 3] = np.nan
+    resign(folder, "embeddings.npy", npy(vectors))
+    with pytest.raises(StoreFormatError, match=r"embeddings\.npy holds NaN"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
+def test_absurd_options_are_refused_when_given_too() -> None:
+    with pytest.raises(ConfigError, match="query_cache_size"):
+        SoftDict(encoder=FakeEncoder(), query_cache_size=10**15)
+
+
+@pytest.mark.parametrize(
+    ("index", "impostor"),
+    [
+        ("hnsw", lambda d: faiss.IndexFlatL2(d)),  # another kind and another metric
+        ("hnsw", lambda d: faiss.IndexHNSWFlat(d, 32, faiss.METRIC_L2)),  # the metric only
+        ("ivf", lambda d: faiss.IndexHNSWFlat(d, 32, faiss.METRIC_INNER_PRODUCT)),  # the kind
+    ],
+)
+def test_a_faiss_index_of_another_kind_or_metric_is_refused(tmp_path: Path, index, impostor):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2100, 16)).astype(np.float32)
+    sd = SoftDict(encoder=FakeEncoder(), index=index)
+    sd.add_embeddings([f"k{i}" for i in range(2100)], X, np.zeros(2100))
+    sd.save(tmp_path / "s")
+    fake = impostor(16)
+    fake.add(X)
+    resign(tmp_path / "s", "index.faiss", faiss.serialize_index(fake).tobytes())
+    with pytest.raises(StoreFormatError, match=r"index\.faiss is not a .* index with this store"):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder())

@@ -9,6 +9,7 @@ slot ``s``. Inserting is two steps, ``stage`` (validate everything, may raise) t
 from __future__ import annotations
 
 import numbers
+import reprlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from enum import Enum
@@ -44,7 +45,8 @@ def is_number(value: object) -> bool:
 
 
 def describe_value(value: object) -> str:
-    text = repr(value)
+    """The type and a short repr of ``value`` for a message (reprlib: safe however deep)."""
+    text = reprlib.repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
     return f"a {type(value).__name__} ({text})"

@@ -50,7 +50,7 @@ class CategoricalColumn(ValueColumn[list[str]]):
         for key, value in zip(keys, values):
             try:
                 text = canonical_json(value)
-            except (TypeError, ValueError) as exc:
+            except (TypeError, ValueError, RecursionError) as exc:
                 raise ValueKindError(
                     f"value for key {key!r} is {describe_value(value)}, which is not a number, a "
                     f"vector or a JSON-serialisable label ({exc}); convert it to one of those"
@@ -129,7 +129,7 @@ class CategoricalColumn(ValueColumn[list[str]]):
         for text in labels:
             try:
                 json.loads(text)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise files.error("labels.json", "holds a label that is not JSON") from None
         column = cls(labels)
         column._codes.append(codes)

@@ -102,6 +102,12 @@ class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
     def restore(cls, files: FileReader, n: int) -> ScalarColumn:
         values = files.finite_npy("values.npy", np.float64, (n,))
         was_int = files.npy("value_is_int.npy", np.bool_, (n,))
+        flagged = values[was_int]
+        if np.any(flagged != np.round(flagged)) or np.any(np.abs(flagged) > MAX_EXACT_INT):
+            raise files.error(
+                "value_is_int.npy",
+                "flags values as integers that are not whole numbers, or beyond 2**53",
+            )
         column = cls()
         column.append((values, was_int))
         return column

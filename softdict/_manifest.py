@@ -1,0 +1,172 @@
+"""The manifest of a saved store: its schema, and reading it without trusting it.
+
+``manifest.json`` names the store's format and version and holds a body: the options, counts,
+the encoder's identity, and each file's size and SHA-256. The body is checksummed, and every
+field is validated against the schema below (pydantic) before any is used: a manifest that
+lists a path outside the folder, a field of the wrong type, or JSON nested too deeply is a
+``StoreFormatError`` naming the file, never another exception.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from softdict._config import SoftDictConfig
+from softdict._errors import StoreFormatError
+from softdict._files import canonical_json
+
+__all__ = [
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "MANIFEST",
+    "FileEntry",
+    "FormatOneBody",
+    "FormatTwoBody",
+    "Manifest",
+    "read_manifest",
+    "sha256",
+]
+
+FORMAT_NAME = "softdict-store"
+FORMAT_VERSION = 2
+MANIFEST = "manifest.json"
+# A manifest lists files and a few options: anything larger is not one, and is not read.
+MAX_MANIFEST_BYTES = 64 * 2**20
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def is_bare_name(name: str) -> bool:
+    """A file name of the store folder itself: no folder part, no way out of it."""
+    return (
+        bool(name)
+        and name not in (".", "..")
+        and not any(sep in name for sep in ("/", "\\", "\x00"))
+    )
+
+
+class _Schema(BaseModel):
+    # Strict: a manifest softdict wrote has exact JSON types; "16" for 16 means tampering.
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class FileEntry(_Schema):
+    """One file of the store: its size and checksum."""
+
+    bytes: int = Field(ge=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
+class EncoderEntry(_Schema):
+    """The encoder's identity (see ``softdict.encoders.EncoderIdentity``)."""
+
+    name: str
+    dim: int = Field(ge=1)
+    loadable_by_name: bool
+    probe_text: str
+    fingerprint: list[float]
+
+    @field_validator("fingerprint")
+    @classmethod
+    def _finite(cls, value: list[float]) -> list[float]:
+        if not all(math.isfinite(x) for x in value):
+            raise ValueError("must hold finite numbers")
+        return value
+
+
+class _Body(_Schema):
+    """What both formats' bodies hold."""
+
+    config: SoftDictConfig
+    count: int = Field(ge=0)
+    dim: int | None = Field(default=None, ge=1)
+    value_kind: str | None
+    encoder: EncoderEntry
+    files: dict[str, FileEntry]
+
+    @field_validator("files")
+    @classmethod
+    def _bare_names(cls, files: dict[str, FileEntry]) -> dict[str, FileEntry]:
+        outside = [name for name in files if not is_bare_name(name)]
+        if outside:
+            raise ValueError(f"lists {outside[0]!r}, which is not a file of the store folder")
+        return files
+
+
+class FormatOneBody(_Body):
+    """Format 1 (softdict 0.1.0): everything by row, deleted rows included."""
+
+    rows: int = Field(ge=0)
+    index_file: str | None
+
+
+class FormatTwoBody(_Body):
+    """Format 2: keys with stable ids; the index backend's state in ``index``."""
+
+    next_id: int = Field(ge=0)
+    index: dict[str, Any] | None
+    replaces_store: bool
+
+
+@dataclass(frozen=True)
+class Manifest:
+    version: int
+    body: Union[FormatOneBody, FormatTwoBody]  # noqa: UP007 - a runtime union for 3.10
+
+
+def _parse_json(path: Path, data: bytes) -> Any:
+    try:
+        return json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StoreFormatError(f"{path} is not valid JSON ({exc}); the file is corrupted") from None
+    except RecursionError:
+        raise StoreFormatError(f"{path} is JSON nested too deeply to be a store's") from None
+
+
+def read_manifest(folder: Path) -> Manifest:
+    """The manifest of the store at ``folder``: format, version, checksum and schema checked."""
+    path = folder / MANIFEST
+    if path.is_symlink() or not path.is_file():
+        raise StoreFormatError(
+            f"{path} is missing: {folder} is not a softdict store (or its save never finished)"
+        )
+    if path.stat().st_size > MAX_MANIFEST_BYTES:
+        raise StoreFormatError(f"{path} is larger than any store's manifest; it is not one")
+    manifest = _parse_json(path, path.read_bytes())
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT_NAME:
+        raise StoreFormatError(f"{path} is not a softdict manifest (no 'format': {FORMAT_NAME!r})")
+    version = manifest.get("format_version")
+    if type(version) is not int or version < 1:
+        raise StoreFormatError(f"{path} has an invalid format_version {version!r}")
+    if version > FORMAT_VERSION:
+        raise StoreFormatError(
+            f"{folder} was saved in store format {version}, newer than this softdict reads "
+            f"(up to {FORMAT_VERSION}); upgrade softdict to load it"
+        )
+    body = manifest.get("body")
+    try:
+        intact = isinstance(body, dict) and sha256(canonical_json(body)) == manifest.get(
+            "body_sha256"
+        )
+    except (TypeError, ValueError, RecursionError):
+        intact = False
+    if not intact:
+        raise StoreFormatError(f"{path} fails its checksum: the manifest is corrupted")
+    schema = FormatOneBody if version == 1 else FormatTwoBody
+    try:
+        return Manifest(version, schema.model_validate(body))
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'body'}: {err['msg']}"
+            for err in exc.errors()[:5]
+        )
+        raise StoreFormatError(f"{path} lacks or garbles a field ({problems})") from None
