@@ -8,6 +8,7 @@ attention over the store, softmax(sim(q, K) / T) · V.
 import softdict._runtime  # noqa: F401
 from softdict._config import ValueKind
 from softdict._errors import (
+    CalibrationWarning,
     ConfigError,
     EmptyStoreError,
     EncoderError,
@@ -29,6 +30,7 @@ from softdict.values.distribution import Distribution
 
 __all__ = [
     "Attention",
+    "CalibrationWarning",
     "ConfigError",
     "Distribution",
     "EmptyStoreError",

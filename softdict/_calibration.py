@@ -8,9 +8,13 @@ thousands does not outvote a ratio in [0, 1]); labels by the negative log-likeli
 own label.
 
 A fixed k is chosen only where it is clearly better than attending to every key: its per-key
-losses must beat those of the best all-keys temperature by more than ``_K_SIGNIFICANCE`` standard
+losses must beat those of the best all-keys temperature by more than ``_SIGNIFICANCE`` standard
 errors of the paired difference. Attention over every key keeps the tail bound meaningful and
-needs no tuning when the store grows, so it is the choice unless the data say otherwise.
+needs no tuning when the store grows, so it is the choice unless the data say otherwise. The
+temperature moves on the same rule: only when the best one beats the temperature in force so
+clearly, by a one-sided paired t-test at the 2.5% level (t quantiles from scipy): on three keys
+the gain must exceed 4.3 standard errors, on hundreds about 2; a store too small to tell keeps
+what it has.
 """
 
 from __future__ import annotations
@@ -35,9 +39,10 @@ _FACTORS = np.geomspace(1 / 50, 50, 61)
 # Fixed k tried when calibrate may choose k (those below the number of other keys).
 K_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 
-# How many standard errors of the paired per-key difference a fixed k must win by. Twelve-odd
-# alternatives are compared, so a plain 2-sigma rule would pick noise now and then.
-_K_SIGNIFICANCE = 3.0
+# How many standard errors of the paired per-key difference a fixed k (or a new temperature)
+# must win by. Twelve-odd alternatives are compared, so a plain 2-sigma rule would pick noise
+# now and then.
+_SIGNIFICANCE = 3.0
 
 # Bytes of gathered candidate values held at once (the loop over queries is chunked to this).
 _CHUNK_BYTES = 64 * 2**20
@@ -47,7 +52,9 @@ _COARSE_STEP = 4  # the first pass of the temperature search tries every 4th gri
 _FLOOR = 1e-12  # probability floor: a label given no mass costs -log(1e-12), not infinity
 
 
-def calibrate(store: Store, *, sample_size: int, seed: int, choose_k: bool) -> Calibration | None:
+def calibrate(
+    store: Store, *, sample_size: int, seed: int, choose_k: bool, in_force: float
+) -> Calibration | None:
     """The temperature and k (None: every key) that best predict each stored value from the
     others, as ``SoftDict.calibrate`` documents; None when no key found another to learn from.
 
@@ -96,6 +103,7 @@ def calibrate(store: Store, *, sample_size: int, seed: int, choose_k: bool) -> C
         column.loss,
         config.similarity.default_temperature(store.dim),
         options,
+        in_force,
     )
 
 
@@ -161,10 +169,29 @@ class LeftOutScores:
 
 @dataclass(frozen=True)
 class Calibration:
-    """The choice: ``temperature`` and ``top_k`` (None: attend to every key)."""
+    """The choice: ``temperature`` and ``top_k`` (None: attend to every key), and whether the
+    temperature in force was kept because no other predicted clearly better."""
 
     temperature: float
     top_k: int | None
+    kept_temperature: bool = False
+
+
+def _clearly_better(
+    losses: np.ndarray, than: np.ndarray, margin: float | None = _SIGNIFICANCE
+) -> bool:
+    """Whether per-key ``losses`` beat ``than`` by more than ``margin`` standard errors of the
+    paired difference; with ``margin=None``, by a one-sided paired t-test at the 2.5% level (its
+    critical value grows as the keys get few). With one key, never."""
+    gain = than - losses
+    if len(gain) < 2:
+        return False
+    if margin is None:
+        from scipy.stats import t  # imported here: only calibrate needs it
+
+        margin = float(t.ppf(0.975, df=len(gain) - 1))
+    standard_error = gain.std(ddof=1) / np.sqrt(len(gain))
+    return bool(gain.mean() > margin * standard_error)
 
 
 @dataclass(frozen=True)
@@ -218,6 +245,7 @@ def calibrate_leave_one_out(
     loss: LossKind,
     default_temperature: float,
     options: Sequence[int | None],
+    in_force: float,
 ) -> Calibration:
     """The temperature and k, among ``options``, that best predict each sampled key's own value.
 
@@ -229,6 +257,7 @@ def calibrate_leave_one_out(
         default_temperature: the measured default for the similarity; the grid is laid around it.
         options: None (attend to every key) and/or fixed k to compare. A fixed k replaces None
             only when it is significantly better; without None the best option simply wins.
+        in_force: the temperature in force; kept unless another is significantly better.
     """
     values = _ValueSide.build(own, values_of, loss)
     grid = default_temperature * _FACTORS
@@ -250,8 +279,20 @@ def calibrate_leave_one_out(
     if on_prefixes:
         best.update(_grid_search(grid, prefix_losses, on_prefixes))
 
+    def losses_at(temperature: float, option: int) -> np.ndarray:
+        """Per-key losses of one option at one temperature."""
+        if every_key and options[option] is None:
+            return every_key_losses(np.array([temperature]), np.ones((1, 1), dtype=bool))[0, 0]
+        position = on_prefixes.index(option)
+        needed = np.zeros((1, len(on_prefixes)), dtype=bool)
+        needed[0, position] = True
+        return prefix_losses(np.array([temperature]), needed)[0, position]
+
     def chosen(option: int) -> Calibration:
-        return Calibration(best[option][0], options[option])
+        temperature, losses = best[option]
+        if not _clearly_better(losses, than=losses_at(in_force, option), margin=None):
+            return Calibration(in_force, options[option], kept_temperature=True)
+        return Calibration(temperature, options[option])
 
     fixed = [i for i, k in enumerate(options) if k is not None]
     if not fixed:
@@ -260,10 +301,7 @@ def calibrate_leave_one_out(
     if None not in options:
         return chosen(challenger)
     base = options.index(None)
-    gain = best[base][1] - best[challenger][1]
-    standard_error = gain.std(ddof=1) / np.sqrt(len(gain)) if len(gain) > 1 else np.inf
-    significant = gain.mean() > _K_SIGNIFICANCE * standard_error
-    return chosen(challenger if significant else base)
+    return chosen(challenger if _clearly_better(best[challenger][1], than=best[base][1]) else base)
 
 
 def _grid_search(

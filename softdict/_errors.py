@@ -19,11 +19,15 @@ written for plain dicts and arrays keeps working (``except KeyError`` catches a 
 
 Messages say what was wrong and what to do about it. An operation that raises leaves the store
 exactly as it was.
+
+Warnings: ``CalibrationWarning`` (a ``UserWarning``): ``calibrate()`` kept the temperature in
+force because the store's values could not tell a better one.
 """
 
 from __future__ import annotations
 
 __all__ = [
+    "CalibrationWarning",
     "ConfigError",
     "EmptyStoreError",
     "EncoderError",
@@ -36,6 +40,11 @@ __all__ = [
     "ValueKindError",
     "ValueShapeError",
 ]
+
+
+class CalibrationWarning(UserWarning):
+    """``calibrate()`` kept the temperature in force: no other predicted the stored values
+    clearly better (a store too small, or too uniform, to tell)."""
 
 
 class SoftDictError(Exception):

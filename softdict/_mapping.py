@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from typing import Any, TypeVar, overload
@@ -27,6 +28,7 @@ from softdict import _calibration, _learning, _lookup
 from softdict._arguments import check_key, check_min_score, query_texts, update_items
 from softdict._config import SoftDictConfig, ValueKind, check_number
 from softdict._errors import (
+    CalibrationWarning,
     ConfigError,
     EmptyStoreError,
     EncoderError,
@@ -613,7 +615,10 @@ class SoftDict(MutableMapping[str, Value]):
         With ``choose_k``, attending to only the k best keys (k = 1, 2, 4, ..., 512) is compared
         with attending to all of them; a fixed k is set only if its leave-one-out loss is lower by
         more than three standard errors, and ``top_k`` is reset to None otherwise. Without it,
-        the ``top_k`` in force is kept and only the temperature is chosen.
+        the ``top_k`` in force is kept and only the temperature is chosen. The temperature moves
+        only where the data show it predicts better: by a one-sided paired t-test of the per-key
+        losses at the 2.5% level. Otherwise it stays as it is, with a ``CalibrationWarning`` (a
+        store of three keys cannot tell).
 
         Squared error follows the values' scale: a few keys with extreme values pull the
         temperature towards averaging them away.
@@ -639,15 +644,31 @@ class SoftDict(MutableMapping[str, Value]):
                     f"calibrate needs at least 2 keys to predict one from the others; the store "
                     f"has {n_keys}"
                 )
+            in_force = self.temperature
             chosen = _calibration.calibrate(
-                self._store, sample_size=int(sample_size), seed=int(seed), choose_k=choose_k
+                self._store,
+                sample_size=int(sample_size),
+                seed=int(seed),
+                choose_k=choose_k,
+                in_force=in_force,
             )
             if chosen is None:
-                return self.temperature  # nothing to learn from: keep what is in force
+                return in_force  # nothing to learn from: keep what is in force
+            temperature = None if chosen.kept_temperature else chosen.temperature
             self._store.config = self._store.config.replace(
-                temperature=chosen.temperature, top_k=chosen.top_k
+                temperature=self._store.config.temperature if temperature is None else temperature,
+                top_k=chosen.top_k,
             )
-            return chosen.temperature
+        if chosen.kept_temperature:
+            warnings.warn(
+                f"calibrate() kept the temperature in force ({in_force:.4g}): no temperature "
+                f"predicted the {n_keys} stored values clearly better (leave-one-out, a paired "
+                f"t-test at the 2.5% level), as happens on a store this small or this uniform. "
+                f"Add keys, or set sd.temperature yourself",
+                CalibrationWarning,
+                stacklevel=2,
+            )
+        return chosen.temperature
 
     def fit(
         self,

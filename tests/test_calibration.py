@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from _support import FakeEncoder
 
-from softdict import ConfigError, EmptyStoreError, SoftDict
+from softdict import CalibrationWarning, ConfigError, EmptyStoreError, SoftDict
 from softdict._calibration import LeftOutScores, _all_keys_losses, _prefix_losses, _ValueSide
 from softdict.values import LossKind
 
@@ -81,13 +81,15 @@ def test_calibration_of_labels_maximises_held_out_likelihood() -> None:
 def test_a_sample_of_keys_is_predicted_from_the_whole_store() -> None:
     """500 of 6,000 keys give the whole store's temperature: each sampled key attends to all the
     others, as its lookup would. (A store of the 500 alone, with fewer neighbours per key,
-    calibrates to 0.065 against the whole store's 0.044.)"""
+    calibrates to 0.065 against the whole store's 0.044.) The stores start from a poor 0.3, so
+    that calibrate has a temperature to find and move to."""
     X, y, _ = many_small_clusters(6000, seed=5)
-    stores = [SoftDict(encoder=FakeEncoder()) for _ in range(3)]
+    stores = [SoftDict(encoder=FakeEncoder(), temperature=0.3) for _ in range(3)]
     for sd in stores:
         sd.add_embeddings([f"k{i}" for i in range(len(X))], X, y)
     whole = stores[0].calibrate(sample_size=6000, choose_k=False)
     sampled = stores[1].calibrate(sample_size=500, seed=1, choose_k=False)
+    assert whole == pytest.approx(0.044, rel=0.1)
     assert sampled == pytest.approx(whole, rel=0.15)  # within one step of the grid
     assert stores[2].calibrate(sample_size=500, seed=1, choose_k=False) == sampled  # seeded
 
@@ -130,8 +132,10 @@ def test_calibrate_chooses_a_fixed_k_where_it_beats_all_keys_on_held_out_data(tm
         sd.add_embeddings(keys, X, y)
     default_mse = held_out_mse(with_k, X_test, truth)
     with_k.calibrate()
-    without_k.calibrate(choose_k=False)
-    assert without_k.top_k is None
+    # Over every key, no temperature predicts clearly better than the default here: kept.
+    with pytest.warns(CalibrationWarning):
+        without_k.calibrate(choose_k=False)
+    assert without_k.top_k is None and without_k.temperature == 0.05
     assert with_k.top_k in (4, 8, 16)  # about the number of cluster mates (8)
     mse_with_k, mse_without_k = (
         held_out_mse(with_k, X_test, truth),
@@ -179,16 +183,18 @@ def test_calibration_on_approximate_indexes_agrees_with_exact(index: str) -> Non
 def test_deleted_keys_play_no_part_in_calibration(index: str) -> None:
     X, y, _ = many_small_clusters(1500, seed=4)
     keys = [f"k{i}" for i in range(len(X))]
-    churned = SoftDict(encoder=FakeEncoder(), index=index)
+    # Both start from a poor temperature, so each has one to find (and both the same one).
+    churned = SoftDict(encoder=FakeEncoder(), index=index, temperature=0.3)
     churned.add_embeddings(keys, X, y)
     # Deleted keys keep their rows (tombstones) until compaction; give them wild values first.
     churned.add_embeddings(keys[::3], X[::3], np.full(500, 1e6))
     for key in keys[::3]:
         del churned[key]
-    fresh = SoftDict(encoder=FakeEncoder(), index=index)
+    fresh = SoftDict(encoder=FakeEncoder(), index=index, temperature=0.3)
     kept = [i for i in range(len(X)) if i % 3]
     fresh.add_embeddings([keys[i] for i in kept], X[kept], y[kept])
-    assert (churned.calibrate(), churned.top_k) == (fresh.calibrate(), fresh.top_k)
+    chosen = (churned.calibrate(), churned.top_k)
+    assert chosen == (fresh.calibrate(), fresh.top_k) and chosen[0] != 0.3
 
 
 def test_scaled_dot_is_calibrated_on_the_same_scale_as_lookups() -> None:
@@ -282,5 +288,21 @@ def test_a_store_that_no_temperature_predicts_better_keeps_the_default(values: l
     keys = ["apple", "red apple", "pear", "green pear", "chair"]
     sd = SoftDict(dict(zip(keys, values)), encoder=FakeEncoder())
     default = sd.temperature
-    assert sd.calibrate() == default
-    assert sd.top_k is None
+    with pytest.warns(CalibrationWarning, match="kept the temperature in force"):
+        assert sd.calibrate() == default
+    assert sd.top_k is None and sd.temperature == default
+
+
+def test_a_store_too_small_to_tell_keeps_its_temperature_and_says_so() -> None:
+    """Three keys cannot show that one temperature predicts better than another: calibrate keeps
+    the one in force (set or default) instead of the edge of its grid, and warns."""
+    for temperature in (None, 0.3):
+        sd = SoftDict(
+            {"red apple": 10, "green apple": 9, "old chair": 2},
+            encoder=FakeEncoder(),
+            temperature=temperature,
+        )
+        in_force = sd.temperature
+        with pytest.warns(CalibrationWarning, match="3 stored values"):
+            assert sd.calibrate() == in_force
+        assert sd.temperature == in_force and sd.top_k is None

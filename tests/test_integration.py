@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from softdict import NoMatchError, SoftDict
+from softdict import CalibrationWarning, NoMatchError, SoftDict
 
 pytestmark = pytest.mark.integration
 
@@ -83,3 +83,12 @@ def test_every_similarity_gives_the_same_default_weights_on_unit_embeddings(
     a, b = cosine.attend("fruit"), other.attend("fruit")
     assert a.keys == b.keys
     np.testing.assert_allclose(a.weights, b.weights, atol=1e-4)
+
+
+def test_calibrating_the_readme_example_keeps_the_default(bundled_encoder) -> None:
+    """The README's three keys are too few to choose a temperature by: calibrate keeps the
+    measured default (it used to set 0.001, a hard pick of one key) and warns."""
+    sd = SoftDict({"apple": 10, "banana": 5, "chair": 2}, encoder=bundled_encoder)
+    with pytest.warns(CalibrationWarning):
+        assert sd.calibrate() == 0.05
+    assert sd.lookup("fruit") == pytest.approx(5.11, abs=0.01)
