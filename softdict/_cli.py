@@ -1,172 +1,153 @@
 """The ``softdict`` command line: build a store from a table, query it, describe it.
 
     softdict build FILE --key COL --value COL [--value COL ...] -o STORE
-    softdict query STORE TEXT [--explain] [--json] [--top N] [--min-score S]
+                  [--skip-bad-rows] [--on-duplicate last|first|error]
+    softdict query STORE (TEXT | --file FILE) [--explain] [--json] [--top N]
+                  [--min-score S] [--temperature T]
     softdict info STORE
 
-The input file is read and checked (columns, emptiness, JSON syntax) before the encoder loads, so
-a bad file fails in a moment with a message that names the problem.
+The input file is read and checked (``_tables``) before the encoder loads, so a bad file fails in
+a moment with a message that names the line. Exit status: 0 ok, 1 error, 2 usage, 3 no match.
+No input, however broken, ends in a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from softdict._errors import SoftDictError
+from softdict._tables import InputError, read_items, read_table
+
+if TYPE_CHECKING:
+    from softdict._results import Attention
 
 __all__ = ["main"]
 
 _BAR_WIDTH = 40
-
-
-class InputError(Exception):
-    """A problem with the command's input file or arguments."""
-
-
-def _read_rows(path: Path, fmt: str | None) -> list[dict[str, Any]]:
-    if not path.is_file():
-        raise InputError(f"{path}: no such file")
-    fmt = fmt or {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}.get(
-        path.suffix.lower()
-    )
-    if fmt is None:
-        raise InputError(f"{path}: unknown format; name it .csv, .json or .jsonl, or pass --format")
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc})") from None
-    rows: list[Any]
-    if fmt == "csv":
-        rows = list(csv.DictReader(text.splitlines()))
-    elif fmt == "json":
-        try:
-            rows = json.loads(text) if text.strip() else []
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{path}: invalid JSON at line {exc.lineno}: {exc.msg}") from None
-        if not isinstance(rows, list):
-            raise InputError(f"{path}: a JSON file must hold a list of objects")
-    else:
-        rows = []
-        for number, line in enumerate(text.splitlines(), start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise InputError(f"{path}: invalid JSON on line {number}: {exc.msg}") from None
-    if not rows:
-        raise InputError(f"{path}: the file has no rows")
-    for number, row in enumerate(rows, start=1):
-        if not isinstance(row, dict):
-            raise InputError(f"{path}: row {number} is not an object with named columns")
-    return rows
-
-
-def _number(text: str) -> int | float | None:
-    try:
-        return int(text)
-    except ValueError:
-        try:
-            return float(text)
-        except ValueError:
-            return None
-
-
-def _items(rows: list[dict[str, Any]], path: Path, key: str, columns: list[str]) -> dict[str, Any]:
-    available = list(rows[0])
-    for column in [key, *columns]:
-        if column not in available:
-            raise InputError(
-                f"{path}: no column {column!r}; the columns are {', '.join(map(repr, available))}"
-            )
-    raw = [[row.get(c) for c in columns] for row in rows]
-    # CSV cells are text: a column whose cells all read as numbers holds numbers.
-    if all(isinstance(cell, str) or cell is None for values in raw for cell in values):
-        parsed = [
-            [_number(cell) if isinstance(cell, str) else None for cell in values] for values in raw
-        ]
-        if all(cell is not None for values in parsed for cell in values):
-            raw = parsed
-    items: dict[str, Any] = {}
-    for number, (row, values) in enumerate(zip(rows, raw), start=1):
-        name = row.get(key)
-        if not isinstance(name, str) or not name:
-            raise InputError(f"{path}: row {number} has no text in the key column {key!r}")
-        if len(columns) == 1:
-            items[name] = values[0]
-        else:
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-                raise InputError(
-                    f"{path}: row {number}: several --value columns make a vector, so they must "
-                    f"all hold numbers; got {values!r}"
-                )
-            items[name] = values
-    return items
+# --explain shows at most this many characters of a key, so long keys keep the bars in line.
+_KEY_WIDTH = 40
+NO_MATCH = 3
 
 
 def _build(args: argparse.Namespace) -> int:
     from softdict import SoftDict, ValueKind
 
     path = Path(args.file)
-    items = _items(_read_rows(path, args.format), path, args.key, args.value)
+    read = read_items(
+        read_table(path, args.format),
+        args.key,
+        args.value,
+        value_kind=args.value_kind,
+        skip_bad_rows=args.skip_bad_rows,
+        on_duplicate=args.on_duplicate,
+    )
+    if not read.items:
+        raise InputError(f"{path}: every row was left out ({read.skipped[0]}); nothing to build")
     sd = SoftDict(
         encoder=args.encoder,
         index=args.index,
         value_kind=args.value_kind,
         progress=True if sys.stderr.isatty() else None,
     )
-    sd.update(items)
+    sd.update(read.items)
     sd.save(args.output)
     kind = sd.value_kind
     kind_name = kind.value if isinstance(kind, ValueKind) else kind  # a plug-in kind is a str
     print(
         f"built {args.output}: {len(sd)} keys, {kind_name or '-'} values, encoder {sd.encoder.name}"
     )
+    if read.skipped:
+        print(
+            f"softdict: left out {len(read.skipped)} rows whose number cells are not numbers "
+            f"(--skip-bad-rows), the first at {read.skipped[0]}",
+            file=sys.stderr,
+        )
+    if read.duplicates:
+        kept = "first" if args.on_duplicate == "first" else "last"
+        print(
+            f"softdict: {len(read.duplicates)} rows repeat a key (the first: "
+            f"{read.duplicates[0]}); kept the {kept} value of each (--on-duplicate)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _query_texts(args: argparse.Namespace) -> list[str]:
+    if (args.text is None) == (args.file is None):
+        raise InputError("give a query TEXT or --file FILE (one query per line), not both")
+    if args.text is not None:
+        return [args.text]
+    if args.file == "-":
+        lines = sys.stdin.read().splitlines()
+    else:
+        try:
+            lines = Path(args.file).read_text(encoding="utf-8-sig").splitlines()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{args.file}: cannot read the queries ({exc})") from None
+    texts = [line for line in lines if line.strip()]
+    if not texts:
+        raise InputError(f"{args.file}: no queries in it")
+    return texts
+
+
+def _plain(value: Any) -> Any:
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def _short(key: str) -> str:
+    return key if len(key) <= _KEY_WIDTH else key[: _KEY_WIDTH - 1] + "…"
+
+
+def _report(
+    attention: Attention, min_score: float | None, top: int, args: argparse.Namespace
+) -> bool:
+    """Print one query's result; whether it matched (its best score reached ``min_score``)."""
+    matched = min_score is None or bool(attention.scores[0] >= min_score)
+    shown = list(zip(attention.keys, attention.weights, attention.scores))[:top]
+    if args.json:
+        result: dict[str, Any] = {"query": attention.query, "match": matched}
+        if matched:
+            result |= {"value": _plain(attention.value), "k": attention.k}
+            result["tail_mass"] = attention.tail_mass
+            result["keys"] = [
+                {"key": k, "weight": float(w), "score": float(s)} for k, w, s in shown
+            ]
+        else:
+            result |= {
+                "min_score": min_score,
+                "best": {"key": shown[0][0], "score": float(shown[0][2])},
+            }
+        print(json.dumps(result, ensure_ascii=False))
+        return matched
+    if not matched:
+        print(f"no match (best: {shown[0][0]!r} at {shown[0][2]:.3f} < {min_score})")
+        return False
+    value = _plain(attention.value)
+    print(f"{value:.6g}" if isinstance(value, float) else json.dumps(value, ensure_ascii=False))
+    if args.explain:
+        width = max(len(_short(k)) for k, _, _ in shown)
+        for key, weight, score in shown:
+            bar = "█" * round(weight * _BAR_WIDTH)
+            print(f"  {_short(key):<{width}}  {weight:6.1%}  {bar}  (score {score:.3f})")
+        print(f"  attention over {attention.k} keys; at most {attention.tail_mass:.2%} left out")
+    return True
 
 
 def _query(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from softdict import SoftDict
 
+    texts = _query_texts(args)
     sd = SoftDict.load(args.store)
-    attention = sd.attend(args.text)  # the value, the keys and the best score, in one search
-    if args.min_score is not None and attention.scores[0] < args.min_score:
-        print(f"no match: no key scored at least {args.min_score}", file=sys.stderr)
-        return 3
-    shown = list(zip(attention.keys, attention.weights, attention.scores))[: args.top]
-    value = attention.value
-    plain = value.tolist() if isinstance(value, np.ndarray) else value
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "query": args.text,
-                    "value": plain,
-                    "k": attention.k,
-                    "tail_mass": attention.tail_mass,
-                    "keys": [
-                        {"key": k, "weight": float(w), "score": float(s)} for k, w, s in shown
-                    ],
-                },
-                ensure_ascii=False,
-            )
-        )
-        return 0
-    print(json.dumps(plain, ensure_ascii=False) if not isinstance(plain, float) else f"{plain:.6g}")
-    if args.explain:
-        width = max(len(k) for k, _, _ in shown)
-        for key, weight, score in shown:
-            bar = "█" * round(weight * _BAR_WIDTH)
-            print(f"  {key:<{width}}  {weight:6.1%}  {bar}  (score {score:.3f})")
-        print(f"  attention over {attention.k} keys; at most {attention.tail_mass:.2%} left out")
-    return 0
+    if args.temperature is not None:
+        sd.temperature = args.temperature  # ConfigError for a bad one
+    attentions = sd.attend(texts)  # one batch: one encoder call, one search
+    matched = [_report(a, args.min_score, args.top, args) for a in attentions]
+    return 0 if all(matched) else NO_MATCH
 
 
 def _info(args: argparse.Namespace) -> int:
@@ -210,15 +191,28 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--encoder", default=None, help="model name or path (default: bundled)")
     build.add_argument("--index", default="auto")
     build.add_argument("--value-kind", choices=["scalar", "vector", "categorical"], default=None)
+    build.add_argument(
+        "--skip-bad-rows",
+        action="store_true",
+        help="leave out rows whose number columns hold a cell that is no number (and say so)",
+    )
+    build.add_argument(
+        "--on-duplicate",
+        choices=["last", "first", "error"],
+        default="last",
+        help="a key given twice keeps its last value (default, as a dict), its first, or fails",
+    )
     build.set_defaults(run=_build)
 
-    query = commands.add_parser("query", help="look a text up in a store")
+    query = commands.add_parser("query", help="look texts up in a store")
     query.add_argument("store")
-    query.add_argument("text")
+    query.add_argument("text", nargs="?", default=None)
+    query.add_argument("--file", help="queries, one per line ('-' for standard input)")
     query.add_argument("--explain", action="store_true", help="show keys and weights as bars")
-    query.add_argument("--json", action="store_true", help="print one JSON object")
+    query.add_argument("--json", action="store_true", help="print a JSON object per query")
     query.add_argument("--top", type=int, default=5, help="how many keys to show (default 5)")
     query.add_argument("--min-score", type=float, default=None, help="below it: no match (exit 3)")
+    query.add_argument("--temperature", type=float, default=None, help="instead of the store's")
     query.set_defaults(run=_query)
 
     info = commands.add_parser("info", help="describe a store")
@@ -237,6 +231,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.run(args))
     except (InputError, SoftDictError) as exc:
         print(f"softdict: error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a file that vanished, a full disk, a folder without permission
+        print(f"softdict: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # a bug: still one line, never a traceback
+        print(
+            f"softdict: internal error: {type(exc).__name__}: {exc} (a bug in softdict; please "
+            f"report it with the command that caused it)",
+            file=sys.stderr,
+        )
         return 1
 
 

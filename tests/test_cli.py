@@ -74,7 +74,7 @@ def test_build_query_info_round_trip(tmp_path: Path, prices_csv: Path, bundled_e
     info = run("info", str(store)).stdout
     assert "keys         3" in info and "all-MiniLM-L6-v2" in info
     no_match = run("query", str(store), "quantum chromodynamics", "--min-score", "0.9", check=False)
-    assert no_match.returncode == 3 and "no match" in no_match.stderr
+    assert no_match.returncode == 3 and no_match.stdout.startswith("no match (best: ")
 
 
 @pytest.mark.integration
@@ -130,13 +130,13 @@ def test_build_vectors_and_labels_from_json_and_jsonl(tmp_path: Path, bundled_en
             '{"name": "a", "price": 1}\n{oops}\n',
             "a.jsonl",
             ["--value", "price"],
-            "invalid JSON on line 2",
+            "invalid JSON at line 2",
         ),
         (
             "name,x,y\napple,1,crunchy\n",
             "a.csv",
             ["--value", "x", "--value", "y"],
-            "must all hold numbers",
+            "line 2, column 'y': 'crunchy' is not a number",
         ),
         ("name,price\napple,1\n", "a.txt", ["--value", "price"], "unknown format"),
     ],
@@ -166,3 +166,134 @@ def test_missing_files_and_stores(tmp_path: Path) -> None:
 def test_usage_errors_exit_2() -> None:
     assert run("build", check=False).returncode == 2
     assert run("frobnicate", check=False).returncode == 2
+
+
+# -- reading tables as they come (issue: messy input loses nothing) ------------------------------
+
+
+def build(tmp_path: Path, content: str, *args: str, name: str = "t.csv", check: bool = True):
+    """Build a store from ``content`` on the test suite's hashing encoder (no model needed)."""
+    path = tmp_path / name
+    path.write_bytes(content.encode())
+    store = str(tmp_path / "s")
+    command = ["build", str(path), "--key", "name", "-o", store, "--encoder", "test-hashing"]
+    if not any(arg == "--value" for arg in args):
+        command += ["--value", "price"]
+    return run(*command, *args, check=check), store
+
+
+@pytest.mark.parametrize("separator", ["\f", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_line_breaks_inside_a_cell_stay_in_the_cell(tmp_path: Path, separator: str) -> None:
+    result, store = build(tmp_path, f"name,price\napple{separator}pie,10\nbanana,5\n")
+    assert "2 keys, scalar values" in result.stdout
+    loaded = SoftDict.load(store)
+    assert list(loaded) == [f"apple{separator}pie", "banana"] and loaded["banana"] == 5
+
+
+def test_a_quoted_cell_keeps_its_newlines(tmp_path: Path) -> None:
+    _, store = build(tmp_path, 'name,price\n"two\nlines",10\r\n"and\r\nthree",3\nbanana,5\n')
+    assert list(SoftDict.load(store)) == ["two\nlines", "and\r\nthree", "banana"]
+
+
+def test_a_number_column_with_a_bad_cell_is_an_error_or_skipped_and_counted(
+    tmp_path: Path,
+) -> None:
+    content = "name,price\napple,10\npear,11\nbanana,\nkiwi,cheap\nplum,3\n"
+    result, store = build(tmp_path, content, check=False)
+    assert result.returncode == 1
+    assert "line 4, column 'price': '' is not a number" in result.stderr
+    assert "--skip-bad-rows" in result.stderr and not Path(store).exists()
+    result, store = build(tmp_path, content, "--skip-bad-rows")
+    assert "3 keys, scalar values" in result.stdout
+    assert "left out 2 rows" in result.stderr and "line 4, column 'price'" in result.stderr
+    assert dict(SoftDict.load(store).items()) == {"apple": 10, "pear": 11, "plum": 3}
+
+
+def test_a_mostly_text_column_stays_labels(tmp_path: Path) -> None:
+    _, store = build(tmp_path, "name,kind\napple,fruit\npear,fruit\nchair,3\n", "--value", "kind")
+    assert SoftDict.load(store)["chair"] == "3"  # a label that reads as a number stays text
+
+
+@pytest.mark.parametrize(
+    ("option", "kept", "message"),
+    [([], 2, "kept the last value"), (["--on-duplicate", "first"], 1, "kept the first value")],
+)
+def test_repeated_keys_are_counted_and_resolved(tmp_path, option, kept, message) -> None:
+    result, store = build(tmp_path, "name,price\napple,1\napple,2\npear,3\n", *option)
+    assert "1 rows repeat a key" in result.stderr and "'apple' on lines 2 and 3" in result.stderr
+    assert message in result.stderr and SoftDict.load(store)["apple"] == kept
+    result, _ = build(
+        tmp_path, "name,price\napple,1\napple,2\n", "--on-duplicate", "error", check=False
+    )
+    assert result.returncode == 1 and "the key 'apple' on lines 2 and 3" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        ("name,price\napple,10,3\nbanana,5\n", "t.csv", "line 2 has 3 cells, the header 2"),
+        ("name,price\napple,1\nba\x00nana,5\n", "t.csv", "line 3 holds a NUL byte"),
+        ("name,price,name\napple,1,x\n", "t.csv", "the column name 'name' appears more than once"),
+        ("name,price\n" + "a" * 200_000 + ",3\n", "t.csv", "line 2: field larger than field limit"),
+        ("[" * 100_000 + "]" * 100_000, "t.json", "the JSON at line 1 nests too deeply"),
+        (
+            '{"name": "a", "price": 1}\n' + "[" * 100_000 + "]" * 100_000 + "\n",
+            "t.jsonl",
+            "the JSON at line 2 nests too deeply",
+        ),
+    ],
+    ids=["ragged", "NUL", "repeated column", "cell over 128 KiB", "deep JSON", "deep JSON Lines"],
+)
+def test_broken_tables_are_clear_errors_never_tracebacks(tmp_path, content, name, message) -> None:
+    result, store = build(tmp_path, content, name=name, check=False)
+    assert result.returncode == 1 and result.stderr.startswith("softdict: error:")
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert not Path(store).exists()
+
+
+# -- querying -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fruit_store(tmp_path: Path) -> str:
+    _, store = build(tmp_path, "name,price\napple pie,10\nbanana bread,5\nwooden chair,2\n")
+    return store
+
+
+def test_a_json_query_with_no_match_prints_json_and_exits_3(fruit_store: str) -> None:
+    result = run("query", fruit_store, "zzzz", "--json", "--min-score", "0.99", check=False)
+    assert result.returncode == 3
+    answer = json.loads(result.stdout)
+    assert answer["match"] is False and answer["query"] == "zzzz" and answer["min_score"] == 0.99
+    assert answer["best"]["key"] in ("apple pie", "banana bread", "wooden chair")
+
+
+def test_queries_from_a_file_or_stdin_give_one_result_per_line(
+    tmp_path: Path, fruit_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    queries = tmp_path / "queries.txt"
+    queries.write_text("apple pie\n\nwooden chair\nzzzz\n")
+    result = run(
+        "query", fruit_store, "--file", str(queries), "--json", "--min-score", "0.9", check=False
+    )
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [line["query"] for line in lines] == ["apple pie", "wooden chair", "zzzz"]
+    assert [line["match"] for line in lines] == [True, True, False] and result.returncode == 3
+    assert lines[0]["keys"][0]["key"] == "apple pie"
+    monkeypatch.setattr("sys.stdin", io.StringIO("banana bread\napple pie\n"))
+    plain = run("query", fruit_store, "--file", "-").stdout.splitlines()
+    assert len(plain) == 2 and float(plain[0]) < float(plain[1])  # 5-ish, then 10-ish
+    both = run("query", fruit_store, "apple", "--file", str(queries), check=False)
+    assert both.returncode == 1 and "not both" in both.stderr
+
+
+def test_temperature_option_and_explain_shortens_long_keys(tmp_path: Path) -> None:
+    long_key = "an apple pie " + "with cream " * 10
+    _, store = build(tmp_path, f"name,price\n{long_key},10\nbanana bread,5\n")
+    cold = json.loads(run("query", store, "apple pie", "--json", "--temperature", "0.01").stdout)
+    warm = json.loads(run("query", store, "apple pie", "--json", "--temperature", "5").stdout)
+    assert cold["keys"][0]["weight"] > warm["keys"][0]["weight"]
+    explained = run("query", store, "apple pie", "--explain").stdout
+    assert long_key not in explained and long_key[:39] + "…" in explained
+    bad = run("query", store, "apple", "--temperature", "-1", check=False)
+    assert bad.returncode == 1 and "temperature" in bad.stderr

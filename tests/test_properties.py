@@ -169,3 +169,50 @@ def test_hostile_input_gets_a_result_or_a_softdict_error(key, value, query, k, m
                 assert sd[key] == value and type(sd[key]) is type(value)
                 expected[key] = value
         assert dict(sd.items()) == expected
+
+
+CELL = st.one_of(
+    st.text(max_size=12),
+    st.sampled_from(
+        ["", '"', '""', ",", "\n", "\r\n", "\f", "\u2028", "\x00", "1", "-2.5", "1e400"]
+    ),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    header=st.lists(st.sampled_from(["kind", "", "name,x", "price"]), max_size=2).map(
+        lambda extra: ["name", "price", *extra]
+    ),
+    rows=st.lists(st.lists(CELL, min_size=1, max_size=4), min_size=1, max_size=6),
+    fmt=st.sampled_from(["csv", "json", "jsonl"]),
+    extra=st.sampled_from([[], ["--skip-bad-rows"], ["--on-duplicate", "error"]]),
+)
+def test_any_table_builds_or_fails_with_a_clear_error(header, rows, fmt, extra) -> None:
+    """Whatever a table holds, `softdict build` exits 0, or 1 with a one-line softdict error:
+    never a traceback, never an internal error."""
+    import contextlib
+    import csv
+    import io
+    import json
+
+    from softdict._cli import main
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"t.{fmt}"
+        if fmt == "csv":
+            buffer = io.StringIO(newline="")
+            csv.writer(buffer).writerows([header, *rows])
+            path.write_text(buffer.getvalue(), encoding="utf-8", errors="surrogatepass")
+        else:
+            objects = [dict(zip(header, row)) for row in rows]
+            text = json.dumps(objects) if fmt == "json" else "\n".join(map(json.dumps, objects))
+            path.write_text(text, encoding="utf-8")
+        err = io.StringIO()
+        args = ["build", str(path), "--key", "name", "--value", "price", "-o", f"{tmp}/s"]
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            code = main([*args, "--encoder", "test-hashing", *extra])
+        message = err.getvalue()
+        assert code in (0, 1)
+        if code == 1:
+            assert message.startswith("softdict: error:") and "internal error" not in message

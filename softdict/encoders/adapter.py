@@ -53,13 +53,23 @@ class TextEncoder:
         return f"TextEncoder({self.name!r}, dim={self.dim})"
 
     def _call(self, texts: list[str], role: str, batch_size: int, progress: bool) -> np.ndarray:
-        """Encode in chunks of ``batch_size``, so no encoder is handed more texts at once."""
-        starts: Any = range(0, len(texts), batch_size)
+        """Encode in chunks of ``batch_size``, so no encoder is handed more texts at once; with
+        ``progress``, a tqdm bar counts the keys."""
+        bar: Any = None
         if progress:
             from tqdm.auto import tqdm
 
-            starts = tqdm(starts, desc="softdict: embedding keys", unit="batch")
-        return np.concatenate([self._call_once(texts[i : i + batch_size], role) for i in starts])
+            bar = tqdm(total=len(texts), desc="softdict: embedding keys", unit="key")
+        chunks = []
+        try:
+            for start in range(0, len(texts), batch_size):
+                chunks.append(self._call_once(texts[start : start + batch_size], role))
+                if bar is not None:
+                    bar.update(len(chunks[-1]))
+        finally:
+            if bar is not None:
+                bar.close()
+        return np.concatenate(chunks)
 
     def _call_once(self, texts: list[str], role: str) -> np.ndarray:
         entry = getattr(self.encoder, f"encode_{role}", None)

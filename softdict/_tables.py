@@ -1,0 +1,274 @@
+"""Reading a table (CSV, JSON, JSON Lines) into the items of a store, losing nothing silently.
+
+``softdict build`` reads its input here, before the encoder loads, so a bad file fails in a
+moment with a message that names the line and column. CSV is read by the ``csv`` module with
+``newline=""``, as its documentation says: a quoted cell keeps its newlines, and a form feed or a
+Unicode line separator inside a cell stays in the cell. Nothing is guessed quietly:
+
+* a value column whose cells are numbers except for some (an empty cell, a typo) is an error
+  naming the first such cell; ``skip_bad_rows`` leaves those rows out and says how many;
+* a key given twice keeps its last value (as a dict does), its first, or is an error
+  (``on_duplicate``), and the count is reported;
+* ragged rows, NUL bytes, duplicate column names, cells beyond csv's size limit and JSON nested
+  too deeply to read are errors with the line.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = ["InputError", "Table", "TableItems", "read_items", "read_table"]
+
+FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+
+
+class InputError(Exception):
+    """A problem with the command's input file or arguments."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """Rows of named cells, each with the line (or JSON item) it comes from."""
+
+    path: Path
+    columns: list[str]
+    rows: list[dict[str, Any]]
+    lines: list[int]
+    where: str  # "line" (CSV, JSON Lines) or "item" (a JSON list)
+
+
+@dataclass
+class TableItems:
+    """The items to insert, and what the reading left out or merged, to report."""
+
+    items: dict[str, object]
+    skipped: list[str] = field(default_factory=list)  # one description per row left out
+    duplicates: list[str] = field(default_factory=list)  # one description per repeated key
+
+
+def read_table(path: Path, fmt: str | None) -> Table:
+    """The rows of ``path`` (format by ``fmt`` or the file's extension)."""
+    if not path.is_file():
+        raise InputError(f"{path}: no such file")
+    fmt = fmt or FORMATS.get(path.suffix.lower())
+    if fmt is None:
+        raise InputError(f"{path}: unknown format; name it .csv, .json or .jsonl, or pass --format")
+    try:
+        # newline="": line ends reach the parsers as they are (a quoted CSV cell keeps "\r\n").
+        with open(path, encoding="utf-8-sig", newline="") as handle:
+            text = handle.read()
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not UTF-8 text ({exc})") from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise InputError(
+            f"{path}: line {line} holds a NUL byte, which no text table should; the file may be "
+            f"binary or damaged: re-export it as UTF-8 text"
+        )
+    if fmt == "csv":
+        table = _read_csv(path, text)
+    elif fmt == "json":
+        table = _read_json(path, text)
+    else:
+        table = _read_json_lines(path, text)
+    if not table.rows:
+        raise InputError(f"{path}: the file has no rows")
+    return table
+
+
+def _read_csv(path: Path, text: str) -> Table:
+    reader = csv.reader(io.StringIO(text, newline=""))
+    rows: list[dict[str, Any]] = []
+    lines: list[int] = []
+    try:
+        header = next(reader, None)
+        if header is None:
+            return Table(path, [], [], [], "line")
+        repeated = sorted({name for name in header if header.count(name) > 1})
+        if repeated:
+            raise InputError(
+                f"{path}: line 1: the column name {repeated[0]!r} appears more than once; name "
+                f"each column once"
+            )
+        first_line = reader.line_num + 1
+        for record in reader:
+            start, first_line = first_line, reader.line_num + 1
+            if not record:
+                continue  # a blank line
+            if len(record) != len(header):
+                raise InputError(
+                    f"{path}: line {start} has {len(record)} cells, the header "
+                    f"{len(header)}; a cell may hold an unquoted comma"
+                )
+            rows.append(dict(zip(header, record)))
+            lines.append(start)
+    except csv.Error as exc:
+        raise InputError(
+            f"{path}: line {reader.line_num}: {exc}; csv reads cells of up to "
+            f"{csv.field_size_limit():,} characters"
+            if "field limit" in str(exc)
+            else f"{path}: line {reader.line_num}: {exc}"
+        ) from None
+    return Table(path, header, rows, lines, "line")
+
+
+def _deepest_line(text: str, limit: int = 500) -> int:
+    """The line where brackets first nest ``limit`` deep, strings aside: where a JSON text too
+    deep for Python's parser goes too deep."""
+    depth, line, in_string, escaped = 0, 1, False, False
+    for char in text:
+        if char == "\n":
+            line += 1
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth >= limit:
+                return line
+        elif char in "]}":
+            depth -= 1
+    return line
+
+
+def _parse_json(path: Path, text: str, line: int | None = None) -> Any:
+    where = f"line {line}" if line is not None else None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        at = where or f"line {exc.lineno}"
+        raise InputError(f"{path}: invalid JSON at {at}: {exc.msg}") from None
+    except RecursionError:
+        at = where or f"line {_deepest_line(text)}"
+        raise InputError(
+            f"{path}: the JSON at {at} nests too deeply to read; a table's rows are flat objects"
+        ) from None
+
+
+def _as_rows(path: Path, items: list[Any], lines: list[int], where: str) -> Table:
+    columns: list[str] = []
+    for item, line in zip(items, lines):
+        if not isinstance(item, dict):
+            raise InputError(f"{path}: {where} {line} is not an object with named columns")
+        columns.extend(name for name in item if name not in columns)
+    return Table(path, columns, items, lines, where)
+
+
+def _read_json(path: Path, text: str) -> Table:
+    rows = _parse_json(path, text) if text.strip() else []
+    if not isinstance(rows, list):
+        raise InputError(f"{path}: a JSON file must hold a list of objects")
+    return _as_rows(path, rows, list(range(1, len(rows) + 1)), "item")
+
+
+def _read_json_lines(path: Path, text: str) -> Table:
+    rows, lines = [], []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            rows.append(_parse_json(path, line, number))
+            lines.append(number)
+    return _as_rows(path, rows, lines, "line")
+
+
+def _number(cell: object) -> int | float | None:
+    """A cell as a number: numbers as they are, text that reads as one, else None."""
+    if isinstance(cell, bool):
+        return None
+    if isinstance(cell, (int, float)):
+        return cell
+    if not isinstance(cell, str):
+        return None
+    try:
+        return int(cell)
+    except ValueError:
+        try:
+            return float(cell)
+        except ValueError:
+            return None
+
+
+def _numeric(cells: list[object], value_kind: str | None, several: bool) -> bool:
+    """Whether a value column holds numbers: when asked for (``scalar``, ``vector``, several
+    columns), never for ``categorical``, and otherwise when most of its cells are numbers."""
+    if value_kind == "categorical":
+        return False
+    if value_kind in ("scalar", "vector") or several:
+        return True
+    return sum(_number(cell) is not None for cell in cells) * 2 > len(cells)
+
+
+def read_items(
+    table: Table,
+    key: str,
+    columns: list[str],
+    *,
+    value_kind: str | None = None,
+    skip_bad_rows: bool = False,
+    on_duplicate: str = "last",
+) -> TableItems:
+    """The (key, value) items of ``table``: one value column as the value, several as a vector.
+
+    Raises:
+        InputError: a column is missing, a key cell is empty, a number column holds a cell that
+            is no number (unless ``skip_bad_rows``), or a key repeats with ``on_duplicate="error"``.
+    """
+    path = table.path
+    for column in [key, *columns]:
+        if column not in table.columns:
+            raise InputError(
+                f"{path}: no column {column!r}; the columns are "
+                f"{', '.join(map(repr, table.columns))}"
+            )
+    numeric = {
+        column: _numeric([row.get(column) for row in table.rows], value_kind, len(columns) > 1)
+        for column in columns
+    }
+    result = TableItems({})
+    first_line: dict[str, int] = {}
+    for row, line in zip(table.rows, table.lines):
+        name = row.get(key)
+        if not isinstance(name, str) or not name:
+            raise InputError(f"{path}: {table.where} {line} has no text in the key column {key!r}")
+        values: list[object] = []
+        for column in columns:
+            cell = row.get(column)
+            if not numeric[column]:
+                values.append(cell)
+                continue
+            number = _number(cell)
+            if number is None:
+                problem = f"{table.where} {line}, column {column!r}: {cell!r} is not a number"
+                if not skip_bad_rows:
+                    raise InputError(
+                        f"{path}: {problem}, and the column holds numbers; fix the cell, or pass "
+                        f"--skip-bad-rows to leave such rows out"
+                    )
+                result.skipped.append(problem)
+                break
+            values.append(number)
+        else:
+            value = values[0] if len(columns) == 1 else values
+            if name in first_line:
+                repeat = f"{name!r} on {table.where}s {first_line[name]} and {line}"
+                if on_duplicate == "error":
+                    raise InputError(
+                        f"{path}: the key {repeat}; keep one, or pass --on-duplicate last|first"
+                    )
+                result.duplicates.append(repeat)
+                if on_duplicate == "first":
+                    continue
+            else:
+                first_line[name] = line
+            result.items[name] = value
+    return result
