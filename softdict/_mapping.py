@@ -330,7 +330,8 @@ class SoftDict(MutableMapping[str, Value]):
     @classmethod
     def fromkeys(cls, iterable: Iterable[str], value: object = None, /, **options: Any) -> SoftDict:
         """A new SoftDict with the keys of ``iterable``, each holding ``value``, like
-        ``dict.fromkeys``; ``options`` go to the constructor. The keys are inserted in one batch.
+        ``dict.fromkeys``; ``options`` go to the constructor. The keys are inserted in one batch
+        (one encoder call), or one by one through a subclass's own ``__setitem__``.
         """
         try:
             keys = list(iterable)
@@ -339,7 +340,11 @@ class SoftDict(MutableMapping[str, Value]):
                 f"fromkeys() takes an iterable of keys, got {type(iterable).__name__}"
             ) from None
         sd = cls(**options)
-        sd.update((key, value) for key in keys)
+        if type(sd).__setitem__ is SoftDict.__setitem__:
+            sd.update((key, value) for key in keys)
+        else:
+            for key in keys:
+                sd[key] = value
         return sd
 
     def __or__(self, other: object) -> SoftDict:

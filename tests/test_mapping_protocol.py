@@ -119,8 +119,7 @@ class TestSoftDictMappingProtocol(mapping_tests.TestMappingProtocol):
         self.assertEqual(d["key"], ["a"])
 
     def test_fromkeys(self) -> None:
-        """As CPython's, with str keys; and ``fromkeys`` inserts all keys in one batch (one
-        encoder call) through ``update``, so a subclass's ``__setitem__`` is not called."""
+        """As CPython's, with str keys."""
         self.assertEqual(self.type2test.fromkeys("abc"), {"a": None, "b": None, "c": None})
         d = self._empty_mapping()
         self.assertTrue(d.fromkeys("abc") is not d)
@@ -157,3 +156,9 @@ class TestSoftDictMappingProtocol(mapping_tests.TestMappingProtocol):
                 raise Exc()
 
         self.assertRaises(Exc, self.type2test.fromkeys, BadSeq())
+
+        class baddict2(self.type2test):  # type: ignore[name-defined,misc]
+            def __setitem__(self, key, value):  # type: ignore[no-untyped-def]
+                raise Exc()
+
+        self.assertRaises(Exc, baddict2.fromkeys, ["1"])
