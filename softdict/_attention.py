@@ -55,22 +55,35 @@ def attention(
     return blend(weights, values), weights
 
 
-def tail_mass_bound(top_scores: np.ndarray, n_total: int, temperature: float) -> np.ndarray:
+def tail_mass_bound(
+    top_scores: np.ndarray,
+    n_total: int,
+    temperature: float,
+    ceiling: np.ndarray | None = None,
+) -> np.ndarray:
     """Upper bound on the attention mass of keys left out of a top-k softmax, per query.
 
     ``top_scores`` (m, k) are each query's best scores, best first, padded with -inf. Every
     omitted key scores at most s_k (the k-th best), so with s_1 the best score the omitted mass is
     at most  (n − k)·e^((s_k − s_1)/T) / (Σ_top e^((s_i − s_1)/T) + (n − k)·e^((s_k − s_1)/T)).
+    ``ceiling`` (m,) replaces s_k where omitted keys are known to score at most something else
+    (a spelling channel's candidates bound the spelling part of the score separately).
     """
     scores = np.asarray(top_scores, dtype=np.float64)
     found = np.isfinite(scores).sum(axis=1)
     omitted = np.maximum(n_total - found, 0)
     best = scores[:, :1]
-    kth = np.take_along_axis(scores, np.maximum(found - 1, 0)[:, None], axis=1)
+    if ceiling is None:
+        kth = np.take_along_axis(scores, np.maximum(found - 1, 0)[:, None], axis=1)[:, 0]
+    else:
+        kth = np.asarray(ceiling, dtype=np.float64)
     top_sum = np.exp((scores - best) / temperature).sum(axis=1)
-    omitted_each = np.exp((kth[:, 0] - best[:, 0]) / temperature)
-    bound = omitted * omitted_each / (top_sum + omitted * omitted_each)
-    return np.where(omitted > 0, bound, 0.0)
+    with np.errstate(over="ignore"):
+        omitted_each = np.exp((kth - best[:, 0]) / temperature)
+    with np.errstate(invalid="ignore"):
+        bound = omitted * omitted_each / (top_sum + omitted * omitted_each)
+    # A ceiling far above the best score makes both terms infinite: then nothing is bounded.
+    return np.where(omitted > 0, np.nan_to_num(bound, nan=1.0), 0.0)
 
 
 def top_of_scores(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -54,6 +54,10 @@ class SoftDictConfig(BaseModel):
     query_cache_size: int = Field(default=1024, ge=0, le=10_000_000)
     batch_size: int = Field(default=64, gt=0, le=1_000_000)
     progress: bool | None = None
+    # The spelling channel (softdict.spelling): its weight against meaning, 1 as measured and 0
+    # for meaning alone; and the share of that weight a query's common English words get.
+    lexical: float = Field(default=1.0, ge=0.0, le=1000.0)
+    lexical_known: float = Field(default=1 / 16, ge=0.0, le=1.0)
 
     @field_validator("temperature")
     @classmethod

@@ -3,25 +3,52 @@ keys. Functions of a store (the façade holds its lock around them)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from softdict._errors import NoMatchError
 from softdict._results import Attention
-from softdict._retrieval import RetrievalPolicy, Selection, select
+from softdict._retrieval import RetrievalPolicy, Selection, SpellingRequest, select
+from softdict._similarity import DEFAULT_COSINE_TEMPERATURE
 from softdict._types import BatchValue, Mask, NoDefault, Value
+from softdict.spelling import SpellingQueries, query_weights
 from softdict.store.base import Store
 
 __all__ = ["attentions", "lookup_values", "nearest_keys", "selection"]
 
 
-def selection(store: Store, embeddings: np.ndarray, mask: Mask) -> Selection:
-    """The keys each raw query embedding attends to, by the store's retrieval policy."""
+def selection(
+    store: Store,
+    embeddings: np.ndarray,
+    mask: Mask,
+    texts: list[str] | None,
+    top_k: int | None = None,
+) -> Selection:
+    """The keys each raw query embedding attends to, by the store's retrieval policy; with the
+    query ``texts`` (None for queries given as embeddings), by spelling too, unless the store's
+    ``lexical`` is 0. ``top_k`` overrides the policy's (``nearest``)."""
     prepared = store.prepare_queries(embeddings)
     allow = store.allow(mask)
     assert store.dim is not None  # prepare_queries checked against it
     policy = RetrievalPolicy.from_config(store.config, store.dim)
+    if top_k is not None:
+        policy = dataclasses.replace(policy, top_k=top_k)
     n_allowed = len(store) if allow is None else len(allow)
-    return select(store.backend, prepared, policy, allow, n_allowed)
+    spelling = _spelling_request(store, texts) if texts is not None else None
+    return select(store.backend, prepared, policy, allow, n_allowed, spelling)
+
+
+def _spelling_request(store: Store, texts: list[str]) -> SpellingRequest | None:
+    config = store.config
+    if not config.lexical:
+        return None
+    assert store.dim is not None
+    queries = SpellingQueries.of(texts)
+    # One cosine in the store's similarity: spelling weights are measured in cosine units.
+    unit = config.similarity.default_temperature(store.dim) / DEFAULT_COSINE_TEMPERATURE
+    weights = query_weights(queries.unknown, config.lexical, config.lexical_known, unit)
+    return SpellingRequest(store.spelling, queries, weights)
 
 
 def lookup_values(
@@ -75,6 +102,7 @@ def attentions(store: Store, chosen: Selection, texts: list[str] | None) -> list
         # Keys in the selection's own order (for every key, id order, which the store maps
         # without a search), then by weight.
         keys = store.keys_of(ids[found])
+        spelling = None if chosen.spelling is None else chosen.spelling[i, found][order]
         results.append(
             Attention(
                 query=texts[i] if texts is not None else None,
@@ -85,16 +113,26 @@ def attentions(store: Store, chosen: Selection, texts: list[str] | None) -> list
                 k=int(chosen.k[i]),
                 tail_mass=float(chosen.tail_mass[i]),
                 distribution=explained[i],
+                meaning_scores=chosen.meaning[i, found][order],
+                spelling_scores=spelling,
+                spelling_weight=(
+                    0.0 if chosen.spelling_weight is None else float(chosen.spelling_weight[i])
+                ),
             )
         )
     return results
 
 
 def nearest_keys(
-    store: Store, embeddings: np.ndarray, k: int, mask: Mask
+    store: Store, embeddings: np.ndarray, k: int, mask: Mask, texts: list[str] | None
 ) -> list[list[tuple[str, float]]]:
-    """The ``k`` keys most similar to each raw query embedding, with their scores, best first."""
-    scores, ids = store.backend.search(store.prepare_queries(embeddings), k, store.allow(mask))
+    """The ``k`` keys most similar to each raw query embedding, with their scores, best first:
+    by the combined score when the spelling channel is on for ``texts``, else by meaning."""
+    if texts is not None and store.config.lexical:
+        chosen = selection(store, embeddings, mask, texts, top_k=k)
+        scores, ids = chosen.scores, chosen.ids
+    else:
+        scores, ids = store.backend.search(store.prepare_queries(embeddings), k, store.allow(mask))
     found = ids >= 0
     return [
         list(zip(store.keys_of(row_ids[row_found]), row_scores[row_found].tolist()))

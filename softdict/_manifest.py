@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 FORMAT_NAME = "softdict-store"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 MANIFEST = "manifest.json"
 # A manifest lists files and a few options: anything larger is not one, and is not read.
 MAX_MANIFEST_BYTES = 64 * 2**20
@@ -110,7 +110,8 @@ class FormatOneBody(_Body):
 
 
 class FormatTwoBody(_Body):
-    """Format 2: keys with stable ids; the index backend's state in ``index``."""
+    """Formats 2 and 3: keys with stable ids; the index backend's state in ``index``. (Format 3
+    adds the spelling channel: its options in ``config``, its postings among the files.)"""
 
     next_id: int = Field(ge=0)
     index: dict[str, Any] | None

@@ -74,6 +74,11 @@ class SoftDict(MutableMapping[str, Value]):
             the bound on the left-out mass is below ``tail_tolerance`` or k reaches ``max_k``.
         max_k: the largest k adaptive top-k may grow to.
         tail_tolerance: the left-out attention mass adaptive top-k aims to stay under.
+        lexical: the weight of spelling against meaning in a text lookup (the spelling channel,
+            ``softdict.spelling``): 1, the measured default, lets a misspelt name find its key;
+            0 scores keys by meaning alone, as softdict did before the channel existed.
+        lexical_known: the share of the spelling weight a query's common English words keep
+            (1/16 by default): meaning, not spelling, decides what a real word means.
         index: "auto" (exact up to 10,000 keys, then IVF), "flat" (exact), "hnsw", "ivf",
             "ivf_sq8" (compressed, 1 byte per dimension), a FAISS index_factory string, or a
             name registered with ``softdict.index.register_backend``.
@@ -102,6 +107,8 @@ class SoftDict(MutableMapping[str, Value]):
         top_k: int | None = None,
         max_k: int = 1024,
         tail_tolerance: float = 0.01,
+        lexical: float = 1.0,
+        lexical_known: float = 1 / 16,
         index: str = "auto",
         value_kind: ValueKind | str | None = None,
         query_cache_size: int = 1024,
@@ -115,6 +122,8 @@ class SoftDict(MutableMapping[str, Value]):
             top_k=top_k,
             max_k=max_k,
             tail_tolerance=tail_tolerance,
+            lexical=lexical,
+            lexical_known=lexical_known,
             index=index,
             value_kind=value_kind,
             query_cache_size=query_cache_size,
@@ -158,6 +167,26 @@ class SoftDict(MutableMapping[str, Value]):
     def temperature(self, value: float) -> None:
         with self._lock:
             self._store.config = self._store.config.replace(temperature=value)
+
+    @property
+    def lexical(self) -> float:
+        """The spelling channel's weight against meaning in text lookups; 0 when it is off."""
+        return self._store.config.lexical
+
+    @lexical.setter
+    def lexical(self, value: float) -> None:
+        with self._lock:
+            self._store.config = self._store.config.replace(lexical=value)
+
+    @property
+    def lexical_known(self) -> float:
+        """The share of the spelling weight that a query's common English words keep."""
+        return self._store.config.lexical_known
+
+    @lexical_known.setter
+    def lexical_known(self, value: float) -> None:
+        with self._lock:
+            self._store.config = self._store.config.replace(lexical_known=value)
 
     @property
     def top_k(self) -> int | None:
@@ -489,7 +518,7 @@ class SoftDict(MutableMapping[str, Value]):
         texts, single = query_texts(query)
         check_min_score(min_score)
         with self._encoded(texts, lambda: self._check_lookup(default, single)) as embeddings:
-            chosen = _lookup.selection(self._store, embeddings, mask)
+            chosen = _lookup.selection(self._store, embeddings, mask, texts)
             return _lookup.lookup_values(self._store, chosen, texts, single, min_score, default)
 
     @overload
@@ -518,7 +547,7 @@ class SoftDict(MutableMapping[str, Value]):
         array, single = self._query_array(queries)
         with self._lock:
             self._check_lookup(default, single)
-            chosen = _lookup.selection(self._store, array, mask)
+            chosen = _lookup.selection(self._store, array, mask, None)
             return _lookup.lookup_values(self._store, chosen, None, single, min_score, default)
 
     # A str is also an Iterable[str]: the str overloads come first, so a str gets one result.
@@ -532,7 +561,7 @@ class SoftDict(MutableMapping[str, Value]):
         """How ``query`` attends: an ``Attention``, or a list of them for a list of queries."""
         texts, single = query_texts(query)
         with self._encoded(texts, self._require_keys) as embeddings:
-            chosen = _lookup.selection(self._store, embeddings, mask)
+            chosen = _lookup.selection(self._store, embeddings, mask, texts)
             found = _lookup.attentions(self._store, chosen, texts)
         return found[0] if single else found
 
@@ -543,7 +572,7 @@ class SoftDict(MutableMapping[str, Value]):
         array, single = self._query_array(queries)
         with self._lock:
             self._require_keys()
-            chosen = _lookup.selection(self._store, array, mask)
+            chosen = _lookup.selection(self._store, array, mask, None)
             found = _lookup.attentions(self._store, chosen, None)
         return found[0] if single else found
 
@@ -567,7 +596,7 @@ class SoftDict(MutableMapping[str, Value]):
         check_number("k", k, "a whole number >= 1", lambda v: v >= 1, whole=True)
         texts, single = query_texts(query)
         with self._encoded(texts, self._require_keys) as embeddings:
-            found = _lookup.nearest_keys(self._store, embeddings, int(k), mask)
+            found = _lookup.nearest_keys(self._store, embeddings, int(k), mask, texts)
         return found[0] if single else found
 
     @contextmanager

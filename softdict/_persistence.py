@@ -1,6 +1,6 @@
 """Saving and loading a store: a folder of self-describing files in open formats, never pickle.
 
-A store folder (format 2) holds:
+A store folder (format 3) holds:
 
     manifest.json     format name and version, config, counts, the next id, the encoder's
                       identity, the index's state, and the size and SHA-256 of every other file;
@@ -15,9 +15,14 @@ A store folder (format 2) holds:
         embeddings.npy, embedding_ids.npy        exact search: the prepared vectors and their ids
         index.faiss, index_ids.npy, index_live.npy   a FAISS index, the id of each of its rows,
                                                       and which rows hold a key
+    the spelling channel's 3-gram postings, once a large lookup has built them (softdict.spelling):
+        spelling_indptr.npy, spelling_rows.npy, spelling_lengths.npy
+
+Format 2 is format 3 before the spelling channel: it is read with ``lexical=0``, so a store
+behaves as it did when it was saved, until its owner turns spelling on.
 
 Format 1 (softdict 0.1.0) kept everything by row, deleted rows included; it is read by
-translating it to format 2's state on load, and saved again as format 2.
+translating it to format 2's state on load (meaning alone too), and saved again as format 3.
 
 Loading reads JSON and ``np.load(..., allow_pickle=False)``, so a store file cannot run code. The
 FAISS file is parsed by FAISS's own reader; its checksum is verified first, which catches
@@ -291,11 +296,15 @@ def load_store(
         _recover(folder)
         if not folder.is_dir():
             raise StoreFormatError(f"no softdict store at {folder}: the folder does not exist")
-        body = read_manifest(folder).body
+        manifest = read_manifest(folder)
+        body = manifest.body
         if isinstance(body, FormatOneBody):
             state, files, identity = _read_format_1(folder, body)
         else:
             state, files, identity = _read_format_2(folder, body)
+        if manifest.version < 3:
+            # Saved before the spelling channel: it keeps the meaning-only lookups it had.
+            state = dataclasses.replace(state, config=state.config.replace(lexical=0.0))
     text_encoder = _matching_encoder(identity, encoder, state.config.query_cache_size)
     try:
         store = MemoryStore.restore(state, files)

@@ -11,24 +11,50 @@ Three cases, decided per call:
 
 The tail bound (``_attention.tail_mass_bound``) assumes the keys found are the true best k; it
 holds for exact backends, not always for approximate ones, which can miss a near key.
+
+With the spelling channel (``SpellingRequest``; ``softdict.spelling``) a key's score is
+meaning + weight · term(spelling), and the same three cases run on that combined score:
+
+* every key: both channels over every allowed key; a fixed k is then the k best combined scores,
+  and its tail bound holds exactly.
+* otherwise, a union of candidates: the dense index's best keys by meaning (a fixed k, or the
+  adaptive rounds, each round judged by the combined tail bound) and the spelling index's
+  ``SPELLING_CANDIDATES`` keys spelled most alike, each scored in the other channel (meaning
+  through ``IndexBackend.score_ids``), then ranked by the combined score. A key in neither list
+  scores at most (the last dense key's meaning) + weight · term(the last spelling candidate's
+  spelling), the ceiling the tail bound uses. That holds if both lists are the true best of their
+  channel: as exact as the dense index, and for spelling as long as no key sharing no 3-gram with
+  the query, or outside the 3-gram pool, is spelled more like it than the candidates.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from softdict._attention import softmax, tail_mass_bound
+from softdict._attention import softmax, tail_mass_bound, top_of_scores
 from softdict._config import EXACT_MAX_KEYS, SoftDictConfig
 from softdict.index.base import Allow, Capabilities, IndexBackend
+from softdict.spelling import SIMILARITY_FLOOR, SpellingIndex, SpellingQueries, spelling_term
 
-__all__ = ["RetrievalPolicy", "Selection", "scores_every_key", "select"]
+__all__ = [
+    "SPELLING_CANDIDATES",
+    "RetrievalPolicy",
+    "Selection",
+    "SpellingRequest",
+    "scores_every_key",
+    "select",
+]
 
 # Adaptive top-k starts here and grows 4x per round until the tail bound is met or max_k reached.
 _INITIAL_K = 64
 _GROWTH = 4
+# Keys the spelling index proposes per query in a large store (or top_k, if larger); a fixed
+# top_k also searches the dense index for at least this many, so the k best combined scores are
+# chosen from more than k keys of each channel.
+SPELLING_CANDIDATES = 64
 
 
 @dataclass(frozen=True)
@@ -46,16 +72,36 @@ class RetrievalPolicy:
 
 
 @dataclass(frozen=True)
+class SpellingRequest:
+    """The spelling channel's part of a lookup.
+
+    Attributes:
+        index: the store's spelling index.
+        queries: the query texts' spelling forms.
+        weights: (m,) each query's spelling weight, in score units (``spelling.query_weights``).
+    """
+
+    index: SpellingIndex
+    queries: SpellingQueries
+    weights: np.ndarray
+
+
+@dataclass(frozen=True)
 class Selection:
     """The keys each of m queries attends to, with their scores and weights.
 
     Attributes:
-        scores: (m, c) float64 similarity scores; -inf marks padding.
+        scores: (m, c) float64 scores the softmax ran on (meaning + spelling, or meaning alone);
+            -inf marks padding.
         ids: the keys' ids: (c,) shared by every query (attention over every allowed key, in
             increasing id order), or (m, c), one row per query, best first, -1 marking padding.
         weights: (m, c) softmax weights; 0 on padding; each row sums to 1.
         k: (m,) how many keys each softmax ran over.
         tail_mass: (m,) bound on the attention mass of allowed keys left out (0 when exact).
+        meaning: (m, c) the similarity of the embeddings alone; -inf marks padding.
+        spelling: (m, c) spelling similarities in [0, 1] (NaN on padding), or None when the
+            spelling channel was off.
+        spelling_weight: (m,) each query's spelling weight, or None when it was off.
     """
 
     scores: np.ndarray
@@ -63,6 +109,9 @@ class Selection:
     weights: np.ndarray
     k: np.ndarray
     tail_mass: np.ndarray
+    meaning: np.ndarray
+    spelling: np.ndarray | None = None
+    spelling_weight: np.ndarray | None = None
 
 
 def scores_every_key(capabilities: Capabilities, n_allowed: int) -> bool:
@@ -77,20 +126,29 @@ def select(
     policy: RetrievalPolicy,
     allow: Allow | None,
     n_allowed: int,
+    spelling: SpellingRequest | None = None,
 ) -> Selection:
     """Score prepared ``queries`` (m, d) and choose, per query, the keys its softmax runs over.
 
     ``allow`` limits the keys (None: every key); ``n_allowed`` is how many keys it allows.
+    ``spelling`` adds the spelling channel (None: meaning alone, as before it existed).
     """
     m = len(queries)
     temperature = policy.temperature
     if m == 0:
         empty = np.zeros((0, 0))
-        return Selection(empty, np.zeros((0, 0), np.int64), empty, np.zeros(0, int), np.zeros(0))
-    if policy.top_k is None and scores_every_key(backend.capabilities, n_allowed):
+        return Selection(
+            empty, np.zeros((0, 0), np.int64), empty, np.zeros(0, int), np.zeros(0), empty
+        )
+    every_key = scores_every_key(backend.capabilities, n_allowed)
+    if spelling is not None:
+        if every_key:
+            return _every_key_with_spelling(backend, queries, policy, allow, n_allowed, spelling)
+        return _union_with_spelling(backend, queries, policy, allow, n_allowed, spelling)
+    if policy.top_k is None and every_key:
         scores, ids = backend.score_all(queries, allow)
         return Selection(
-            scores, ids, softmax(scores, temperature), np.full(m, len(ids)), np.zeros(m)
+            scores, ids, softmax(scores, temperature), np.full(m, len(ids)), np.zeros(m), scores
         )
     if policy.top_k is not None:
         scores, ids = backend.search(queries, min(policy.top_k, n_allowed), allow)
@@ -102,6 +160,178 @@ def select(
         softmax(scores, temperature),
         (ids >= 0).sum(axis=1),
         tail_mass_bound(scores, n_allowed, temperature),
+        scores,
+    )
+
+
+def _combined(meaning: np.ndarray, similarity: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """meaning + weight · term(spelling); padding (meaning -inf) stays -inf."""
+    term = spelling_term(np.nan_to_num(similarity, nan=0.0))
+    return meaning + weights[:, None] * term
+
+
+def _every_key_with_spelling(
+    backend: IndexBackend,
+    queries: np.ndarray,
+    policy: RetrievalPolicy,
+    allow: Allow | None,
+    n_allowed: int,
+    spelling: SpellingRequest,
+) -> Selection:
+    """Both channels over every allowed key; a fixed k keeps the k best combined scores."""
+    meaning, ids = backend.score_all(queries, allow)
+    similarity = spelling.index.similarity(spelling.queries, ids)
+    combined = _combined(meaning, similarity, spelling.weights)
+    m, temperature = len(queries), policy.temperature
+    if policy.top_k is None:
+        weights = softmax(combined, temperature)
+        return Selection(
+            combined, ids, weights, np.full(m, len(ids)), np.zeros(m), meaning, similarity,
+            spelling.weights,
+        )  # fmt: skip
+    best, columns = top_of_scores(combined, min(policy.top_k, n_allowed))
+    found = columns >= 0
+    safe = np.where(found, columns, 0)
+
+    def gather(matrix: np.ndarray, padding: float) -> np.ndarray:
+        return np.where(found, np.take_along_axis(matrix, safe, axis=1), padding)
+
+    return Selection(
+        best,
+        np.where(found, ids[safe], -1),
+        softmax(best, temperature),
+        found.sum(axis=1),
+        tail_mass_bound(best, n_allowed, temperature),
+        gather(meaning, -np.inf),
+        gather(similarity, np.nan),
+        spelling.weights,
+    )
+
+
+@dataclass(frozen=True)
+class _SpellingCandidates:
+    """Each query's keys spelled most alike, with both channels' scores (padded -1 / -inf /
+    NaN), and the most spelling similarity a key outside them is taken to have."""
+
+    ids: np.ndarray
+    meaning: np.ndarray
+    similarity: np.ndarray
+    ceiling: np.ndarray
+
+
+def _spelling_candidates(
+    backend: IndexBackend,
+    queries: np.ndarray,
+    allow: Allow | None,
+    n: int,
+    spelling: SpellingRequest,
+) -> _SpellingCandidates:
+    ids, similarity = spelling.index.candidates(spelling.queries, n, allow)
+    meaning = np.full(ids.shape, -np.inf)
+    for i, row in enumerate(ids):
+        found = row >= 0
+        if found.any():
+            meaning[i, found] = backend.score_ids(queries[i : i + 1], row[found])[0]
+    # The last candidate's similarity; with none, no key shares a 3-gram with the query, and
+    # such keys are taken to be below the floor, where spelling adds nothing.
+    last = np.where(np.isnan(similarity), np.inf, similarity).min(axis=1)
+    ceiling = np.where(np.isfinite(last), last, SIMILARITY_FLOOR)
+    return _SpellingCandidates(ids, meaning, similarity, ceiling)
+
+
+def _merge(
+    dense_scores: np.ndarray,
+    dense_ids: np.ndarray,
+    lexical: _SpellingCandidates,
+    spelling: SpellingRequest,
+    rows: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The union of the dense and spelling candidates of the queries ``rows``, by combined score,
+    best first: (combined, ids, meaning, similarity, ceiling), padded -inf / -1 / -inf / NaN.
+    ``ceiling`` (per query) is the most a key in neither list can score."""
+    weights = spelling.weights[rows]
+    dense_similarity = spelling.index.similarity(spelling.queries.subset(rows), dense_ids)
+    parts = []
+    for j, i in enumerate(rows.tolist()):
+        dense = dense_ids[j] >= 0
+        spelled = lexical.ids[i] >= 0
+        spelled &= ~np.isin(lexical.ids[i], dense_ids[j, dense])
+        ids = np.concatenate([dense_ids[j, dense], lexical.ids[i, spelled]])
+        meaning = np.concatenate([dense_scores[j, dense], lexical.meaning[i, spelled]])
+        similarity = np.concatenate([dense_similarity[j, dense], lexical.similarity[i, spelled]])
+        parts.append((ids, meaning, similarity))
+    width = max(len(ids) for ids, _, _ in parts)
+    ids = np.full((len(rows), width), -1, dtype=np.int64)
+    meaning = np.full((len(rows), width), -np.inf)
+    similarity = np.full((len(rows), width), np.nan)
+    for j, (row_ids, row_meaning, row_similarity) in enumerate(parts):
+        ids[j, : len(row_ids)] = row_ids
+        meaning[j, : len(row_ids)] = row_meaning
+        similarity[j, : len(row_ids)] = row_similarity
+    combined = _combined(meaning, similarity, weights)
+    order = np.argsort(-combined, axis=1, kind="stable")
+
+    def by_order(matrix: np.ndarray) -> np.ndarray:
+        return np.take_along_axis(matrix, order, axis=1)
+
+    # Dense padding means the index has no more keys to give: then only spelling bounds the rest.
+    found = (dense_ids >= 0).sum(axis=1)
+    last_dense = np.take_along_axis(dense_scores, np.maximum(found - 1, 0)[:, None], axis=1)[:, 0]
+    ceiling = np.where(found > 0, last_dense, -np.inf) + weights * spelling_term(
+        lexical.ceiling[rows]
+    )
+    return by_order(combined), by_order(ids), by_order(meaning), by_order(similarity), ceiling
+
+
+def _union_with_spelling(
+    backend: IndexBackend,
+    queries: np.ndarray,
+    policy: RetrievalPolicy,
+    allow: Allow | None,
+    n_allowed: int,
+    spelling: SpellingRequest,
+) -> Selection:
+    """The union of dense and spelling candidates, ranked by the combined score (module
+    docstring): a fixed k keeps the k best; otherwise the dense rounds grow until the combined
+    tail bound is met."""
+    m, temperature = len(queries), policy.temperature
+    lexical = _spelling_candidates(
+        backend,
+        queries,
+        allow,
+        min(n_allowed, max(policy.top_k or 0, SPELLING_CANDIDATES)),
+        spelling,
+    )
+    every = np.arange(m)
+
+    def merged_bound(rows: np.ndarray, scores: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        combined, _, _, _, ceiling = _merge(scores, ids, lexical, spelling, rows)
+        return tail_mass_bound(combined, n_allowed, temperature, ceiling)
+
+    if policy.top_k is not None:
+        dense_k = min(max(policy.top_k, _INITIAL_K), n_allowed)
+        dense_scores, dense_ids = backend.search(queries, dense_k, allow)
+    else:
+        dense_scores, dense_ids = adaptive_top_k(
+            backend, queries, policy, allow, n_allowed, merged_bound
+        )
+    combined, ids, meaning, similarity, ceiling = _merge(
+        dense_scores, dense_ids, lexical, spelling, every
+    )
+    if policy.top_k is not None and combined.shape[1] > policy.top_k:
+        # Keys cut from the union score at most the best one cut.
+        ceiling = np.maximum(ceiling, combined[:, policy.top_k])
+        combined, ids = combined[:, : policy.top_k], ids[:, : policy.top_k]
+        meaning, similarity = meaning[:, : policy.top_k], similarity[:, : policy.top_k]
+    return Selection(
+        combined,
+        ids,
+        softmax(combined, temperature),
+        (ids >= 0).sum(axis=1),
+        tail_mass_bound(combined, n_allowed, temperature, ceiling),
+        meaning,
+        similarity,
+        spelling.weights,
     )
 
 
@@ -120,9 +350,14 @@ def adaptive_top_k(
     policy: RetrievalPolicy,
     allow: Allow | None,
     n_allowed: int,
+    bound: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k per query, with k growing 4x per round (64, 256, 1024, ...) until the tail bound is
     under ``tail_tolerance``, the index has no more candidates, or k reaches ``max_k``.
+
+    ``bound(rows, scores, ids)`` gives the tail bound of the queries ``rows`` given their top
+    keys so far (default: the bound on these scores alone; the spelling channel's union passes
+    the bound on its combined score).
 
     Where a larger k makes a search much slower (HNSW), each round searches again, for the
     queries still pending. Elsewhere (exact scoring computes every score anyway; IVF scans about
@@ -144,9 +379,12 @@ def adaptive_top_k(
                 queries[pending], k if in_rounds else cap, allow
             )
         head_scores, head_ids = found_scores[:, :k], found_ids[:, :k]
-        bound = tail_mass_bound(head_scores, n_allowed, policy.temperature)
+        if bound is None:
+            tail = tail_mass_bound(head_scores, n_allowed, policy.temperature)
+        else:
+            tail = bound(pending, head_scores, head_ids)
         # A padded result means the index has no more candidates to give.
-        done = (bound <= policy.tail_tolerance) | (head_ids[:, -1] < 0) | (k >= cap)
+        done = (tail <= policy.tail_tolerance) | (head_ids[:, -1] < 0) | (k >= cap)
         finished = pending[done]
         scores[finished, :k] = head_scores[done]
         ids[finished, :k] = head_ids[done]

@@ -1,4 +1,7 @@
-"""Soft lookup on a seeded fake encoder: the store's output is exactly the attention formula."""
+"""Soft lookup on a seeded fake encoder: the store's output is exactly the attention formula.
+
+The formula tests set ``lexical=0`` (meaning alone, the seed formula); test_spelling.py checks
+the combined score against its own naive formula."""
 
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ def test_scalar_lookup_is_the_attention_formula(similarity: str, temperature: fl
         encoder=FakeEncoder(),
         similarity=similarity,
         temperature=temperature,
+        lexical=0,
     )
     queries = ["apple", "red", "chair sofa"]
     expected, _ = reference(FakeEncoder(), KEYS, values, queries, similarity, temperature)
@@ -42,7 +46,7 @@ def test_scalar_lookup_is_the_attention_formula(similarity: str, temperature: fl
 
 def test_vector_lookup_blends_vectors() -> None:
     values = np.arange(18, dtype=float).reshape(6, 3)
-    sd = SoftDict(dict(zip(KEYS, values)), encoder=FakeEncoder())
+    sd = SoftDict(dict(zip(KEYS, values)), encoder=FakeEncoder(), lexical=0)
     expected, _ = reference(FakeEncoder(), KEYS, values, ["apple", "chair"])
     got = sd.lookup(["apple", "chair"])
     assert got.shape == (2, 3)
@@ -52,7 +56,7 @@ def test_vector_lookup_blends_vectors() -> None:
 
 def test_categorical_lookup_returns_the_label_with_most_weight() -> None:
     labels = ["fruit", "fruit", "fruit", "furniture", "furniture", "vehicle"]
-    sd = SoftDict(dict(zip(KEYS, labels)), encoder=FakeEncoder(), temperature=0.5)
+    sd = SoftDict(dict(zip(KEYS, labels)), encoder=FakeEncoder(), temperature=0.5, lexical=0)
     _, weights = reference(
         FakeEncoder(), KEYS, np.zeros(6), ["apple", "chair sofa"], temperature=0.5
     )
@@ -89,7 +93,7 @@ def test_attend_reports_keys_weights_scores_sorted() -> None:
 
 
 def test_nearest_returns_best_keys_and_scores() -> None:
-    sd = SoftDict(dict(zip(KEYS, range(6))), encoder=FakeEncoder())
+    sd = SoftDict(dict(zip(KEYS, range(6))), encoder=FakeEncoder(), lexical=0)
     best = sd.nearest("red apple", k=3)
     assert best[0] == ("red apple", pytest.approx(1.0))
     assert [key for key, _ in best][1:] in (["green apple", "red car"], ["red car", "green apple"])
@@ -232,7 +236,9 @@ def test_attention_names_each_key_with_its_own_weight_and_score() -> None:
     key and on the top-k path, before and after deletes leave empty slots."""
     values = [1.0, 2.0, 3.0, 10.0, 20.0, 5.0]
     for options in ({}, {"top_k": 4}):
-        sd = SoftDict(dict(zip(KEYS, values)), encoder=FakeEncoder(), temperature=0.3, **options)
+        sd = SoftDict(
+            dict(zip(KEYS, values)), encoder=FakeEncoder(), temperature=0.3, lexical=0, **options
+        )
         for _ in range(2):
             attention = sd.attend("red apple car")
             query = FakeEncoder().encode(["red apple car"])

@@ -13,7 +13,7 @@ from _support import FakeEncoder
 from softdict import ConfigError, EmptyStoreError, KeyTypeError, Similarity, SoftDict
 from softdict._attention import softmax, tail_mass_bound
 from softdict._config import EXACT_MAX_KEYS
-from softdict._retrieval import RetrievalPolicy, select
+from softdict._retrieval import SPELLING_CANDIDATES, RetrievalPolicy, select
 from softdict._similarity import Metric, metric_scores
 from softdict.index import Allow, Capabilities, IndexBackend, backend_spec, register_backend
 
@@ -310,7 +310,9 @@ def test_a_batch_is_one_index_search() -> None:
     sd.lookup_embeddings(X[:32])
     sd.attend_embeddings(X[:32])
     sd.nearest([f"key{i}" for i in range(5)], k=3)
-    assert recording.searches == [(32, 10), (32, 10), (5, 3)]
+    # nearest by text also ranks by spelling: one dense search for the batch, for at least
+    # SPELLING_CANDIDATES keys each, to choose the k best combined scores from.
+    assert recording.searches == [(32, 10), (32, 10), (5, SPELLING_CANDIDATES)]
 
 
 def test_hnsw_adaptive_k_searches_in_rounds() -> None:

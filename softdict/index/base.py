@@ -20,7 +20,7 @@ import numpy as np
 
 from softdict._errors import ConfigError
 from softdict._files import FileReader, StoreFiles
-from softdict._similarity import Metric
+from softdict._similarity import Metric, metric_scores
 
 __all__ = [
     "Allow",
@@ -143,6 +143,23 @@ class IndexBackend(ABC):
         """The prepared vectors of held ``ids`` (approximations for compressed indexes).
         Only where ``capabilities.returns_vectors``."""
         raise NotImplementedError(f"{self.describe()} cannot return its vectors")
+
+    def score_ids(self, queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        """Scores (m, c) of prepared queries (m, dim) against the held ``ids`` (c,), as a search
+        would score them. The spelling channel asks for the keys it proposes that the search did
+        not find. By default from ``vectors``, or else by a search limited to ``ids``, which an
+        approximate backend without vectors should override (its search can miss some)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if self.capabilities.returns_vectors:
+            return metric_scores(queries, self.vectors(ids), self.metric)
+        allow = Allow.of(ids)
+        scores, found = self.search(queries, len(allow), allow)
+        result = np.full((len(queries), len(ids)), -np.inf)
+        for i in range(len(queries)):
+            hit = found[i] >= 0
+            result[i, np.searchsorted(allow.ids, found[i, hit])] = scores[i, hit]
+        # Back to the order asked for (Allow sorted them).
+        return result[:, np.searchsorted(allow.ids, ids)]
 
     @abstractmethod
     def describe(self) -> str:

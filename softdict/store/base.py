@@ -1,7 +1,8 @@
 """The store protocol: everything one SoftDict holds, behind one interface.
 
 A store holds the options (config), the keys and the int64 id each key's vector has, the value
-column, the index backend, and the query projection learned by ``fit``. ``SoftDict`` is a façade
+column, the index backend, the keys' spelling forms (``softdict.spelling``), and the query
+projection learned by ``fit``. ``SoftDict`` is a façade
 over one store and one encoder: it parses arguments, encodes text, holds the lock, and asks the
 store. Counting, iterating, getting, writing, deleting and searching all go through this
 interface, and a lookup asks only for the values of the keys it attends to (and, in a label
@@ -27,7 +28,8 @@ import numpy as np
 from softdict._config import SoftDictConfig
 from softdict._files import StoreFiles
 from softdict._types import Mask, Value
-from softdict.index.base import Allow, BackendDump, IndexBackend
+from softdict.index.base import Allow, IndexBackend
+from softdict.spelling import SpellingIndex
 from softdict.values.base import ValueColumn
 
 __all__ = ["StagedWrite", "Store", "StoreState"]
@@ -181,6 +183,11 @@ class Store(ABC):
     def backend(self) -> IndexBackend:
         """The index backend searched for soft lookups (only while the store holds keys)."""
 
+    @property
+    @abstractmethod
+    def spelling(self) -> SpellingIndex:
+        """The keys' spelling forms by id, and spelling candidates for large stores."""
+
     @abstractmethod
     def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
         """``embeddings`` as float32 (n, d), or ValueShapeError (another dimension than the
@@ -228,14 +235,13 @@ class Store(ABC):
         """The state to save, and the files of its parts (the value column and the index)."""
 
 
-def dump_files(
-    column: ValueColumn[Any] | None, slots: np.ndarray, index: BackendDump | None
-) -> StoreFiles:
+def dump_files(*parts: StoreFiles) -> StoreFiles:
     """The parts' files in one dict; a part that wrote a name another did is a programming
     error, caught here rather than in a half-overwritten store."""
-    files: StoreFiles = dict(column.dump(slots)) if column is not None else {}
-    for name, content in (index.files if index is not None else {}).items():
-        if name in files:
-            raise RuntimeError(f"two parts of the store both write {name}")
-        files[name] = content
+    files: StoreFiles = {}
+    for part in parts:
+        for name, content in part.items():
+            if name in files:
+                raise RuntimeError(f"two parts of the store both write {name}")
+            files[name] = content
     return files

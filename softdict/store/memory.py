@@ -22,6 +22,7 @@ from softdict._rows import GrowableRows, compaction_due
 from softdict._types import Mask, Value
 from softdict.index.base import Allow, IndexBackend, sorted_unique
 from softdict.index.registry import BackendSpec, backend_spec
+from softdict.spelling import SpellingIndex
 from softdict.store.base import StagedWrite, Store, StoreState, dump_files
 from softdict.values.base import ValueColumn
 from softdict.values.registry import column_class, infer_column_class
@@ -47,6 +48,7 @@ class MemoryStore(Store):
         self._alive = GrowableRows((), np.bool_)
         self._column: ValueColumn[Any] | None = None
         self._backend: IndexBackend | None = None
+        self._spelling = SpellingIndex()
         self._dim: int | None = None
 
     # -- options and shape ----------------------------------------------------------------------
@@ -167,12 +169,14 @@ class MemoryStore(Store):
             # First: a backend's add changes nothing if it fails, and nothing below can fail.
             backend.add(new_ids, prepared)
             self._backend, self._dim = backend, prepared.shape[1]
+            self._spelling.add(new_ids, staged.fresh)
             self._next_id += len(staged.fresh)
         self._column = column
         replaced = [self._slot_of[key] for key in staged.fresh if key in self._slot_of]
         if replaced:
             assert self._backend is not None
             self._backend.remove(self._id_of_slot.view[replaced])
+            self._spelling.remove(self._id_of_slot.view[replaced])
             self._empty_slots(replaced)
         if staged.kept:
             slots = np.array([self._slot_of[key] for key in staged.kept])
@@ -192,6 +196,7 @@ class MemoryStore(Store):
         slot = self._slot_of[key]  # KeyError(key), as a dict raises
         assert self._backend is not None
         self._backend.remove(self._id_of_slot.view[[slot]])
+        self._spelling.remove(self._id_of_slot.view[[slot]])
         del self._slot_of[key]
         self._empty_slots([slot])
         self._after_removal()
@@ -264,6 +269,10 @@ class MemoryStore(Store):
             raise EmptyStoreError("the store holds no keys, so it has no index to search")
         return self._backend
 
+    @property
+    def spelling(self) -> SpellingIndex:
+        return self._spelling
+
     def prepare_queries(self, embeddings: np.ndarray) -> np.ndarray:
         checked = self.checked_embeddings(embeddings, "query embeddings")
         if self._projection is not None:
@@ -332,7 +341,11 @@ class MemoryStore(Store):
             index_meta=dump.meta if dump is not None else None,
             projection=None if self._projection is None else self._projection.copy(),
         )
-        return state, dump_files(self._column, slots, dump)
+        return state, dump_files(
+            self._column.dump(slots) if self._column is not None else {},
+            dump.files if dump is not None else {},
+            self._spelling.dump(),
+        )
 
     def copy(self) -> MemoryStore:
         state, files = self.snapshot()
@@ -362,6 +375,9 @@ class MemoryStore(Store):
                 f"{len(backend)} vectors, not under the same ids",
             )
         store._column, store._backend, store._dim = column, backend, state.dim
+        store._spelling = SpellingIndex.restore(
+            state.ids[by_id], [state.keys[i] for i in by_id], files
+        )
         store._id_of_slot.append(state.ids[by_id])
         store._alive.append(np.ones(n, dtype=np.bool_))
         store._key_of_slot = [state.keys[i] for i in by_id]

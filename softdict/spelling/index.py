@@ -1,0 +1,208 @@
+"""``SpellingIndex``: what the spelling channel holds for a store's keys.
+
+Each key's spelling form (and token-sorted form) by id, in rows appended in id order like an
+index backend's, with tombstones for deleted keys until they outnumber live ones. Small stores
+score every key's spelling (``similarity`` over all ids); large ones ask ``candidates`` for the
+keys spelled most like the query, which the 3-gram postings (``ngrams``) find among millions.
+The postings are built once the index holds more keys than a lookup scores exactly
+(``EXACT_MAX_KEYS``: building them for 10^6 keys takes about 5 s, better spent in the insert
+than in one unlucky lookup), or on the first candidate request of a smaller store (an
+approximate backend's), so a small store on an exact backend never holds them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from softdict._config import EXACT_MAX_KEYS
+from softdict._files import FileReader, StoreFiles
+from softdict._rows import GrowableRows
+from softdict.index._ids import IdRows
+from softdict.index.base import Allow
+from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
+from softdict.spelling.scores import KeyForms, spelling_similarity
+from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
+
+__all__ = ["CANDIDATE_POOL", "SpellingIndex"]
+
+# How many rows the 3-gram postings propose per query, for exact spelling scores: the key of a
+# two-typo query is among the best 2,048 rows for 0.9 of queries in 10^6 keys, among the best 512
+# for 0.8 (benchmarks/matching_scale.py), and scoring 2,048 forms takes about 0.2 ms.
+CANDIDATE_POOL = 2048
+_POSTINGS_FILES = ("spelling_indptr.npy", "spelling_rows.npy", "spelling_lengths.npy")
+
+
+class SpellingIndex:
+    """Spelling forms of keys by id, and spelling candidates (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._rows = IdRows()
+        self._forms = GrowableRows((), object)
+        self._sorted_forms = GrowableRows((), object)
+        self._empty = GrowableRows((), np.bool_)
+        self._multiword_rows = 0  # rows (tombstones included) whose form has several words
+        self._empty_rows = 0
+        self._ngrams: NgramCandidates | None = None
+
+    def __len__(self) -> int:
+        return self._rows.n_live
+
+    def add(self, ids: np.ndarray, keys: list[str]) -> None:
+        """Forms for new ``keys`` under ``ids`` (increasing, larger than any held)."""
+        self._add_keys(ids, keys)
+        self._build_postings_if_large()
+
+    def _add_keys(self, ids: np.ndarray, keys: list[str]) -> None:
+        forms = [spelling_form(key) for key in keys]
+        self._rows.append(np.asarray(ids, dtype=np.int64))
+        self._append(forms, [token_sorted(form) for form in forms])
+
+    def _build_postings_if_large(self) -> None:
+        if self._ngrams is None and self._rows.n_live > EXACT_MAX_KEYS:
+            self._build_postings()
+
+    def _build_postings(self) -> None:
+        self._ngrams = NgramCandidates()
+        self._ngrams.add(self._forms.view.tolist())
+
+    def _append(self, forms: list[str], sorted_forms: list[str]) -> None:
+        column = np.empty(len(forms), dtype=object)
+        column[:] = forms
+        self._forms.append(column)
+        column = np.empty(len(forms), dtype=object)
+        column[:] = sorted_forms
+        self._sorted_forms.append(column)
+        empty = np.array([not form for form in forms], dtype=np.bool_)
+        self._empty.append(empty)
+        self._multiword_rows += sum(a is not b for a, b in zip(forms, sorted_forms))
+        self._empty_rows += int(empty.sum())
+        if self._ngrams is not None:
+            self._ngrams.add(forms)
+
+    def remove(self, ids: np.ndarray) -> None:
+        """Forget ``ids``; ids not held are ignored. Never fails."""
+        self._rows.remove(np.asarray(ids, dtype=np.int64))
+        if self._rows.needs_compaction:
+            live = self._rows.live_rows()
+            forms = self._forms.view[live].tolist()
+            sorted_forms = self._sorted_forms.view[live].tolist()
+            self._rows.keep(live)
+            self._forms, self._sorted_forms = GrowableRows((), object), GrowableRows((), object)
+            self._empty = GrowableRows((), np.bool_)
+            self._multiword_rows = self._empty_rows = 0
+            # The postings are rebuilt from the live forms: now in a large store, else when a
+            # candidate request next needs them.
+            self._ngrams = None
+            self._append(forms, sorted_forms)
+            self._build_postings_if_large()
+
+    # -- scoring --------------------------------------------------------------------------------
+
+    def _key_forms(self, rows: np.ndarray | None) -> KeyForms:
+        """The forms of ``rows`` (None: every row, tombstones included)."""
+
+        def part(column: GrowableRows) -> np.ndarray:
+            return column.view if rows is None else column.view[rows]
+
+        return KeyForms(
+            part(self._forms),
+            part(self._sorted_forms) if self._multiword_rows else None,
+            part(self._empty) if self._empty_rows else None,
+        )
+
+    def _rows_of_held(self, ids: np.ndarray) -> np.ndarray | None:
+        """The rows of ``ids``, all held; None when they are every row, in order."""
+        if len(ids) == self._rows.size and np.array_equal(ids, self._rows.ids):
+            return None
+        rows = self._rows.rows_of(ids)
+        if len(rows) != len(ids):
+            raise KeyError("the spelling index was asked for ids it does not hold")
+        return rows
+
+    def similarity(self, queries: SpellingQueries, ids: np.ndarray) -> np.ndarray:
+        """Spelling similarity of each query with the keys of ``ids``: (c,) ids shared by every
+        query, or (m, c) one row per query with -1 for padding (NaN there). Float64 (m, c)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.ndim == 1:
+            return spelling_similarity(queries, self._key_forms(self._rows_of_held(ids))).astype(
+                np.float64
+            )
+        result = np.full(ids.shape, np.nan)
+        for i, row_ids in enumerate(ids):
+            found = row_ids >= 0
+            rows = self._rows.rows_of(row_ids[found])
+            if len(rows) != int(found.sum()):
+                raise KeyError("the spelling index was asked for ids it does not hold")
+            result[i, found] = spelling_similarity(queries.row(i), self._key_forms(rows))[0]
+        return result
+
+    def candidates(
+        self, queries: SpellingQueries, n: int, allow: Allow | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``n`` allowed keys spelled most like each query: ids (m, n), best first, and
+        their spelling similarities (m, n) float64, padded with -1 and NaN."""
+        m = len(queries)
+        ids = np.full((m, n), -1, dtype=np.int64)
+        similarities = np.full((m, n), np.nan)
+        if not self._rows.n_live or not n:
+            return ids, similarities
+        if self._ngrams is None:
+            self._build_postings()
+        assert self._ngrams is not None
+        admissible = None
+        if allow is not None:
+            admissible = np.zeros(self._rows.size, dtype=np.bool_)
+            admissible[self._rows.rows_of(allow.ids)] = True
+        elif self._rows.has_tombstones:
+            admissible = self._rows.live
+        pools = self._ngrams.search(queries.forms, max(n, CANDIDATE_POOL), admissible)
+        for i, pool in enumerate(pools):
+            scores = spelling_similarity(queries.row(i), self._key_forms(pool))[0]
+            best = np.argsort(-scores, kind="stable")[:n]
+            ids[i, : len(best)] = self._rows.ids[pool[best]]
+            similarities[i, : len(best)] = scores[best]
+        return ids, similarities
+
+    def memory_bytes(self) -> int:
+        """Bytes held for the forms (the strings themselves included) and the postings."""
+        import sys
+
+        forms = self._forms.view
+        strings = sum(sys.getsizeof(form) for form in forms)
+        strings += sum(
+            sys.getsizeof(s) for s, form in zip(self._sorted_forms.view, forms) if s is not form
+        )
+        arrays = forms.nbytes + self._sorted_forms.view.nbytes + self._empty.view.nbytes
+        ngrams = self._ngrams.nbytes() if self._ngrams is not None else 0
+        return int(strings + arrays + self._rows.nbytes() + ngrams)
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def dump(self) -> StoreFiles:
+        """The 3-gram postings, when built and free of deleted keys (else nothing: the forms
+        come from the keys, and the postings are rebuilt when first needed)."""
+        if self._ngrams is None or self._rows.has_tombstones:
+            return {}
+        arrays = self._ngrams.arrays()
+        return dict(zip(_POSTINGS_FILES, (arrays["indptr"], arrays["indices"], arrays["lengths"])))
+
+    @classmethod
+    def restore(cls, ids: np.ndarray, keys: list[str], files: FileReader) -> SpellingIndex:
+        """The index of ``keys`` under ``ids`` (increasing), with saved postings if any."""
+        index = cls()
+        index._add_keys(ids, keys)
+        if not all(files.has(name) for name in _POSTINGS_FILES):
+            index._build_postings_if_large()
+            return index
+        indptr_name, rows_name, lengths_name = _POSTINGS_FILES
+        indptr = files.npy(indptr_name, np.int64, (N_FEATURES + 1,))
+        rows = files.npy(rows_name, np.int32, (None,))
+        lengths = files.npy(lengths_name, np.float32, (len(keys),))
+        if indptr[0] != 0 or indptr[-1] != len(rows) or np.any(np.diff(indptr) < 0):
+            raise files.error(indptr_name, "is not a valid postings pointer for its rows")
+        if len(rows) and (rows.min() < 0 or rows.max() >= len(keys)):
+            raise files.error(rows_name, f"names rows outside the {len(keys)} keys")
+        if not np.all(np.isfinite(lengths)) or np.any(lengths < 0):
+            raise files.error(lengths_name, "holds invalid 3-gram counts")
+        index._ngrams = NgramCandidates.from_arrays(indptr, rows, lengths)
+        return index

@@ -1,0 +1,184 @@
+"""Spelling candidates for large stores: an inverted index of character 3-grams.
+
+Scoring every key's spelling costs about what scoring every key's meaning does (rapidfuzz takes
+~0.1 µs a pair), which a store of 10^6 keys cannot afford per lookup. This index finds the keys
+that share the query's rarest 3-grams instead: scikit-learn's ``HashingVectorizer`` turns each
+form into its 3-grams (words padded with spaces, hashed into 2^18 columns, no vocabulary to keep
+in step), and a gram-major sparse matrix lists the rows holding each 3-gram. A query sums the
+inverse document frequency of the 3-grams it shares with each row, rarest 3-grams first up to a
+budget of postings, divided by the square root of the row's 3-gram count; the best few
+thousand rows are then scored exactly by the caller. Measured on 10^6 real names and words
+(``benchmarks/matching_scale.py``): a typo's key is among the 2,048 best rows for 0.99 of
+one-typo and 0.9 of two-typo queries, in about a millisecond.
+
+Rows arrive in order (the spelling index's rows). New rows wait in a small key-major block that
+is scored directly, and join the gram-major postings when that block grows past a share of them,
+so adding a key never rebuilds the postings and a lookup never scans more than that block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from softdict._rows import GrowableRows
+
+__all__ = ["NgramCandidates"]
+
+N_FEATURES = 2**18
+NGRAM = 3
+# The rarest 3-grams of a query are read until this many postings: common 3-grams ("the") list
+# a good part of a large store and say little about which key was meant.
+POSTINGS_BUDGET = 200_000
+# New rows are merged into the postings once they are more than this many and this share of them.
+_MERGE_MIN_ROWS = 4096
+_MERGE_SHARE = 1 / 32
+
+
+def _vectorizer() -> Any:
+    from sklearn.feature_extraction.text import HashingVectorizer
+
+    return HashingVectorizer(
+        analyzer="char_wb",
+        ngram_range=(NGRAM, NGRAM),
+        n_features=N_FEATURES,
+        binary=True,
+        norm=None,
+        alternate_sign=False,
+        lowercase=False,  # forms are case-folded already
+        dtype=np.float32,
+    )
+
+
+class NgramCandidates:
+    """Character 3-gram postings over rows 0..n-1 (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._vectorize = _vectorizer().transform
+        # Gram-major postings, CSR without its data (every entry is 1): the rows holding 3-gram
+        # g are indices[indptr[g]:indptr[g + 1]], increasing.
+        self._indptr = np.zeros(N_FEATURES + 1, dtype=np.int64)
+        self._indices = np.zeros(0, dtype=np.int32)
+        self._covered = 0  # rows in the postings; the rest wait in ``_pending``
+        self._idf = np.zeros(N_FEATURES, dtype=np.float32)
+        self._pending: list[sp.csr_matrix] = []  # key-major blocks of rows after the postings
+        self._pending_block: sp.csr_matrix | None = None  # the blocks stacked (a cache)
+        self._lengths = GrowableRows((), np.float32)  # each row's number of 3-grams
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def add(self, forms: list[str]) -> None:
+        """Rows for ``forms``, after the rows already held."""
+        grams = self._vectorize(forms).tocsr()
+        self._lengths.append(np.diff(grams.indptr).astype(np.float32))
+        self._pending.append(grams)
+        self._pending_block = None
+        waiting = len(self) - self._covered
+        if not self._covered or waiting > max(_MERGE_MIN_ROWS, _MERGE_SHARE * self._covered):
+            self._merge()
+
+    def _merge(self) -> None:
+        """Move the waiting rows into the postings (one pass over all postings)."""
+        if not self._pending:
+            return
+        block = sp.vstack(self._pending, format="csr")
+        held = sp.csr_matrix(
+            (np.ones(len(self._indices), np.float32), self._indices, self._indptr),
+            shape=(N_FEATURES, self._covered),
+        )
+        merged = sp.hstack([held, block.T], format="csr")
+        merged.sort_indices()
+        self._indptr = merged.indptr.astype(np.int64)
+        self._indices = merged.indices.astype(np.int32)
+        self._covered = merged.shape[1]
+        self._pending, self._pending_block = [], None
+        counts = np.diff(self._indptr)
+        self._idf = np.log((self._covered + 1) / (counts + 1)).astype(np.float32)
+
+    def search(
+        self, forms: list[str], pool: int, admissible: np.ndarray | None
+    ) -> list[np.ndarray]:
+        """For each form, up to ``pool`` rows sharing its 3-grams, best first; ``admissible``
+        (bool per row, or None for all) limits the rows."""
+        queries = self._vectorize(forms).tocsr()
+        if self._pending and self._pending_block is None:
+            self._pending_block = sp.vstack(self._pending, format="csr")
+        return [
+            self._search_one(
+                queries.indices[queries.indptr[i] : queries.indptr[i + 1]], pool, admissible
+            )
+            for i in range(len(forms))
+        ]
+
+    def _search_one(
+        self, grams: np.ndarray, pool: int, admissible: np.ndarray | None
+    ) -> np.ndarray:
+        counts = np.diff(self._indptr)[grams] if len(grams) else np.zeros(0, np.int64)
+        order = np.argsort(counts, kind="stable")
+        grams, counts = grams[order], counts[order]
+        read = grams[: int(np.searchsorted(np.cumsum(counts), POSTINGS_BUDGET, side="right")) + 1]
+        rows = np.concatenate(
+            [self._indices[self._indptr[g] : self._indptr[g + 1]] for g in read]
+            or [np.zeros(0, np.int32)]
+        ).astype(np.int64)
+        rows, inverse = np.unique(rows, return_inverse=True)
+        scores: np.ndarray = np.bincount(
+            inverse, np.repeat(self._idf[read], np.diff(self._indptr)[read]), minlength=len(rows)
+        )
+        if self._pending_block is not None and len(grams):
+            weights = np.zeros(N_FEATURES, dtype=np.float32)
+            # A 3-gram no merged row holds is rare: weigh it as the rarest there are.
+            weights[grams] = np.where(
+                self._indptr[grams + 1] > self._indptr[grams],
+                self._idf[grams],
+                np.log(self._covered + 1),
+            )
+            pending = self._pending_block @ weights
+            hit = np.flatnonzero(pending)
+            rows = np.concatenate([rows, hit + self._covered])
+            scores = np.concatenate([scores, pending[hit]])
+        if admissible is not None and len(rows):
+            keep = admissible[rows]
+            rows, scores = rows[keep], scores[keep]
+        scores = scores / np.sqrt(self._lengths.view[rows] + 1.0)
+        if len(rows) > pool:
+            best = np.argpartition(-scores, pool - 1)[:pool]
+            rows, scores = rows[best], scores[best]
+        return rows[np.argsort(-scores, kind="stable")]
+
+    def nbytes(self) -> int:
+        pending = sum(m.data.nbytes + m.indices.nbytes + m.indptr.nbytes for m in self._pending)
+        if self._pending_block is not None:
+            block = self._pending_block
+            pending += block.data.nbytes + block.indices.nbytes + block.indptr.nbytes
+        return int(
+            self._indptr.nbytes
+            + self._indices.nbytes
+            + self._idf.nbytes
+            + self._lengths.view.nbytes
+            + pending
+        )
+
+    # -- persistence -------------------------------------------------------------------------
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The postings and row lengths, every row merged, for saving."""
+        self._merge()
+        return {"indptr": self._indptr, "indices": self._indices, "lengths": self._lengths.view}
+
+    @classmethod
+    def from_arrays(
+        cls, indptr: np.ndarray, indices: np.ndarray, lengths: np.ndarray
+    ) -> NgramCandidates:
+        """Postings saved by ``arrays``; the caller has checked their shapes and ranges."""
+        candidates = cls()
+        candidates._indptr = indptr.astype(np.int64)
+        candidates._indices = indices.astype(np.int32)
+        candidates._covered = len(lengths)
+        candidates._lengths.append(lengths.astype(np.float32))
+        counts = np.diff(candidates._indptr)
+        candidates._idf = np.log((candidates._covered + 1) / (counts + 1)).astype(np.float32)
+        return candidates

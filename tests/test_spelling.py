@@ -1,0 +1,455 @@
+"""The spelling channel (softdict.spelling): the combined score against its own naive formula,
+``lexical=0`` equal to meaning alone, every backend, the union of candidates in large stores
+(its tail bound included), masks and deletes, and saving and loading.
+
+Keys are real names from packages (pycountry's countries, wordfreq's English words); misspelt
+queries are made from them by one deterministic edit. The fake encoder knows nothing of
+spelling (a misspelt word gets an unrelated random vector), so what finds the key is spelling.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pycountry
+import pytest
+from _support import FakeEncoder
+from rapidfuzz import fuzz
+from rapidfuzz.distance import OSA
+
+from softdict import SoftDict
+from softdict._config import EXACT_MAX_KEYS
+from softdict.index import Allow, Capabilities, register_backend
+from softdict.index.exact import ExactBackend
+from softdict.spelling import SpellingIndex, SpellingQueries, unknown_share
+
+COUNTRIES = sorted(c.name for c in pycountry.countries)
+FIXTURE = Path(__file__).parent / "fixtures" / "format2"
+
+
+def misspelt(name: str, edit: int) -> str:
+    """``name`` with one edit in its longest word: 0 drops a letter, 1 swaps two, 2 doubles
+    one, 3 replaces one with "x"."""
+    words = name.split()
+    w = max(range(len(words)), key=lambda i: len(words[i]))
+    word = words[w]
+    i = len(word) // 2
+    word = [
+        word[:i] + word[i + 1 :],
+        word[: i - 1] + word[i] + word[i - 1] + word[i + 1 :],
+        word[:i] + word[i] + word[i:],
+        word[:i] + "x" + word[i + 1 :],
+    ][edit]
+    return " ".join([*words[:w], word, *words[w + 1 :]])
+
+
+def typo_queries(names: list[str], n: int) -> dict[str, str]:
+    """Up to ``n`` misspelt queries for names whose longest word has 6+ letters -> the name."""
+    chosen = [name for name in names if max(len(w) for w in name.split()) >= 6][:n]
+    queries = {misspelt(name, i % 4): name for i, name in enumerate(chosen)}
+    return {q: name for q, name in queries.items() if q != name}
+
+
+# -- the formula, naively ---------------------------------------------------------------------
+
+
+def naive_form(text: str) -> str:
+    bare = "".join(
+        ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch)
+    )
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in bare.casefold()).split())
+
+
+def naive_spelling(query: str, key: str) -> float:
+    """(the better Indel similarity of the forms and their sorted words + OSA similarity) / 2,
+    pair by pair with rapidfuzz's plain scorers; 0 when either form is empty."""
+    q, k = naive_form(query), naive_form(key)
+    if not q or not k:
+        return 0.0
+    indel = max(
+        fuzz.ratio(q, k), fuzz.ratio(" ".join(sorted(q.split())), " ".join(sorted(k.split())))
+    )
+    return (indel / 100 + OSA.normalized_similarity(q, k)) / 2
+
+
+def naive_weight(unknown: float, lexical: float = 1.0, known: float = 1 / 16) -> float:
+    return lexical * 4.0 * (known + (1 - known) * unknown)
+
+
+def naive_attention(sd: SoftDict, query: str, unknown: float, keys: list[str]):
+    """(combined scores, weights) of ``query`` over ``keys`` by the formula, in numpy."""
+    encoder = FakeEncoder()
+    q = encoder.encode([query])[0]
+    K = encoder.encode(keys)
+    cos = K @ q / (np.linalg.norm(K, axis=1) * np.linalg.norm(q))
+    term = np.maximum(np.array([naive_spelling(query, k) for k in keys]) - 0.4, 0) / 0.6
+    combined = cos + naive_weight(unknown) * term
+    e = np.exp((combined - combined.max()) / sd.temperature)
+    return combined, e / e.sum()
+
+
+@pytest.mark.parametrize(
+    ("query", "unknown"),
+    [
+        ("Germny", 1.0),
+        ("united kingdm", 0.5),
+        ("Republic", 0.0),
+        ("Côte d'Ivoire", 0.0),
+        ("Bosnia and Herzegovna", 1 / 3),
+    ],
+)
+def test_lookup_is_softmax_of_meaning_plus_weighted_spelling(query: str, unknown: float) -> None:
+    """Every key of a small store: score = cosine + weight · max(0, spelling − 0.4) / 0.6, the
+    weights are the softmax of those, the value is their blend; Attention reports each part."""
+    values = np.arange(len(COUNTRIES), dtype=float)
+    sd = SoftDict(dict(zip(COUNTRIES, values)), encoder=FakeEncoder(), temperature=0.3)
+    assert unknown_share(query) == unknown
+    combined, weights = naive_attention(sd, query, unknown, COUNTRIES)
+    assert sd.lookup(query) == pytest.approx(weights @ values, rel=1e-5)
+    attention = sd.attend(query)
+    assert attention.k == len(COUNTRIES) and attention.tail_mass == 0.0
+    assert attention.spelling_weight == pytest.approx(naive_weight(unknown))
+    column = {key: i for i, key in enumerate(COUNTRIES)}
+    order = [column[key] for key in attention.keys]
+    np.testing.assert_allclose(attention.scores, combined[order], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(attention.weights, weights[order], rtol=1e-5, atol=1e-9)
+    spelled = np.array([naive_spelling(query, key) for key in attention.keys])
+    np.testing.assert_allclose(attention.spelling_scores, spelled, atol=1e-6)
+    np.testing.assert_allclose(
+        attention.scores,
+        attention.meaning_scores
+        + attention.spelling_weight * np.maximum(attention.spelling_scores - 0.4, 0) / 0.6,
+        rtol=1e-6,
+        atol=1e-6,
+    )
+
+
+class UnitEncoder(FakeEncoder):
+    """The fake encoder with unit-norm embeddings."""
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        out = super().encode(texts)
+        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
+@pytest.mark.parametrize("similarity", ["dot", "scaled_dot", "l2"])
+def test_the_spelling_weight_is_in_cosine_units_of_each_similarity(similarity: str) -> None:
+    """On unit embeddings every similarity gives the same weights by default, with spelling
+    too: its weight is scaled as the default temperature is."""
+    sd = {
+        name: SoftDict(
+            {key: float(i) for i, key in enumerate(COUNTRIES)},
+            encoder=UnitEncoder(),
+            similarity=name,
+        )
+        for name in ("cosine", similarity)
+    }
+    for query in ("Germny", "united kingdm", "Republic"):
+        a, b = (sd[name].attend(query) for name in ("cosine", similarity))
+        assert a.keys[:5] == b.keys[:5]
+        np.testing.assert_allclose(a.weights, b.weights, rtol=1e-4, atol=1e-7)
+        assert b.spelling_weight == pytest.approx(
+            a.spelling_weight * {"dot": 1, "scaled_dot": 1 / 4, "l2": 2}[similarity]
+        )  # scaled_dot: 1/sqrt(16) per cosine
+
+
+def test_lexical_zero_is_meaning_alone() -> None:
+    """``lexical=0`` gives the meaning-only attention exactly, for every kind of lookup; the
+    option can be changed on a store."""
+    values = np.arange(len(COUNTRIES), dtype=float)
+    on = SoftDict(dict(zip(COUNTRIES, values)), encoder=FakeEncoder(), temperature=0.3)
+    off = SoftDict(dict(zip(COUNTRIES, values)), encoder=FakeEncoder(), temperature=0.3, lexical=0)
+    queries = ["Germny", "united kingdm", "Republic"]
+    embeddings = FakeEncoder().encode(queries)
+    np.testing.assert_array_equal(off.lookup(queries), on.lookup_embeddings(embeddings))
+    for a, b in zip(off.attend(queries), on.attend_embeddings(embeddings)):
+        assert a.keys == b.keys and a.spelling_scores is None and a.spelling_weight == 0.0
+        np.testing.assert_array_equal(a.scores, a.meaning_scores)
+        np.testing.assert_array_equal(a.weights, b.weights)
+    K = FakeEncoder().encode(COUNTRIES)
+    cos = K @ embeddings[0] / (np.linalg.norm(K, axis=1) * np.linalg.norm(embeddings[0]))
+    best = np.argsort(-cos, kind="stable")[:3]
+    assert off.nearest("Germny", 3) == [
+        (COUNTRIES[i], pytest.approx(cos[i], rel=1e-5)) for i in best
+    ]
+    assert on.nearest("Germny", 1)[0][0] == "Germany"
+    assert off.nearest("Germny", 1)[0][0] != "Germany"
+    on.lexical = 0
+    np.testing.assert_array_equal(on.lookup(queries), off.lookup(queries))
+    with pytest.raises(Exception, match="lexical"):
+        on.lexical = -1
+
+
+# -- every backend, the union of candidates ---------------------------------------------------
+
+
+class NoVectors(ExactBackend):
+    """An exact backend that cannot return its vectors: meaning scores of spelling candidates
+    come from a search limited to them."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(exact=False, returns_vectors=False)
+
+
+register_backend("test-no-vectors", NoVectors)
+
+BACKENDS = [
+    "auto",
+    "flat",
+    "hnsw",
+    "ivf-from-start",
+    "ivf_sq8-from-start",
+    "test-dict",
+    "test-no-vectors",
+]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_typos_find_their_key_on_every_backend(backend: str) -> None:
+    """Misspelt country names find their country on every backend: exact ones score every key,
+    approximate ones take the union of dense and spelling candidates."""
+    sd = SoftDict({name: name for name in COUNTRIES}, encoder=FakeEncoder(), index=backend)
+    queries = typo_queries(COUNTRIES, 120)
+    assert len(queries) > 100
+    found = sd.lookup(list(queries))
+    right = np.mean([got == want for got, want in zip(found, queries.values())])
+    assert right >= 0.97, right
+    meaning_only = SoftDict(
+        {name: name for name in COUNTRIES}, encoder=FakeEncoder(), index=backend, lexical=0
+    ).lookup(list(queries))
+    assert np.mean([got == want for got, want in zip(meaning_only, queries.values())]) < 0.2
+    for attention in sd.attend(list(queries)[:10]):
+        assert attention.spelling_scores is not None
+        assert np.all(np.isfinite(attention.scores)) and np.all(
+            np.isfinite(attention.meaning_scores)
+        )
+        assert attention.weights.sum() == pytest.approx(1.0)
+        assert np.all(np.diff(attention.scores) <= 1e-12)
+
+
+@pytest.fixture(scope="module")
+def english_words() -> list[str]:
+    """More English words than a lookup scores exactly (wordfreq's list, real text)."""
+    from wordfreq import top_n_list
+
+    words = [w for w in top_n_list("en", 20_000) if w.isalpha()]
+    assert len(words) > EXACT_MAX_KEYS
+    return words[: EXACT_MAX_KEYS + 2000]
+
+
+@pytest.fixture(scope="module")
+def large_store(english_words: list[str]) -> SoftDict:
+    return SoftDict(
+        {word: float(i) for i, word in enumerate(english_words)},
+        encoder=FakeEncoder(),
+        index="flat",
+        temperature=0.1,
+    )
+
+
+@functools.cache
+def fake_embeddings(keys: tuple[str, ...]) -> np.ndarray:
+    return FakeEncoder().encode(list(keys))
+
+
+def exact_combined(sd: SoftDict, query: str, keys: list[str]) -> np.ndarray:
+    """The combined score of ``query`` with every one of ``keys``: ``naive_attention``'s, with
+    rapidfuzz's same scorers over all keys at once (``naive_spelling`` pair by pair would take
+    seconds for 12,000 keys)."""
+    from rapidfuzz import process
+
+    q, forms = naive_form(query), [naive_form(key) for key in keys]
+    indel = process.cdist([q], forms, scorer=fuzz.ratio)[0] / 100  # one-word keys and query
+    spelling = (indel + process.cdist([q], forms, scorer=OSA.normalized_similarity)[0]) / 2
+    qv, K = FakeEncoder().encode([query])[0], fake_embeddings(tuple(keys))
+    cos = K @ qv / (np.linalg.norm(K, axis=1) * np.linalg.norm(qv))
+    return cos + naive_weight(unknown_share(query)) * np.maximum(spelling - 0.4, 0) / 0.6
+
+
+def test_a_large_store_takes_the_union_and_its_tail_bound_holds(
+    large_store: SoftDict, english_words: list[str]
+) -> None:
+    """Above the exact size: the best key by the combined score over every key is found, and
+    each key's score is its exact combined score. The tail bound assumes no key outside the
+    spelling candidates is spelled more like the query than they are, which a key sharing no
+    3-gram with it can be ("besides" for "busixess"); it covers the true left-out mass for most
+    queries, and where it does not, that mass is tiny."""
+    sd = large_store
+    queries = typo_queries([w for w in english_words if len(w) >= 5][:600], 150)
+    held = []
+    assert all(" " not in q for q in queries)
+    for query in queries:
+        attention = sd.attend(query)
+        assert attention.k < len(sd)  # the union, not every key
+        combined = exact_combined(sd, query, english_words)
+        assert attention.keys[0] == english_words[int(np.argmax(combined))]
+        column = {key: i for i, key in enumerate(english_words)}
+        np.testing.assert_allclose(
+            attention.scores, combined[[column[k] for k in attention.keys]], rtol=1e-5, atol=1e-6
+        )
+        weights = np.exp((combined - combined.max()) / sd.temperature)
+        weights /= weights.sum()
+        true_tail = 1.0 - weights[[column[k] for k in attention.keys]].sum()
+        held.append(true_tail <= attention.tail_mass + 1e-9)
+        assert true_tail <= max(attention.tail_mass, 1e-3)
+    assert np.mean(held) >= 0.9
+
+
+def test_nearest_ranks_by_the_combined_score(
+    large_store: SoftDict, english_words: list[str]
+) -> None:
+    for query in ("restaurnt", "goverment", "beautful"):
+        best = large_store.nearest(query, 5)
+        combined = exact_combined(large_store, query, english_words)
+        want = [english_words[i] for i in np.argsort(-combined, kind="stable")[:5]]
+        assert [key for key, _ in best][:3] == want[:3]
+        assert [score for _, score in best] == sorted((s for _, s in best), reverse=True)
+
+
+def test_masks_and_deletes_bind_the_spelling_candidates(english_words: list[str]) -> None:
+    """A deleted or masked-out key is never proposed by spelling, in the union or in nearest;
+    a key put back is found again."""
+    sd = SoftDict(
+        {word: float(i) for i, word in enumerate(english_words)},
+        encoder=FakeEncoder(),
+        index="flat",
+    )
+    assert sd.attend("restaurnt").keys[0] == "restaurant"
+    del sd["restaurant"]
+    attention = sd.attend("restaurnt")
+    assert "restaurant" not in attention.keys and "restaurants" in attention.keys[:2]
+    assert "restaurant" not in dict(sd.nearest("restaurnt", 10))
+    allowed = [w for w in english_words if w.startswith("b")] + ["restaurants"]
+    masked = sd.attend("restaurnt", mask=lambda key: key != "restaurants")
+    assert "restaurants" not in masked.keys and "restaurant" not in masked.keys
+    subset = sd.attend("restaurnt", mask=allowed)
+    assert set(subset.keys) <= set(allowed) and subset.keys[0] == "restaurants"
+    sd["restaurant"] = 1.0
+    assert sd.attend("restaurnt").keys[0] == "restaurant"
+
+
+def test_many_deletes_compact_the_spelling_index(english_words: list[str]) -> None:
+    index = SpellingIndex()
+    index.add(np.arange(len(english_words)), english_words)
+    queries = SpellingQueries.of(["goverment", "restaurnt"])
+    before_ids, before = index.candidates(queries, 5, None)
+    gone = np.arange(0, len(english_words), 2)
+    gone = gone[~np.isin(gone, before_ids)]
+    index.remove(gone)
+    index.remove(gone)  # twice: ids not held are ignored
+    assert len(index) == len(english_words) - len(gone)
+    after_ids, after = index.candidates(queries, 5, None)
+    np.testing.assert_array_equal(after_ids, before_ids)
+    np.testing.assert_allclose(after, before)
+    assert not np.isin(
+        index.candidates(SpellingQueries.of(english_words[:40:2]), 64, None)[0], gone
+    ).any()
+
+
+def test_postings_added_in_small_batches_equal_postings_built_at_once(
+    english_words: list[str],
+) -> None:
+    """New keys wait in a small block before joining the postings; candidates are the same."""
+    one, many = SpellingIndex(), SpellingIndex()
+    one.add(np.arange(len(english_words)), english_words)
+    for start in range(0, len(english_words), 700):
+        batch = english_words[start : start + 700]
+        many.add(np.arange(start, start + len(batch)), batch)
+    queries = SpellingQueries.of(["goverment", "restaurnt", "teh", "zzzz", ""])
+    allow = Allow.of(np.arange(0, len(english_words), 3))
+    for a, b in zip(one.candidates(queries, 32, allow), many.candidates(queries, 32, allow)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_empty_and_punctuation_keys_and_queries() -> None:
+    sd = SoftDict({"...": 1.0, "": 2.0, "Germany": 3.0}, encoder=FakeEncoder())
+    for query in ("!!", "", "Germny"):
+        attention = sd.attend(query)
+        assert np.all(np.isfinite(attention.scores)) and attention.weights.sum() == pytest.approx(1)
+    assert sd.attend("Germny").keys[0] == "Germany"
+    assert all(s == 0 for k, s in zip(sd.attend("").keys, sd.attend("").spelling_scores))
+
+
+# -- saving and loading -----------------------------------------------------------------------
+
+
+def test_spelling_postings_are_saved_and_loaded(tmp_path: Path, large_store: SoftDict) -> None:
+    queries = ["restaurnt", "goverment", "beautful"]
+    large_store.attend(queries)
+    large_store.save(tmp_path / "s")
+    assert (tmp_path / "s" / "spelling_rows.npy").exists()
+    loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder())
+    assert loaded.lexical == large_store.lexical
+    for a, b in zip(large_store.attend(queries), loaded.attend(queries)):
+        assert a.keys == b.keys
+        np.testing.assert_allclose(a.weights, b.weights, rtol=1e-6)
+        assert a.tail_mass == pytest.approx(b.tail_mass)
+
+
+def test_a_store_with_deleted_keys_rebuilds_its_postings_on_load(
+    tmp_path: Path, english_words: list[str]
+) -> None:
+    sd = SoftDict(
+        {word: float(i) for i, word in enumerate(english_words)},
+        encoder=FakeEncoder(),
+        index="flat",
+        lexical=0.5,
+        lexical_known=0.25,
+    )
+    del sd["restaurant"]
+    sd.save(tmp_path / "s")
+    assert not (tmp_path / "s" / "spelling_rows.npy").exists()
+    loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder())
+    assert (loaded.lexical, loaded.lexical_known) == (0.5, 0.25)
+    a, b = sd.attend("restaurnt"), loaded.attend("restaurnt")
+    assert a.keys == b.keys and "restaurant" not in b.keys
+    np.testing.assert_allclose(a.weights, b.weights, rtol=1e-6)
+
+
+def test_a_store_saved_before_the_spelling_channel_answers_as_it_did(tmp_path: Path) -> None:
+    """A format 2 store (tests/fixtures/README.md) loads with lexical=0 and answers by meaning
+    alone, as when it was saved; saved again, it keeps lexical=0; turned on, spelling finds."""
+    expected = json.loads((FIXTURE / "expected.json").read_text())
+    loaded = SoftDict.load(FIXTURE / "countries_scalar", encoder=FakeEncoder())
+    assert loaded.lexical == 0.0 and "France" not in loaded
+    for attention, want in zip(loaded.attend(expected["queries"]), expected["attend"]):
+        assert list(attention.keys[:10]) == want["keys"]
+        np.testing.assert_allclose(attention.weights[:10], want["weights"], rtol=1e-5, atol=1e-9)
+        np.testing.assert_allclose(attention.scores[:10], want["scores"], rtol=1e-5)
+        assert attention.value == pytest.approx(want["value"], rel=1e-6)
+    loaded.save(tmp_path / "again")
+    again = SoftDict.load(tmp_path / "again", encoder=FakeEncoder())
+    assert again.lexical == 0.0
+    again.lexical = 1.0
+    assert again.attend("Germny").keys[0] == "Germany"
+
+
+# -- the issue's table, on the bundled encoder -------------------------------------------------
+
+
+@pytest.mark.integration
+def test_misspelt_country_names_find_their_country_and_aliases_still_do(bundled_encoder) -> None:
+    sd = SoftDict({c.name: c.alpha_2 for c in pycountry.countries}, encoder=bundled_encoder)
+    table = {
+        "Germny": "DE",
+        "Frnace": "FR",
+        "Untied States": "US",
+        "Brazl": "BR",
+        "Swtzerland": "CH",
+        "Deutschland": "DE",
+        "Burma": "MM",
+    }
+    assert sd.lookup(list(table)) == list(table.values())
+    for query, code in table.items():
+        attention = sd.attend(query)
+        assert sd[attention.keys[0]] == code
+    # Meaning alone: the aliases, and none of the first three typos.
+    sd.lexical = 0
+    found = sd.lookup(list(table))
+    assert found[-2:] == ["DE", "MM"]
+    assert [a == b for a, b in zip(found[:3], list(table.values())[:3])] == [False] * 3
