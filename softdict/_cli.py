@@ -3,7 +3,7 @@
     softdict build FILE --key COL --value COL [--value COL ...] -o STORE
                   [--skip-bad-rows] [--on-duplicate last|first|error]
     softdict query STORE (TEXT | --file FILE) [--explain] [--json] [--top N]
-                  [--min-score S] [--temperature T]
+                  [--min-score S] [--temperature T] [--lexical W]
     softdict info STORE
 
 The input file is read and checked (``_tables``) before the encoder loads, so a bad file fails in
@@ -109,14 +109,19 @@ def _report(
     """Print one query's result; whether it matched (its best score reached ``min_score``)."""
     matched = min_score is None or bool(attention.scores[0] >= min_score)
     shown = list(zip(attention.keys, attention.weights, attention.scores))[:top]
+    meaning = attention.meaning_scores.tolist()
+    spelling = None if attention.spelling_scores is None else attention.spelling_scores.tolist()
     if args.json:
         result: dict[str, Any] = {"query": attention.query, "match": matched}
         if matched:
             result |= {"value": _plain(attention.value), "k": attention.k}
             result["tail_mass"] = attention.tail_mass
             result["keys"] = [
-                {"key": k, "weight": float(w), "score": float(s)} for k, w, s in shown
+                {"key": k, "weight": float(w), "score": float(s), "meaning": meaning[i]}
+                | ({} if spelling is None else {"spelling": spelling[i]})
+                for i, (k, w, s) in enumerate(shown)
             ]
+            result["spelling_weight"] = attention.spelling_weight
         else:
             result |= {
                 "min_score": min_score,
@@ -131,10 +136,21 @@ def _report(
     print(f"{value:.6g}" if isinstance(value, float) else json.dumps(value, ensure_ascii=False))
     if args.explain:
         width = max(len(_short(k)) for k, _, _ in shown)
-        for key, weight, score in shown:
+        for i, (key, weight, score) in enumerate(shown):
             bar = "█" * round(weight * _BAR_WIDTH)
-            print(f"  {_short(key):<{width}}  {weight:6.1%}  {bar}  (score {score:.3f})")
+            parts = f"meaning {meaning[i]:.3f}"
+            if spelling is not None:
+                parts += f", spelling {spelling[i]:.3f}"
+            print(f"  {_short(key):<{width}}  {weight:6.1%}  {bar:<{_BAR_WIDTH}}  ", end="")
+            print(f"(score {score:.3f}: {parts})")
         print(f"  attention over {attention.k} keys; at most {attention.tail_mass:.2%} left out")
+        if spelling is not None:
+            from softdict.spelling import SIMILARITY_FLOOR as floor
+
+            print(
+                f"  score = meaning + {attention.spelling_weight:.3g} × "
+                f"max(0, spelling − {floor:g}) / {1 - floor:g}"
+            )
     return True
 
 
@@ -145,6 +161,8 @@ def _query(args: argparse.Namespace) -> int:
     sd = SoftDict.load(args.store)
     if args.temperature is not None:
         sd.temperature = args.temperature  # ConfigError for a bad one
+    if args.lexical is not None:
+        sd.lexical = args.lexical
     attentions = sd.attend(texts)  # one batch: one encoder call, one search
     matched = [_report(a, args.min_score, args.top, args) for a in attentions]
     return 0 if all(matched) else NO_MATCH
@@ -166,6 +184,7 @@ def _info(args: argparse.Namespace) -> int:
     print(f"encoder      {body.encoder.name} ({body.encoder.dim} dims)")
     print(f"similarity   {config.similarity.value}, temperature {temperature}")
     print(f"index        {config.index}")
+    print(f"spelling     lexical {config.lexical:g}, known words keep {config.lexical_known:g}")
     total = sum(f.bytes for f in body.files.values()) + (folder / MANIFEST).stat().st_size
     print(f"files        {len(body.files) + 1}, {total:,} bytes")
     return 0
@@ -213,6 +232,12 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument("--top", type=int, default=5, help="how many keys to show (default 5)")
     query.add_argument("--min-score", type=float, default=None, help="below it: no match (exit 3)")
     query.add_argument("--temperature", type=float, default=None, help="instead of the store's")
+    query.add_argument(
+        "--lexical",
+        type=float,
+        default=None,
+        help="the spelling channel's weight, instead of the store's (0: meaning alone)",
+    )
     query.set_defaults(run=_query)
 
     info = commands.add_parser("info", help="describe a store")

@@ -297,3 +297,22 @@ def test_temperature_option_and_explain_shortens_long_keys(tmp_path: Path) -> No
     assert long_key not in explained and long_key[:39] + "…" in explained
     bad = run("query", store, "apple", "--temperature", "-1", check=False)
     assert bad.returncode == 1 and "temperature" in bad.stderr
+
+
+def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path) -> None:
+    """Each key's meaning and spelling scores, and the rule that makes its score of them;
+    --lexical 0 turns spelling off for a query."""
+    _, store = build(tmp_path, "name,price\nbanana bread,5\napple pie,10\n")
+    explained = run("query", store, "bananna bread", "--explain").stdout
+    line = next(row for row in explained.splitlines() if "banana bread" in row)
+    assert "meaning " in line and "spelling 0.9" in line
+    assert "score = meaning + " in explained and "spelling − 0.4" in explained
+    answer = json.loads(run("query", store, "bananna bread", "--json").stdout)
+    best = answer["keys"][0]
+    assert best["key"] == "banana bread" and best["spelling"] > 0.9
+    weight, term = answer["spelling_weight"], (best["spelling"] - 0.4) / 0.6
+    assert best["score"] == pytest.approx(best["meaning"] + weight * term, rel=1e-6)
+    off = json.loads(run("query", store, "bananna bread", "--json", "--lexical", "0").stdout)
+    assert "spelling" not in off["keys"][0] and off["spelling_weight"] == 0.0
+    assert off["keys"][0]["score"] == pytest.approx(off["keys"][0]["meaning"])
+    assert "spelling     lexical 1" in run("info", store).stdout
