@@ -1,8 +1,12 @@
-"""Learning from examples: a query projection W_q and the temperature, fitted with PyTorch.
+"""Learning from examples: a query projection W_q, the temperature and the spelling channel's
+weights, fitted with PyTorch.
 
 ``fit`` is given (query text, target key) pairs and minimises the cross-entropy of attention on
-each query's target key, the way a transformer learns its query projection. (Choosing the
-temperature from the stored values alone is ``_calibration``'s concern.)
+each query's target key, the way a transformer learns its query projection. With the spelling
+channel on, the score is meaning + weight(q) · term(spelling) as in a lookup, and ``lexical`` and
+``lexical_known`` (the two numbers in weight(q)) are learned with W_q and T: the spelling terms
+do not depend on them, so they are computed once (rapidfuzz) and the optimiser sees a fixed
+matrix. (Choosing the temperature from the stored values alone is ``_calibration``'s concern.)
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict._errors import KeyTypeError, NoMatchError
-from softdict._similarity import Similarity
+from softdict._similarity import DEFAULT_COSINE_TEMPERATURE, Similarity
 from softdict.index.base import require_vectors
+from softdict.spelling import UNKNOWN_WORD_WEIGHT, SpellingQueries, spelling_term
 from softdict.store.base import Store
 
-__all__ = ["FitReport", "examples_from", "fit", "fit_projection"]
+__all__ = ["FitReport", "Learned", "SpellingInputs", "examples_from", "fit", "fit_projection"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -29,9 +34,11 @@ class FitReport:
         accuracy_after: the same after fitting (equal to before when the projection was not kept).
         steps: optimisation steps taken (early stopping on the held-out loss ends it).
         temperature: the temperature in force afterwards.
-        kept: whether the learned projection was kept; False when it did not reach the held-out
-            accuracy of the projection already in force (the identity at first).
+        kept: whether what was learned was kept; False when it did not reach the held-out
+            accuracy of what was in force (the identity projection at first).
         n_train, n_heldout: how the pairs were split.
+        lexical, lexical_known: the spelling channel's options in force afterwards (learned
+            with the rest where the channel is on; lexical 0 stays 0).
     """
 
     accuracy_before: float
@@ -41,12 +48,15 @@ class FitReport:
     kept: bool
     n_train: int
     n_heldout: int
+    lexical: float = 0.0
+    lexical_known: float = 0.0
 
     def __repr__(self) -> str:
         verdict = "projection kept" if self.kept else "previous projection kept (no held-out gain)"
         return (
             f"FitReport(held-out accuracy {self.accuracy_before:.3f} -> {self.accuracy_after:.3f}, "
-            f"{self.steps} steps, temperature={self.temperature:.4g}, {verdict}, "
+            f"{self.steps} steps, temperature={self.temperature:.4g}, lexical={self.lexical:.4g}, "
+            f"lexical_known={self.lexical_known:.4g}, {verdict}, "
             f"{self.n_train} train / {self.n_heldout} held-out pairs)"
         )
 
@@ -67,10 +77,38 @@ def examples_from(pairs: Iterable[object]) -> list[tuple[str, str]]:
     return examples
 
 
+@dataclass(frozen=True)
+class SpellingInputs:
+    """The spelling channel as fit sees it: each query's spelling term against every key
+    (n_queries, n_keys), its unknown share, and the options it starts from."""
+
+    terms: np.ndarray
+    unknown: np.ndarray
+    lexical: float
+    known: float
+    unit: float  # one cosine in the store's similarity
+
+    def weights(self, lexical: float, known: float) -> np.ndarray:
+        share = known + (1.0 - known) * self.unknown
+        return self.unit * lexical * UNKNOWN_WORD_WEIGHT * share
+
+
+def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
+    config = store.config
+    if not config.lexical:
+        return None
+    assert store.dim is not None
+    queries = SpellingQueries.of(texts)
+    terms = spelling_term(store.spelling.similarity(queries, store.ids())).astype(np.float32)
+    unit = config.similarity.default_temperature(store.dim) / DEFAULT_COSINE_TEMPERATURE
+    return SpellingInputs(terms, queries.unknown, config.lexical, config.lexical_known, unit)
+
+
 def fit(
     store: Store,
     targets: list[str],
     queries: np.ndarray,
+    texts: list[str],
     n_heldout: int,
     *,
     max_steps: int,
@@ -79,9 +117,9 @@ def fit(
     patience: int,
     seed: int,
 ) -> tuple[FitReport, np.ndarray | None]:
-    """Fit W_q and T on raw query embeddings and their target keys; the first ``n_heldout`` are
-    held out. Returns the report and the projection to put in force (None: keep the one in
-    force, which the report then says).
+    """Fit W_q, T and the spelling weights on raw query embeddings (of ``texts``) and their
+    target keys; the first ``n_heldout`` are held out. Returns the report and the projection to
+    put in force (None: keep what is in force, which the report then says).
 
     Raises:
         NoMatchError: a target key is not in the store.
@@ -99,7 +137,9 @@ def fit(
     keys = store.backend.vectors(store.ids())
     raw = store.checked_embeddings(queries, "query embeddings")
     temperature = store.config.temperature_for(store.dim)
-    weight, learned_t, steps, before, after = fit_projection(
+    # Training queries first, then the held-out ones, as fit_projection takes the spelling rows.
+    spelling = _spelling_inputs(store, texts[n_heldout:] + texts[:n_heldout])
+    learned = fit_projection(
         raw[n_heldout:],
         target_positions[n_heldout:],
         raw[:n_heldout],
@@ -108,23 +148,40 @@ def fit(
         store.config.similarity,
         temperature,
         initial=store.projection,
+        spelling=spelling,
         max_steps=max_steps,
         learning_rate=learning_rate,
         regularization=regularization,
         patience=patience,
         seed=seed,
     )
-    kept = after >= before
+    kept = learned.accuracy_after >= learned.accuracy_before
+    config = store.config
     report = FitReport(
-        accuracy_before=before,
-        accuracy_after=after if kept else before,
-        steps=steps,
-        temperature=learned_t if kept else temperature,
+        accuracy_before=learned.accuracy_before,
+        accuracy_after=learned.accuracy_after if kept else learned.accuracy_before,
+        steps=learned.steps,
+        temperature=learned.temperature if kept else temperature,
         kept=kept,
         n_train=len(targets) - n_heldout,
         n_heldout=n_heldout,
+        lexical=learned.lexical if kept and spelling else config.lexical,
+        lexical_known=learned.known if kept and spelling else config.lexical_known,
     )
-    return report, weight.astype(np.float32) if kept else None
+    return report, learned.weight.astype(np.float32) if kept else None
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What ``fit_projection`` found, and the held-out accuracy before and after."""
+
+    weight: np.ndarray
+    temperature: float
+    lexical: float
+    known: float
+    steps: int
+    accuracy_before: float
+    accuracy_after: float
 
 
 def fit_projection(
@@ -137,18 +194,20 @@ def fit_projection(
     temperature: float,
     *,
     initial: np.ndarray | None,
+    spelling: SpellingInputs | None = None,
     max_steps: int,
     learning_rate: float,
     regularization: float,
     patience: int,
     seed: int,
-) -> tuple[np.ndarray, float, int, float, float]:
-    """Learn W_q (from ``initial``, or the identity, and pulled back towards the identity) and T
-    by minimising the cross-entropy
-    of attention on each query's target key; early stopping on the held-out loss.
+) -> Learned:
+    """Learn W_q (from ``initial``, or the identity, and pulled back towards the identity), T
+    and, with ``spelling`` (its rows: the training queries, then the held-out ones, as
+    ``train_queries`` and ``heldout_queries`` are), log(lexical) and logit(lexical_known), by
+    minimising the cross-entropy of attention on each query's target key; early stopping on the
+    held-out loss.
 
-    ``keys`` are prepared key vectors; targets index into them. Returns (W, T, steps, held-out
-    accuracy with the starting W and T, held-out accuracy with the learned W and T).
+    ``keys`` are prepared key vectors; targets index into them.
     """
     import torch
 
@@ -160,16 +219,38 @@ def fit_projection(
     start = identity if initial is None else torch.from_numpy(initial.astype(np.float32))
     weight = start.clone().requires_grad_(True)
     log_t = torch.tensor(float(np.log(temperature)), requires_grad=True)
+    # The spelling weights as unconstrained numbers: lexical > 0, 0 < known < 1.
+    lexical = spelling.lexical if spelling else 0.0
+    known = float(np.clip(spelling.known, 1e-4, 1 - 1e-4)) if spelling else 0.5
+    log_lexical = torch.tensor(
+        float(np.log(max(lexical, 1e-12))), requires_grad=spelling is not None
+    )
+    logit_known = torch.tensor(
+        float(np.log(known / (1 - known))), requires_grad=spelling is not None
+    )
+    n_train = len(train_queries)
+
+    def spelling_part(rows: slice) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if spelling is None:
+            return None
+        return (
+            torch.from_numpy(np.ascontiguousarray(spelling.terms[rows])),
+            torch.from_numpy(spelling.unknown[rows].astype(np.float32)),
+        )
+
     data = {
         "train": (
             torch.from_numpy(train_queries.astype(np.float32)),
             torch.from_numpy(train_targets),
+            spelling_part(slice(None, n_train)) if spelling else None,
         ),
         "heldout": (
             torch.from_numpy(heldout_queries.astype(np.float32)),
             torch.from_numpy(heldout_targets),
+            spelling_part(slice(n_train, None)) if spelling else None,
         ),
     }
+    unit = spelling.unit * UNKNOWN_WORD_WEIGHT if spelling else 0.0
 
     def scores(queries: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         projected = queries @ w.T
@@ -183,33 +264,62 @@ def fit_projection(
         return projected @ key_t.T
 
     def loss_and_accuracy(
-        part: str, w: torch.Tensor, t: torch.Tensor
+        part: str, w: torch.Tensor, t: torch.Tensor, lex: torch.Tensor, kn: torch.Tensor
     ) -> tuple[torch.Tensor, float]:
-        queries, targets = data[part]
+        queries, targets, spelled = data[part]
         s = scores(queries, w)
+        if spelled is not None:
+            terms, unknown = spelled
+            share = torch.sigmoid(kn) + (1 - torch.sigmoid(kn)) * unknown
+            s = s + (unit * lex.exp() * share)[:, None] * terms
         loss = torch.nn.functional.cross_entropy(s / t, targets)
         return loss, float((s.argmax(dim=1) == targets).float().mean())
 
+    def snapshot(loss: float) -> tuple[float, torch.Tensor, float, torch.Tensor, torch.Tensor]:
+        return (
+            loss,
+            weight.detach().clone(),
+            log_t.detach().exp().item(),
+            log_lexical.detach().clone(),
+            logit_known.detach().clone(),
+        )
+
     with torch.no_grad():
-        _, accuracy_before = loss_and_accuracy("heldout", start, torch.tensor(temperature))
-    optimizer = torch.optim.Adam([weight, log_t], lr=learning_rate)
-    best = (float("inf"), start.clone(), float(temperature))
+        _, accuracy_before = loss_and_accuracy(
+            "heldout", start, torch.tensor(temperature), log_lexical, logit_known
+        )
+    parameters = [weight, log_t] + ([log_lexical, logit_known] if spelling else [])
+    optimizer = torch.optim.Adam(parameters, lr=learning_rate)
+    best = snapshot(float("inf"))
     since_best, steps = 0, 0
     for steps in range(1, max_steps + 1):  # noqa: B007 - the last value is reported
         optimizer.zero_grad()
-        train_loss, _ = loss_and_accuracy("train", weight, log_t.exp())
+        train_loss, _ = loss_and_accuracy("train", weight, log_t.exp(), log_lexical, logit_known)
         objective = train_loss + regularization * ((weight - identity) ** 2).sum()
         objective.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         with torch.no_grad():
-            heldout_loss, _ = loss_and_accuracy("heldout", weight, log_t.exp())
+            heldout_loss, _ = loss_and_accuracy(
+                "heldout", weight, log_t.exp(), log_lexical, logit_known
+            )
         if float(heldout_loss) < best[0] - 1e-6:
-            best = (float(heldout_loss), weight.detach().clone(), log_t.detach().exp().item())
+            best = snapshot(float(heldout_loss))
             since_best = 0
         else:
             since_best += 1
             if since_best >= patience:
                 break
+    _, best_weight, best_t, best_lexical, best_known = best
     with torch.no_grad():
-        _, accuracy_after = loss_and_accuracy("heldout", best[1], torch.tensor(best[2]))
-    return best[1].numpy(), best[2], steps, accuracy_before, accuracy_after
+        _, accuracy_after = loss_and_accuracy(
+            "heldout", best_weight, torch.tensor(best_t), best_lexical, best_known
+        )
+    return Learned(
+        weight=best_weight.numpy(),
+        temperature=best_t,
+        lexical=float(best_lexical.exp()) if spelling else 0.0,
+        known=float(torch.sigmoid(best_known)) if spelling else 0.0,
+        steps=steps,
+        accuracy_before=accuracy_before,
+        accuracy_after=accuracy_after,
+    )

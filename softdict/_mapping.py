@@ -715,14 +715,17 @@ class SoftDict(MutableMapping[str, Value]):
         patience: int = 20,
         seed: int = 0,
     ) -> FitReport:
-        """Learn a query projection W_q and the temperature from (query, target key) examples.
+        """Learn a query projection W_q, the temperature and the spelling channel's weights
+        (``lexical``, ``lexical_known``; unless ``lexical`` is 0) from (query, target key)
+        examples.
 
         W_q starts from the projection in force (the identity at first) and is pulled back
         towards the identity (``regularization``); the loss is the cross-entropy of attention on
-        each query's target key. A ``heldout`` share of the pairs is kept aside for early
-        stopping and for the report. If the learned projection does not reach the held-out
-        accuracy of the one in force, that one is kept: ``fit`` never makes held-out accuracy
-        worse. Every later lookup uses W_q, and ``save`` stores it.
+        each query's target key over every key, scored as a lookup scores them. A ``heldout``
+        share of the pairs is kept aside for early stopping and for the report. If what was
+        learned does not reach the held-out accuracy of what is in force, nothing changes:
+        ``fit`` never makes held-out accuracy worse. Every later lookup uses W_q and the
+        learned options, and ``save`` stores them.
 
         Raises:
             KeyTypeError: a pair is not two strings.
@@ -750,6 +753,7 @@ class SoftDict(MutableMapping[str, Value]):
                 self._store,
                 [target for _, target in examples],
                 queries,
+                [query for query, _ in examples],
                 n_heldout,
                 max_steps=int(max_steps),
                 learning_rate=float(learning_rate),
@@ -759,7 +763,11 @@ class SoftDict(MutableMapping[str, Value]):
             )
             if projection is not None:
                 self._store.projection = projection
-                self._store.config = self._store.config.replace(temperature=report.temperature)
+                self._store.config = self._store.config.replace(
+                    temperature=report.temperature,
+                    lexical=report.lexical,
+                    lexical_known=report.lexical_known,
+                )
             return report
 
     # -- persistence -------------------------------------------------------------------------
