@@ -15,10 +15,18 @@ temperature moves on the same rule: only when the best one beats the temperature
 clearly, by a one-sided paired t-test at the 2.5% level (t quantiles from scipy): on three keys
 the gain must exceed 4.3 standard errors, on hundreds about 2; a store too small to tell keeps
 what it has.
+
+With the spelling channel on, the scores are meaning + weight · term(spelling), each key's own
+text the query, as in a lookup. The keys are real names and words, so what the stored values can
+tell is how much spelling should weigh between real words: ``lexical_known``. It is chosen on
+the same rule, from 0 to 1 (1/64, 1/16, 1/4 and 1 tried), where the store is scored exactly.
+The weight of misspelt and unknown words (``lexical``) is left alone: no stored key is a
+misspelling of another, so the values cannot judge it (``fit`` learns it from examples).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -26,7 +34,9 @@ import numpy as np
 
 from softdict._attention import top_of_scores
 from softdict._retrieval import scores_every_key
+from softdict._similarity import DEFAULT_COSINE_TEMPERATURE
 from softdict.index.base import require_vectors
+from softdict.spelling import SpellingQueries, query_weights, spelling_term
 from softdict.store.base import Store
 from softdict.values.base import LossKind
 
@@ -51,6 +61,9 @@ _COARSE_STEP = 4  # the first pass of the temperature search tries every 4th gri
 
 _FLOOR = 1e-12  # probability floor: a label given no mass costs -log(1e-12), not infinity
 
+# lexical_known tried by calibrate, besides the one in force.
+KNOWN_CHOICES = (0.0, 1 / 64, 1 / 16, 1 / 4, 1.0)
+
 
 def calibrate(
     store: Store, *, sample_size: int, seed: int, choose_k: bool, in_force: float
@@ -63,6 +76,7 @@ def calibrate(
     """
     config, backend = store.config, store.backend
     assert store.dim is not None
+    dim = store.dim
     require_vectors(backend, "calibrate")
     ids = store.ids()
     n_keys = len(ids)
@@ -78,33 +92,56 @@ def calibrate(
     # How many of each key's best neighbours to rank: enough for every fixed k, and where the
     # store attends to its top candidates (large or approximate), for max_k of them.
     deepest = max((k for k in options if k is not None), default=1)
-    if scores_every_key(backend.capabilities, n_keys):
-        scores, column_ids = backend.score_all(queries)
-        own = np.searchsorted(column_ids, ids)
-        left_out = LeftOutScores.from_all_scores(scores, own, column_ids, min(deepest, n_keys - 1))
-    else:
-        depth = min(max(deepest, config.max_k), n_keys - 1)
-        found_scores, found_ids = backend.search(queries, depth + 1)
-        left_out = LeftOutScores.from_search(found_scores, found_ids, ids, config.max_k)
-        found = left_out.found_any()
-        if not found.any():
-            return None
-        left_out, ids = left_out.subset(found), ids[found]
+    column, _ = store.values_of(ids[:0])
 
     def values_of(of: np.ndarray) -> np.ndarray:
         column, slots = store.values_of(of)
         return column.calibration_values(slots)
 
-    column, _ = store.values_of(ids[:0])
-    return calibrate_leave_one_out(
-        left_out,
-        values_of(ids),
-        values_of,
-        column.loss,
-        config.similarity.default_temperature(store.dim),
-        options,
-        in_force,
-    )
+    def choose(left_out: LeftOutScores, own_ids: np.ndarray) -> Calibration:
+        return calibrate_leave_one_out(
+            left_out,
+            values_of(own_ids),
+            values_of,
+            column.loss,
+            config.similarity.default_temperature(dim),
+            options,
+            in_force,
+        )
+
+    if scores_every_key(backend.capabilities, n_keys):
+        meaning, column_ids = backend.score_all(queries)
+        own = np.searchsorted(column_ids, ids)
+        depth = min(deepest, n_keys - 1)
+        if not config.lexical:
+            return choose(LeftOutScores.from_all_scores(meaning, own, column_ids, depth), ids)
+        texts = SpellingQueries.of(store.keys_of(ids))
+        terms = spelling_term(store.spelling.similarity(texts, column_ids))
+        unit = config.similarity.default_temperature(dim) / DEFAULT_COSINE_TEMPERATURE
+        found: dict[float, Calibration] = {}
+        for known in dict.fromkeys([config.lexical_known, *KNOWN_CHOICES]):
+            weights = query_weights(texts.unknown, config.lexical, known, unit)
+            scores = meaning + weights[:, None] * terms
+            left_out = LeftOutScores.from_all_scores(scores, own, column_ids, depth)
+            found[known] = choose(left_out, ids)
+        base = found[config.lexical_known]
+        challenger = min(found.values(), key=lambda c: float(c.losses.mean()))
+        if challenger is not base and _clearly_better(
+            challenger.losses, than=base.losses, margin=None
+        ):
+            known = next(k for k, c in found.items() if c is challenger)
+            return dataclasses.replace(challenger, lexical_known=known)
+        return base
+    else:
+        depth = min(max(deepest, config.max_k), n_keys - 1)
+        found_scores, found_ids = backend.search(queries, depth + 1)
+        left_out = LeftOutScores.from_search(found_scores, found_ids, ids, config.max_k)
+        reached = left_out.found_any()
+        if not reached.any():
+            return None
+        # Large or approximate stores are calibrated on meaning alone: their keys' spelling
+        # neighbours would need a candidate search per sampled key.
+        return choose(left_out.subset(reached), ids[reached])
 
 
 @dataclass(frozen=True)
@@ -169,12 +206,15 @@ class LeftOutScores:
 
 @dataclass(frozen=True)
 class Calibration:
-    """The choice: ``temperature`` and ``top_k`` (None: attend to every key), and whether the
-    temperature in force was kept because no other predicted clearly better."""
+    """The choice: ``temperature`` and ``top_k`` (None: attend to every key), whether the
+    temperature in force was kept because no other predicted clearly better, the per-key losses
+    of the choice, and the ``lexical_known`` to set (None: keep the one in force)."""
 
     temperature: float
     top_k: int | None
     kept_temperature: bool = False
+    losses: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
+    lexical_known: float | None = None
 
 
 def _clearly_better(
@@ -184,7 +224,8 @@ def _clearly_better(
     paired difference; with ``margin=None``, by a one-sided paired t-test at the 2.5% level (its
     critical value grows as the keys get few). With one key, never."""
     gain = than - losses
-    if len(gain) < 2:
+    # Losses are in nats or in units of the values' variance: a gain below 1e-9 is rounding.
+    if len(gain) < 2 or gain.mean() <= 1e-9:
         return False
     if margin is None:
         from scipy.stats import t  # imported here: only calibrate needs it
@@ -290,9 +331,10 @@ def calibrate_leave_one_out(
 
     def chosen(option: int) -> Calibration:
         temperature, losses = best[option]
-        if not _clearly_better(losses, than=losses_at(in_force, option), margin=None):
-            return Calibration(in_force, options[option], kept_temperature=True)
-        return Calibration(temperature, options[option])
+        in_force_losses = losses_at(in_force, option)
+        if not _clearly_better(losses, than=in_force_losses, margin=None):
+            return Calibration(in_force, options[option], True, in_force_losses)
+        return Calibration(temperature, options[option], False, losses)
 
     fixed = [i for i, k in enumerate(options) if k is not None]
     if not fixed:

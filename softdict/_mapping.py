@@ -654,6 +654,12 @@ class SoftDict(MutableMapping[str, Value]):
         losses at the 2.5% level. Otherwise it stays as it is, with a ``CalibrationWarning`` (a
         store of three keys cannot tell).
 
+        With the spelling channel on, each key is scored as its own text would be (meaning and
+        spelling), and ``lexical_known`` (how much spelling weighs between real words) moves on
+        the same rule, among 0, 1/64, 1/16, 1/4 and 1, in stores scored exactly (up to 10,000
+        keys). ``lexical``, the weight of misspelt words, is left alone: no stored key is a
+        misspelling of another, so the values cannot judge it; ``fit`` learns it from examples.
+
         Squared error follows the values' scale: a few keys with extreme values pull the
         temperature towards averaging them away.
 
@@ -689,9 +695,13 @@ class SoftDict(MutableMapping[str, Value]):
             if chosen is None:
                 return in_force  # nothing to learn from: keep what is in force
             temperature = None if chosen.kept_temperature else chosen.temperature
-            self._store.config = self._store.config.replace(
-                temperature=self._store.config.temperature if temperature is None else temperature,
+            config = self._store.config
+            self._store.config = config.replace(
+                temperature=config.temperature if temperature is None else temperature,
                 top_k=chosen.top_k,
+                lexical_known=(
+                    config.lexical_known if chosen.lexical_known is None else chosen.lexical_known
+                ),
             )
         if chosen.kept_temperature:
             warnings.warn(

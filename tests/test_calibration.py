@@ -1,7 +1,9 @@
 """calibrate(): the leave-one-out temperature (and k) beat the defaults on held-out data.
 
 The losses are checked against leave-one-out written out naively, key by key; the choices
-against held-out data the store never saw.
+against held-out data the store never saw. Stores of synthetic embeddings under placeholder
+keys ("k17") are queried by embedding and set ``lexical=0``: the spelling of "k17" and "k171"
+means nothing about their vectors. The spelling channel's own choice is tested at the end.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ def test_calibrated_temperature_beats_the_default_on_held_out_data() -> None:
     X, y, _ = noisy_clusters(600, seed=0)
     X_test, _, test_labels = noisy_clusters(300, seed=1)
     truth = (np.random.default_rng(98).standard_normal(20) * 3)[test_labels]  # the cluster means
-    sd = SoftDict(encoder=FakeEncoder())
+    sd = SoftDict(encoder=FakeEncoder(), lexical=0)
     sd.add_embeddings([f"k{i}" for i in range(len(X))], X, y)
     default_t, default_mse = sd.temperature, held_out_mse(sd, X_test, truth)
     chosen = sd.calibrate()
@@ -56,7 +58,9 @@ def test_calibration_of_labels_maximises_held_out_likelihood() -> None:
     X, _, labels = noisy_clusters(600, seed=2)
     noisy = np.where(np.random.default_rng(3).random(600) < 0.3, (labels + 1) % 20, labels)
     X_test, _, test_labels = noisy_clusters(300, seed=4)
-    sd = SoftDict(encoder=FakeEncoder(), temperature=5.0)  # far too flat to tell clusters apart
+    sd = SoftDict(
+        encoder=FakeEncoder(), lexical=0, temperature=5.0
+    )  # far too flat to tell clusters apart
     sd.add_embeddings([f"k{i}" for i in range(600)], X, [f"c{c}" for c in noisy])
 
     def held_out_log_likelihood() -> float:
@@ -84,7 +88,7 @@ def test_a_sample_of_keys_is_predicted_from_the_whole_store() -> None:
     calibrates to 0.065 against the whole store's 0.044.) The stores start from a poor 0.3, so
     that calibrate has a temperature to find and move to."""
     X, y, _ = many_small_clusters(6000, seed=5)
-    stores = [SoftDict(encoder=FakeEncoder(), temperature=0.3) for _ in range(3)]
+    stores = [SoftDict(encoder=FakeEncoder(), lexical=0, temperature=0.3) for _ in range(3)]
     for sd in stores:
         sd.add_embeddings([f"k{i}" for i in range(len(X))], X, y)
     whole = stores[0].calibrate(sample_size=6000, choose_k=False)
@@ -127,7 +131,10 @@ def test_calibrate_chooses_a_fixed_k_where_it_beats_all_keys_on_held_out_data(tm
     X, y, _ = many_small_clusters(4000, seed=0)
     X_test, _, truth = many_small_clusters(1000, seed=1)
     keys = [f"k{i}" for i in range(len(X))]
-    with_k, without_k = SoftDict(encoder=FakeEncoder()), SoftDict(encoder=FakeEncoder())
+    with_k, without_k = (
+        SoftDict(encoder=FakeEncoder(), lexical=0),
+        SoftDict(encoder=FakeEncoder(), lexical=0),
+    )
     for sd in (with_k, without_k):
         sd.add_embeddings(keys, X, y)
     default_mse = held_out_mse(with_k, X_test, truth)
@@ -155,12 +162,12 @@ def test_calibrate_chooses_a_fixed_k_where_it_beats_all_keys_on_held_out_data(tm
 
 def test_choose_k_false_keeps_the_k_in_force_and_true_drops_a_k_that_does_not_help() -> None:
     X, y, _ = many_small_clusters(2000, seed=2)
-    fixed = SoftDict(encoder=FakeEncoder(), top_k=32)
+    fixed = SoftDict(encoder=FakeEncoder(), lexical=0, top_k=32)
     fixed.add_embeddings([f"k{i}" for i in range(len(X))], X, y)
     fixed.calibrate(choose_k=False)
     assert fixed.top_k == 32
     X, y, _ = noisy_clusters(600, seed=0)
-    dropped = SoftDict(encoder=FakeEncoder(), top_k=2)
+    dropped = SoftDict(encoder=FakeEncoder(), lexical=0, top_k=2)
     dropped.add_embeddings([f"k{i}" for i in range(len(X))], X, y)
     dropped.calibrate()
     assert dropped.top_k is None
@@ -172,7 +179,7 @@ def test_calibration_on_approximate_indexes_agrees_with_exact(index: str) -> Non
     X, y, _ = many_small_clusters(2000, seed=3)
     chosen = {}
     for name in ("flat", index):
-        sd = SoftDict(encoder=FakeEncoder(), index=name)
+        sd = SoftDict(encoder=FakeEncoder(), lexical=0, index=name)
         sd.add_embeddings([f"k{i}" for i in range(len(X))], X, y)
         chosen[name] = (sd.calibrate(), sd.top_k)
     assert chosen[index][1] == chosen["flat"][1]
@@ -184,13 +191,13 @@ def test_deleted_keys_play_no_part_in_calibration(index: str) -> None:
     X, y, _ = many_small_clusters(1500, seed=4)
     keys = [f"k{i}" for i in range(len(X))]
     # Both start from a poor temperature, so each has one to find (and both the same one).
-    churned = SoftDict(encoder=FakeEncoder(), index=index, temperature=0.3)
+    churned = SoftDict(encoder=FakeEncoder(), lexical=0, index=index, temperature=0.3)
     churned.add_embeddings(keys, X, y)
     # Deleted keys keep their rows (tombstones) until compaction; give them wild values first.
     churned.add_embeddings(keys[::3], X[::3], np.full(500, 1e6))
     for key in keys[::3]:
         del churned[key]
-    fresh = SoftDict(encoder=FakeEncoder(), index=index, temperature=0.3)
+    fresh = SoftDict(encoder=FakeEncoder(), lexical=0, index=index, temperature=0.3)
     kept = [i for i in range(len(X)) if i % 3]
     fresh.add_embeddings([keys[i] for i in kept], X[kept], y[kept])
     chosen = (churned.calibrate(), churned.top_k)
@@ -204,7 +211,7 @@ def test_scaled_dot_is_calibrated_on_the_same_scale_as_lookups() -> None:
     X = X / np.linalg.norm(X, axis=1, keepdims=True)  # unit vectors: cosine = dot
     chosen = {}
     for similarity in ("cosine", "scaled_dot"):
-        sd = SoftDict(encoder=FakeEncoder(), similarity=similarity)
+        sd = SoftDict(encoder=FakeEncoder(), lexical=0, similarity=similarity)
         sd.add_embeddings([f"k{i}" for i in range(len(X))], X, y)
         chosen[similarity] = sd.calibrate()
     assert chosen["scaled_dot"] == pytest.approx(chosen["cosine"] / np.sqrt(DIM))
@@ -216,7 +223,7 @@ def test_each_value_dimension_counts_in_units_of_its_spread() -> None:
     noise = np.random.default_rng(7).standard_normal(600)  # unpredictable: wants a flat blend
     chosen = []
     for factor in (1.0, 1000.0):
-        sd = SoftDict(encoder=FakeEncoder())
+        sd = SoftDict(encoder=FakeEncoder(), lexical=0)
         sd.add_embeddings([f"k{i}" for i in range(600)], X, np.c_[y, factor * noise])
         chosen.append(sd.calibrate())
     assert chosen[0] == chosen[1]
@@ -306,3 +313,23 @@ def test_a_store_too_small_to_tell_keeps_its_temperature_and_says_so() -> None:
         with pytest.warns(CalibrationWarning, match="3 stored values"):
             assert sd.calibrate() == in_force
         assert sd.temperature == in_force and sd.top_k is None
+
+
+def test_calibrate_chooses_how_much_spelling_weighs_between_real_words() -> None:
+    """Values that follow spelling (a word's English frequency rank, shared by its inflections,
+    "run"/"runs"/"running") make calibrate raise lexical_known from its default, where the fake
+    encoder's meaning knows nothing of them; lexical itself is left alone. Values unrelated to
+    spelling keep the default."""
+    from wordfreq import top_n_list
+
+    words = [w for w in top_n_list("en", 3000) if w.isalpha() and len(w) >= 4][:400]
+    stems = {w: w[:4] for w in words}
+    value_of_stem = {stem: float(i) for i, stem in enumerate(dict.fromkeys(stems.values()))}
+    follows = SoftDict({w: value_of_stem[stems[w]] for w in words}, encoder=FakeEncoder())
+    follows.calibrate(choose_k=False)
+    assert follows.lexical_known > 1 / 16 and follows.lexical == 1.0
+    rng = np.random.default_rng(0)
+    unrelated = SoftDict({w: float(rng.normal()) for w in words}, encoder=FakeEncoder())
+    unrelated.calibrate(choose_k=False)
+    print(follows.lexical_known, unrelated.temperature, unrelated.lexical_known)
+    assert unrelated.lexical_known == 1 / 16
