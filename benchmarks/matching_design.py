@@ -1,7 +1,7 @@
 """How should spelling and meaning combine? Measurements on the dev half, for the design of the
 spelling channel (issue: "Spelling and meaning in one lookup").
 
-Run:  pip install -e '.[bench]' && python benchmarks/matching_design.py
+Run:  pip install -e '.[bench]' && python benchmarks/matching_design.py [--query-dependent]
 
 For each rule score(q, k) = cosine(q, k) + w · f(spelling(q, k)), with f(s) = (max(0, s - tau) /
 (1 - tau)) ** p and spelling one of rapidfuzz's normalised scores (ratio; the larger of ratio
@@ -37,6 +37,7 @@ from matching import cached_embeddings, tasks
 
 from softdict._attention import softmax
 from softdict.encoders import resolve_encoder
+from softdict.spelling import SpellingIndex, SpellingQueries, query_weights
 
 TEMPERATURE = 0.05
 
@@ -64,9 +65,83 @@ def cosine(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return queries @ keys.T
 
 
+ISSUE = {
+    "Germny": "Germany",
+    "Frnace": "France",
+    "Untied States": "United States",
+    "Brazl": "Brazil",
+    "Swtzerland": "Switzerland",
+    "Deutschland": "Germany",
+    "Burma": "Myanmar",
+}
+
+
+def library_spelling(queries: list[str], keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """softdict's spelling similarity of every query with every key, and each query's
+    unknown share."""
+    index = SpellingIndex()
+    index.add(np.arange(len(keys)), keys)
+    spelled = SpellingQueries.of(queries)
+    return index.similarity(spelled, np.arange(len(keys))), spelled.unknown
+
+
+def query_dependent_rules(encoder, matching, meaning_sets) -> None:
+    """The second table (module docstring)."""
+    import pycountry
+
+    countries = [c.name for c in pycountry.countries]
+    issue_queries = list(ISSUE)
+    issue = (
+        cosine(encoder.encode_queries(issue_queries), encoder.encode_keys(countries)),
+        *library_spelling(issue_queries, countries),
+        np.array([countries.index(ISSUE[q]) for q in issue_queries]),
+    )
+    tasks_spelled = [
+        (name, C, *library_spelling(queries, keys), target)
+        for name, C, queries, keys, target in matching
+    ]
+    # meaning(rule) scores the paraphrase queries (C_q) and the words left out one by one
+    # (C_l); each gets its own spelling similarities and unknown shares.
+    (C_q, q_texts, _, w_texts), meaning = meaning_sets
+    S_q, U_q = library_spelling(q_texts, w_texts)
+    S_l, U_l = library_spelling(w_texts, w_texts)
+    header = " | ".join(name for name, *_ in matching)
+    print(
+        f"\n| lexical, known, tau | issue | {header} | mean | meaning log-lik | meaning acc "
+        "| leave-one-out log-lik |"
+    )
+    print("|" + "---|" * (len(matching) + 6))
+    for lexical in (0.5, 1.0, 2.0):
+        for known in (0.0, 1 / 32, 1 / 16, 1 / 8, 1 / 4):
+            for tau in (0.3, 0.4, 0.5):
+
+                def rule(C, S, U, lexical=lexical, known=known, tau=tau):
+                    weights = query_weights(U, lexical, known, 1.0)
+                    return C + weights[:, None] * np.maximum(0, S - tau) / (1 - tau)
+
+                C_i, S_i, U_i, t_i = issue
+                found = int(np.sum(np.argmax(rule(C_i, S_i, U_i), 1) == t_i))
+                accuracies = [
+                    float(np.mean(np.argmax(rule(C, S, U), 1) == t))
+                    for _, C, S, U, t in tasks_spelled
+                ]
+
+                def on_meaning_sets(C, _S, rule=rule):
+                    return rule(C, S_q, U_q) if C is C_q else rule(C, S_l, U_l)
+
+                log_lik, acc, loo = meaning(on_meaning_sets)
+                cells = " | ".join(f"{a:.3f}" for a in accuracies)
+                print(
+                    f"| {lexical}, {known:.4g}, {tau} | {found}/7 | {cells} | "
+                    f"{np.mean(accuracies):.3f} | {log_lik:.3f} | {acc:.3f} | {loo:.3f} |",
+                    flush=True,
+                )
+
+
 def main() -> None:
     encoder = resolve_encoder(None, query_cache_size=0)
     matching = []
+    queries_keys = []
     for task in tasks("dev", 400):
         C = cosine(
             cached_embeddings(encoder, task.queries, "queries"),
@@ -74,6 +149,7 @@ def main() -> None:
         )
         target = np.array([task.keys.index(t) for t in task.targets])
         matching.append((task.name, C, spelling(task.queries, task.keys), target))
+        queries_keys.append((task.name, C, task.queries, task.keys, target))
 
     names = list(CATEGORIES)
     members = [(w, c) for c, n in enumerate(names) for w in CATEGORIES[n]["members"]]
@@ -99,6 +175,10 @@ def main() -> None:
             float(np.mean(np.log(np.maximum(loo, 1e-300)))),
         )
 
+    meaning_sets = ((C_q, [t for t, _ in queries], C_l, [w for w, _ in members]), meaning)
+    if "--query-dependent" in sys.argv:
+        query_dependent_rules(encoder, queries_keys, meaning_sets)
+        return
     rules = [("dense only", lambda C, S: C)]
     for measure in ("ratio", "ratio|tokens", "(ratio|tokens)+jaro"):
         for tau in (0.0, 0.5, 0.7, 0.85):
