@@ -2,8 +2,9 @@
 
 Run:  python examples/fuzzy_matching.py [--plot attention.png]
 A categorical store: each key is a way of naming a country, each value its ISO code. A lookup
-returns the code with the most attention; min_score turns "nothing similar" into None instead of
-a weak guess. With --plot (and `pip install softdict[plot]`), the attention weights of one query
+returns the code with the most attention; keys are scored by meaning ("Deutschland" is Germany)
+and by spelling ("Germny" is too); min_score turns "nothing similar" into None instead of a weak
+guess. With --plot (and `pip install softdict[plot]`), the attention weights of one query
 are drawn as a bar chart and saved as a PNG.
 """
 
@@ -37,6 +38,9 @@ TYPED = [
     "the Netherlands",
     "Nippon",
     "españa",
+    "Germny",
+    "Itlay",
+    "Untied Kingdom",
     "my shopping list",
 ]
 

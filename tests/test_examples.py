@@ -48,5 +48,7 @@ def test_fuzzy_matching_maps_names_and_saves_a_plot(tmp_path: Path) -> None:
     png = tmp_path / "attention.png"
     out = run("fuzzy_matching.py", "--plot", str(png))
     assert "'USA'                -> US" in out and "'Deutschland'        -> DE" in out
+    assert "'Germny'             -> DE" in out and "'Itlay'              -> IT" in out
+    assert "'Untied Kingdom'     -> GB" in out
     assert "'my shopping list'   -> no match" in out
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5_000
