@@ -34,7 +34,6 @@ import numpy as np
 
 from softdict._attention import top_of_scores
 from softdict._retrieval import scores_every_key
-from softdict._similarity import DEFAULT_COSINE_TEMPERATURE
 from softdict.index.base import require_vectors
 from softdict.spelling import SpellingQueries, query_weights, spelling_term
 from softdict.store.base import Store
@@ -117,7 +116,7 @@ def calibrate(
             return choose(LeftOutScores.from_all_scores(meaning, own, column_ids, depth), ids)
         texts = SpellingQueries.of(store.keys_of(ids))
         terms = spelling_term(store.spelling.similarity(texts, column_ids))
-        unit = config.similarity.default_temperature(dim) / DEFAULT_COSINE_TEMPERATURE
+        unit = config.similarity.cosine_unit(dim)
         found: dict[float, Calibration] = {}
         for known in dict.fromkeys([config.lexical_known, *KNOWN_CHOICES]):
             weights = query_weights(texts.unknown, config.lexical, known, unit)

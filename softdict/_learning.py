@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict._errors import KeyTypeError, NoMatchError
-from softdict._similarity import DEFAULT_COSINE_TEMPERATURE, Similarity
+from softdict._similarity import Similarity
 from softdict.index.base import require_vectors
 from softdict.spelling import UNKNOWN_WORD_WEIGHT, SpellingQueries, spelling_term
 from softdict.store.base import Store
@@ -100,7 +100,7 @@ def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
     assert store.dim is not None
     queries = SpellingQueries.of(texts)
     terms = spelling_term(store.spelling.similarity(queries, store.ids())).astype(np.float32)
-    unit = config.similarity.default_temperature(store.dim) / DEFAULT_COSINE_TEMPERATURE
+    unit = config.similarity.cosine_unit(store.dim)
     return SpellingInputs(terms, queries.unknown, config.lexical, config.lexical_known, unit)
 
 

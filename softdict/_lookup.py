@@ -10,7 +10,6 @@ import numpy as np
 from softdict._errors import NoMatchError
 from softdict._results import Attention
 from softdict._retrieval import RetrievalPolicy, Selection, SpellingRequest, select
-from softdict._similarity import DEFAULT_COSINE_TEMPERATURE
 from softdict._types import BatchValue, Mask, NoDefault, Value
 from softdict.spelling import SpellingQueries, query_weights
 from softdict.store.base import Store
@@ -45,8 +44,7 @@ def _spelling_request(store: Store, texts: list[str]) -> SpellingRequest | None:
         return None
     assert store.dim is not None
     queries = SpellingQueries.of(texts)
-    # One cosine in the store's similarity: spelling weights are measured in cosine units.
-    unit = config.similarity.default_temperature(store.dim) / DEFAULT_COSINE_TEMPERATURE
+    unit = config.similarity.cosine_unit(store.dim)
     weights = query_weights(queries.unknown, config.lexical, config.lexical_known, unit)
     return SpellingRequest(store.spelling, queries, weights)
 

@@ -77,6 +77,12 @@ class Similarity(str, Enum):
             return 2.0 * DEFAULT_COSINE_TEMPERATURE
         return DEFAULT_COSINE_TEMPERATURE
 
+    def cosine_unit(self, dim: int) -> float:
+        """What one unit of cosine similarity is in this similarity's scores, on unit-norm
+        embeddings of ``dim`` dims (1 for cosine and dot, 1/√d for scaled_dot, 2 for l2): the
+        spelling channel's weights are given in cosine units and scaled by it."""
+        return self.default_temperature(dim) / DEFAULT_COSINE_TEMPERATURE
+
     def prepare_keys(self, vectors: np.ndarray) -> np.ndarray:
         """Key rows as float32 in the form an index stores: unit-normalised for cosine.
 
