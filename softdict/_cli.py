@@ -184,7 +184,9 @@ def _info(args: argparse.Namespace) -> int:
     print(f"encoder      {body.encoder.name} ({body.encoder.dim} dims)")
     print(f"similarity   {config.similarity.value}, temperature {temperature}")
     print(f"index        {config.index}")
-    print(f"spelling     lexical {config.lexical:g}, known words keep {config.lexical_known:g}")
+    # A store saved before the spelling channel (format 2) loads with it off.
+    lexical = config.lexical if manifest.version >= 3 else 0.0
+    print(f"spelling     lexical {lexical:g}, known words keep {config.lexical_known:g}")
     total = sum(f.bytes for f in body.files.values()) + (folder / MANIFEST).stat().st_size
     print(f"files        {len(body.files) + 1}, {total:,} bytes")
     return 0

@@ -317,7 +317,8 @@ def fit_projection(
     return Learned(
         weight=best_weight.numpy(),
         temperature=best_t,
-        lexical=float(best_lexical.exp()) if spelling else 0.0,
+        # Within the option's range (a store keeps at most 1000).
+        lexical=float(min(best_lexical.exp(), 1000.0)) if spelling else 0.0,
         known=float(torch.sigmoid(best_known)) if spelling else 0.0,
         steps=steps,
         accuracy_before=accuracy_before,

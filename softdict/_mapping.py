@@ -772,12 +772,14 @@ class SoftDict(MutableMapping[str, Value]):
                 seed=int(seed),
             )
             if projection is not None:
-                self._store.projection = projection
-                self._store.config = self._store.config.replace(
+                # Validated first, so a bad learned option leaves the store as it was.
+                config = self._store.config.replace(
                     temperature=report.temperature,
                     lexical=report.lexical,
                     lexical_known=report.lexical_known,
                 )
+                self._store.projection = projection
+                self._store.config = config
             return report
 
     # -- persistence -------------------------------------------------------------------------

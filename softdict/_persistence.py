@@ -15,7 +15,8 @@ A store folder (format 3) holds:
         embeddings.npy, embedding_ids.npy        exact search: the prepared vectors and their ids
         index.faiss, index_ids.npy, index_live.npy   a FAISS index, the id of each of its rows,
                                                       and which rows hold a key
-    the spelling channel's 3-gram postings, once a large lookup has built them (softdict.spelling):
+    the spelling channel's 3-gram postings, in stores of more than 10,000 keys or where a lookup
+    built them, unless deleted keys wait to be compacted (softdict.spelling):
         spelling_indptr.npy, spelling_rows.npy, spelling_lengths.npy
 
 Format 2 is format 3 before the spelling channel: it is read with ``lexical=0``, so a store

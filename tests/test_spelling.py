@@ -411,9 +411,16 @@ def test_a_store_with_deleted_keys_rebuilds_its_postings_on_load(
     np.testing.assert_allclose(a.weights, b.weights, rtol=1e-6)
 
 
-def test_a_store_saved_before_the_spelling_channel_answers_as_it_did(tmp_path: Path) -> None:
+def test_a_store_saved_before_the_spelling_channel_answers_as_it_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A format 2 store (tests/fixtures/README.md) loads with lexical=0 and answers by meaning
-    alone, as when it was saved; saved again, it keeps lexical=0; turned on, spelling finds."""
+    alone, as when it was saved (``softdict info`` says so); saved again, it keeps lexical=0;
+    turned on, spelling finds."""
+    from softdict._cli import main
+
+    assert main(["info", str(FIXTURE / "countries_scalar")]) == 0
+    assert "spelling     lexical 0," in capsys.readouterr().out
     expected = json.loads((FIXTURE / "expected.json").read_text())
     loaded = SoftDict.load(FIXTURE / "countries_scalar", encoder=FakeEncoder())
     assert loaded.lexical == 0.0 and "France" not in loaded
@@ -453,3 +460,29 @@ def test_misspelt_country_names_find_their_country_and_aliases_still_do(bundled_
     found = sd.lookup(list(table))
     assert found[-2:] == ["DE", "MM"]
     assert [a == b for a, b in zip(found[:3], list(table.values())[:3])] == [False] * 3
+
+
+def test_an_insert_interrupted_in_the_spelling_index_changes_nothing(
+    english_words: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slow parts of the spelling index run before the commit (cutting forms) or after it
+    (building and merging postings): an interruption in either leaves a whole store."""
+    sd = SoftDict({w: 1.0 for w in english_words[:EXACT_MAX_KEYS]}, encoder=FakeEncoder())
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patch:
+        patch.setattr(SpellingIndex, "prepare", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            sd["restaurantt"] = 2.0
+    assert "restaurantt" not in sd and len(sd) == EXACT_MAX_KEYS
+    with monkeypatch.context() as patch:
+        # Past EXACT_MAX_KEYS the postings are built after the commit: interrupt that.
+        patch.setattr(SpellingIndex, "_build_postings", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            sd.update({"restaurantt": 2.0, "goverment": 3.0})
+    assert sd["restaurantt"] == 2.0 and len(sd) == EXACT_MAX_KEYS + 2
+    sd["beautful"] = 4.0  # the next write builds them
+    assert sd.attend("restaurnt").k < len(sd)  # the union of candidates, postings in place
+    assert sd.nearest("goverment", 1)[0][0] == "goverment"

@@ -12,7 +12,10 @@ approximate backend's), so a small store on an exact backend never holds them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import scipy.sparse as sp
 
 from softdict._config import EXACT_MAX_KEYS
 from softdict._files import FileReader, StoreFiles
@@ -23,13 +26,28 @@ from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
 from softdict.spelling.scores import KeyForms, spelling_similarity
 from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
 
-__all__ = ["CANDIDATE_POOL", "SpellingIndex"]
+__all__ = ["CANDIDATE_POOL", "PreparedKeys", "SpellingIndex"]
 
 # How many rows the 3-gram postings propose per query, for exact spelling scores: the key of a
 # two-typo query is among the best 2,048 rows for 0.9 of queries in 10^6 keys, among the best 512
 # for 0.8 (benchmarks/matching_scale.py), and scoring 2,048 forms takes about 0.2 ms.
 CANDIDATE_POOL = 2048
 _POSTINGS_FILES = ("spelling_indptr.npy", "spelling_rows.npy", "spelling_lengths.npy")
+
+
+@dataclass(frozen=True)
+class PreparedKeys:
+    """New keys' forms, token-sorted forms, and 3-grams (None where no postings exist yet)."""
+
+    forms: list[str]
+    sorted_forms: list[str]
+    grams: sp.csr_matrix | None
+
+
+def _object_column(texts: list[str]) -> np.ndarray:
+    column = np.empty(len(texts), dtype=object)
+    column[:] = texts
+    return column
 
 
 class SpellingIndex:
@@ -47,54 +65,68 @@ class SpellingIndex:
     def __len__(self) -> int:
         return self._rows.n_live
 
-    def add(self, ids: np.ndarray, keys: list[str]) -> None:
-        """Forms for new ``keys`` under ``ids`` (increasing, larger than any held)."""
-        self._add_keys(ids, keys)
-        self._build_postings_if_large()
-
-    def _add_keys(self, ids: np.ndarray, keys: list[str]) -> None:
+    def prepare(self, keys: list[str]) -> PreparedKeys:
+        """The forms (and, where the postings exist, the 3-grams) of new ``keys``: the slow part
+        of adding them, which changes nothing, so a store does it before its commit."""
         forms = [spelling_form(key) for key in keys]
+        grams = self._ngrams.grams(forms) if self._ngrams is not None else None
+        return PreparedKeys(forms, [token_sorted(form) for form in forms], grams)
+
+    def add(self, ids: np.ndarray, keys: PreparedKeys | list[str]) -> None:
+        """New keys under ``ids`` (increasing, larger than any held): quick appends when
+        ``keys`` were prepared; then ``maintain`` builds or merges the postings when due."""
+        prepared = keys if isinstance(keys, PreparedKeys) else self.prepare(keys)
+        grams = prepared.grams
+        if self._ngrams is not None and grams is None:
+            grams = self._ngrams.grams(prepared.forms)
+        empty = np.array([not form for form in prepared.forms], dtype=np.bool_)
+        forms, sorted_forms = _object_column(prepared.forms), _object_column(prepared.sorted_forms)
+        multiword = sum(a is not b for a, b in zip(prepared.forms, prepared.sorted_forms))
+        # Only appends from here, each a quick one.
         self._rows.append(np.asarray(ids, dtype=np.int64))
-        self._append(forms, [token_sorted(form) for form in forms])
-
-    def _build_postings_if_large(self) -> None:
-        if self._ngrams is None and self._rows.n_live > EXACT_MAX_KEYS:
-            self._build_postings()
-
-    def _build_postings(self) -> None:
-        self._ngrams = NgramCandidates()
-        self._ngrams.add(self._forms.view.tolist())
-
-    def _append(self, forms: list[str], sorted_forms: list[str]) -> None:
-        column = np.empty(len(forms), dtype=object)
-        column[:] = forms
-        self._forms.append(column)
-        column = np.empty(len(forms), dtype=object)
-        column[:] = sorted_forms
-        self._sorted_forms.append(column)
-        empty = np.array([not form for form in forms], dtype=np.bool_)
+        self._forms.append(forms)
+        self._sorted_forms.append(sorted_forms)
         self._empty.append(empty)
-        self._multiword_rows += sum(a is not b for a, b in zip(forms, sorted_forms))
+        self._multiword_rows += multiword
         self._empty_rows += int(empty.sum())
         if self._ngrams is not None:
-            self._ngrams.add(forms)
+            self._ngrams.add(grams)
+
+    def maintain(self) -> None:
+        """Build the postings once the index holds more keys than a lookup scores exactly
+        (``EXACT_MAX_KEYS``), or merge new rows into them when due. Slow, but changes nothing
+        until it is done: a store calls it after its own state is whole."""
+        if self._ngrams is None:
+            if self._rows.n_live > EXACT_MAX_KEYS:
+                self._build_postings()
+        else:
+            self._ngrams.maintain()
+
+    def _build_postings(self) -> None:
+        ngrams = NgramCandidates()
+        ngrams.add(ngrams.grams(self._forms.view.tolist()))
+        ngrams.maintain(force=True)
+        self._ngrams = ngrams
 
     def remove(self, ids: np.ndarray) -> None:
-        """Forget ``ids``; ids not held are ignored. Never fails."""
+        """Forget ``ids``; ids not held are ignored. Compaction, when due, computes the live
+        rows aside and swaps them in; the postings are then rebuilt by ``maintain`` (in a
+        large store) or by the next candidate request."""
         self._rows.remove(np.asarray(ids, dtype=np.int64))
-        if self._rows.needs_compaction:
-            live = self._rows.live_rows()
-            forms = self._forms.view[live].tolist()
-            sorted_forms = self._sorted_forms.view[live].tolist()
-            self._rows.keep(live)
-            self._forms, self._sorted_forms = GrowableRows((), object), GrowableRows((), object)
-            self._empty = GrowableRows((), np.bool_)
-            self._multiword_rows = self._empty_rows = 0
-            # The postings are rebuilt from the live forms: now in a large store, else when a
-            # candidate request next needs them.
-            self._ngrams = None
-            self._append(forms, sorted_forms)
-            self._build_postings_if_large()
+        if not self._rows.needs_compaction:
+            return
+        live = self._rows.live_rows()
+        forms = GrowableRows((), object)
+        forms.append(self._forms.view[live])
+        sorted_forms = GrowableRows((), object)
+        sorted_forms.append(self._sorted_forms.view[live])
+        empty = GrowableRows((), np.bool_)
+        empty.append(self._empty.view[live])
+        multiword = int(sum(a is not b for a, b in zip(forms.view, sorted_forms.view)))
+        self._rows.keep(live)
+        self._forms, self._sorted_forms, self._empty = forms, sorted_forms, empty
+        self._multiword_rows, self._empty_rows = multiword, int(empty.view.sum())
+        self._ngrams = None
 
     # -- scoring --------------------------------------------------------------------------------
 
@@ -190,9 +222,9 @@ class SpellingIndex:
     def restore(cls, ids: np.ndarray, keys: list[str], files: FileReader) -> SpellingIndex:
         """The index of ``keys`` under ``ids`` (increasing), with saved postings if any."""
         index = cls()
-        index._add_keys(ids, keys)
+        index.add(ids, keys)
         if not all(files.has(name) for name in _POSTINGS_FILES):
-            index._build_postings_if_large()
+            index.maintain()
             return index
         indptr_name, rows_name, lengths_name = _POSTINGS_FILES
         indptr = files.npy(indptr_name, np.int64, (N_FEATURES + 1,))

@@ -12,8 +12,10 @@ thousand rows are then scored exactly by the caller. Measured on 10^6 real names
 one-typo and 0.9 of two-typo queries, in about a millisecond.
 
 Rows arrive in order (the spelling index's rows). New rows wait in a small key-major block that
-is scored directly, and join the gram-major postings when that block grows past a share of them,
-so adding a key never rebuilds the postings and a lookup never scans more than that block.
+is scored directly, and join the gram-major postings (``maintain``) when that block grows past a
+share of them, so adding a key never rebuilds the postings and a lookup never scans more than
+that block. The slow steps (cutting forms into 3-grams, merging) compute aside and change
+nothing until their last assignments, so a store can do them before or after its commit.
 """
 
 from __future__ import annotations
@@ -70,20 +72,32 @@ class NgramCandidates:
     def __len__(self) -> int:
         return len(self._lengths)
 
-    def add(self, forms: list[str]) -> None:
-        """Rows for ``forms``, after the rows already held."""
-        grams = self._vectorize(forms).tocsr()
-        self._lengths.append(np.diff(grams.indptr).astype(np.float32))
+    def grams(self, forms: list[str]) -> sp.csr_matrix:
+        """The 3-grams of ``forms``, key-major, for ``add`` (the slow part, changing nothing)."""
+        return self._vectorize(forms).tocsr()
+
+    def add(self, grams: sp.csr_matrix) -> None:
+        """Rows for the 3-grams ``grams`` (from ``grams``), after the rows already held. Quick:
+        they wait in the pending block until ``maintain`` merges them."""
+        lengths = np.diff(grams.indptr).astype(np.float32)
         self._pending.append(grams)
         self._pending_block = None
-        waiting = len(self) - self._covered
-        if not self._covered or waiting > max(_MERGE_MIN_ROWS, _MERGE_SHARE * self._covered):
-            self._merge()
+        self._lengths.append(lengths)
 
-    def _merge(self) -> None:
-        """Move the waiting rows into the postings (one pass over all postings)."""
-        if not self._pending:
+    def merge_due(self) -> bool:
+        """Whether the pending rows are many enough to merge (``maintain``)."""
+        waiting = len(self) - self._covered
+        return waiting > 0 and (
+            not self._covered or waiting > max(_MERGE_MIN_ROWS, _MERGE_SHARE * self._covered)
+        )
+
+    def maintain(self, *, force: bool = False) -> None:
+        """Move the waiting rows into the postings when they are due (``force``: whenever some
+        wait): one pass over all the postings, computed aside and put in place at the end, so
+        an interruption leaves the rows where they were."""
+        if not self._pending or not (force or self.merge_due()):
             return
+        pending = len(self._pending)
         block = sp.vstack(self._pending, format="csr")
         held = sp.csr_matrix(
             (np.ones(len(self._indices), np.float32), self._indices, self._indptr),
@@ -91,12 +105,12 @@ class NgramCandidates:
         )
         merged = sp.hstack([held, block.T], format="csr")
         merged.sort_indices()
-        self._indptr = merged.indptr.astype(np.int64)
-        self._indices = merged.indices.astype(np.int32)
+        indptr = merged.indptr.astype(np.int64)
+        indices = merged.indices.astype(np.int32)
+        idf = np.log((merged.shape[1] + 1) / (np.diff(indptr) + 1)).astype(np.float32)
+        self._indptr, self._indices, self._idf = indptr, indices, idf
         self._covered = merged.shape[1]
-        self._pending, self._pending_block = [], None
-        counts = np.diff(self._indptr)
-        self._idf = np.log((self._covered + 1) / (counts + 1)).astype(np.float32)
+        self._pending, self._pending_block = self._pending[pending:], None
 
     def search(
         self, forms: list[str], pool: int, admissible: np.ndarray | None
@@ -166,7 +180,7 @@ class NgramCandidates:
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The postings and row lengths, every row merged, for saving."""
-        self._merge()
+        self.maintain(force=True)
         return {"indptr": self._indptr, "indices": self._indices, "lengths": self._lengths.view}
 
     @classmethod

@@ -77,7 +77,12 @@ def unknown_share(text: str) -> float:
     if not words:
         return 1.0
     common = _common_words()
-    return sum(word not in common for word in words) / len(words)
+    # A word with a digit ("mp3", "b2b", "0000") is a code, spelled rather than meant.
+    return sum(word not in common or _has_digit(word) for word in words) / len(words)
+
+
+def _has_digit(word: str) -> bool:
+    return any(ch.isdigit() for ch in word)
 
 
 @dataclass(frozen=True)

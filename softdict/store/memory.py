@@ -166,10 +166,12 @@ class MemoryStore(Store):
             backend = self._backend if self._backend is not None else details["backend"]
             prepared = details["prepared"]
             new_ids = np.arange(self._next_id, self._next_id + len(staged.fresh), dtype=np.int64)
-            # First: a backend's add changes nothing if it fails, and nothing below can fail.
+            # The slow part of the spelling index's add, which changes nothing.
+            spelled = self._spelling.prepare(staged.fresh)
+            # Then a backend's add, which changes nothing if it fails; nothing below can fail.
             backend.add(new_ids, prepared)
             self._backend, self._dim = backend, prepared.shape[1]
-            self._spelling.add(new_ids, staged.fresh)
+            self._spelling.add(new_ids, spelled)  # appends only
             self._next_id += len(staged.fresh)
         self._column = column
         replaced = [self._slot_of[key] for key in staged.fresh if key in self._slot_of]
@@ -191,6 +193,9 @@ class MemoryStore(Store):
             self._key_of_slot.extend(staged.fresh)
         if replaced:
             self._after_removal()
+        # The store is whole now; building or merging the spelling postings may take seconds,
+        # and if it is interrupted, it is done by a later call.
+        self._spelling.maintain()
 
     def remove(self, key: str) -> None:
         slot = self._slot_of[key]  # KeyError(key), as a dict raises
@@ -200,6 +205,7 @@ class MemoryStore(Store):
         del self._slot_of[key]
         self._empty_slots([slot])
         self._after_removal()
+        self._spelling.maintain()
 
     def _empty_slots(self, slots: list[int]) -> None:
         for slot in slots:
