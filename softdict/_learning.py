@@ -318,7 +318,7 @@ def fit_projection(
         weight=best_weight.numpy(),
         temperature=best_t,
         # Within the option's range (a store keeps at most 1000).
-        lexical=float(min(best_lexical.exp(), 1000.0)) if spelling else 0.0,
+        lexical=min(float(best_lexical.exp()), 1000.0) if spelling else 0.0,
         known=float(torch.sigmoid(best_known)) if spelling else 0.0,
         steps=steps,
         accuracy_before=accuracy_before,

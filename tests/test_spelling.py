@@ -486,3 +486,16 @@ def test_an_insert_interrupted_in_the_spelling_index_changes_nothing(
     sd["beautful"] = 4.0  # the next write builds them
     assert sd.attend("restaurnt").k < len(sd)  # the union of candidates, postings in place
     assert sd.nearest("goverment", 1)[0][0] == "goverment"
+
+
+def test_short_words_with_no_3_gram_left_still_find_their_key(
+    large_store: SoftDict, english_words: list[str]
+) -> None:
+    """A swap in a four-letter word leaves it no 3-gram in common with the word meant ("wrok",
+    "work"); short queries also take the keys of their first letter and length, so the union
+    still holds the best key by the combined score over every key."""
+    for query in ("wrok", "hte", "tiem", "yaer", "mkae"):
+        attention = large_store.attend(query)
+        assert attention.k < len(large_store)
+        combined = exact_combined(large_store, query, english_words)
+        assert attention.keys[0] == english_words[int(np.argmax(combined))], query

@@ -32,6 +32,9 @@ __all__ = ["CANDIDATE_POOL", "PreparedKeys", "SpellingIndex"]
 # two-typo query is among the best 2,048 rows for 0.9 of queries in 10^6 keys, among the best 512
 # for 0.8 (benchmarks/matching_scale.py), and scoring 2,048 forms takes about 0.2 ms.
 CANDIDATE_POOL = 2048
+# One-word queries this short also take the keys of their first letter and about their length
+# (``_short_neighbours``).
+SHORT_QUERY = 5
 _POSTINGS_FILES = ("spelling_indptr.npy", "spelling_rows.npy", "spelling_lengths.npy")
 
 
@@ -58,6 +61,10 @@ class SpellingIndex:
         self._forms = GrowableRows((), object)
         self._sorted_forms = GrowableRows((), object)
         self._empty = GrowableRows((), np.bool_)
+        # Each form's first character (its code point; -1 when empty) and length, for short
+        # queries' neighbours.
+        self._first = GrowableRows((), np.int32)
+        self._length = GrowableRows((), np.int32)
         self._multiword_rows = 0  # rows (tombstones included) whose form has several words
         self._empty_rows = 0
         self._ngrams: NgramCandidates | None = None
@@ -80,6 +87,8 @@ class SpellingIndex:
         if self._ngrams is not None and grams is None:
             grams = self._ngrams.grams(prepared.forms)
         empty = np.array([not form for form in prepared.forms], dtype=np.bool_)
+        first = np.array([ord(form[0]) if form else -1 for form in prepared.forms], np.int32)
+        length = np.array([len(form) for form in prepared.forms], np.int32)
         forms, sorted_forms = _object_column(prepared.forms), _object_column(prepared.sorted_forms)
         multiword = sum(a is not b for a, b in zip(prepared.forms, prepared.sorted_forms))
         # Only appends from here, each a quick one.
@@ -87,6 +96,8 @@ class SpellingIndex:
         self._forms.append(forms)
         self._sorted_forms.append(sorted_forms)
         self._empty.append(empty)
+        self._first.append(first)
+        self._length.append(length)
         self._multiword_rows += multiword
         self._empty_rows += int(empty.sum())
         if self._ngrams is not None:
@@ -122,9 +133,14 @@ class SpellingIndex:
         sorted_forms.append(self._sorted_forms.view[live])
         empty = GrowableRows((), np.bool_)
         empty.append(self._empty.view[live])
+        first = GrowableRows((), np.int32)
+        first.append(self._first.view[live])
+        length = GrowableRows((), np.int32)
+        length.append(self._length.view[live])
         multiword = int(sum(a is not b for a, b in zip(forms.view, sorted_forms.view)))
         self._rows.keep(live)
         self._forms, self._sorted_forms, self._empty = forms, sorted_forms, empty
+        self._first, self._length = first, length
         self._multiword_rows, self._empty_rows = multiword, int(empty.view.sum())
         self._ngrams = None
 
@@ -189,11 +205,24 @@ class SpellingIndex:
             admissible = self._rows.live
         pools = self._ngrams.search(queries.forms, max(n, CANDIDATE_POOL), admissible)
         for i, pool in enumerate(pools):
+            pool = np.union1d(pool, self._short_neighbours(queries.forms[i], admissible))
             scores = spelling_similarity(queries.row(i), self._key_forms(pool))[0]
             best = np.argsort(-scores, kind="stable")[:n]
             ids[i, : len(best)] = self._rows.ids[pool[best]]
             similarities[i, : len(best)] = scores[best]
         return ids, similarities
+
+    def _short_neighbours(self, form: str, admissible: np.ndarray | None) -> np.ndarray:
+        """For a short one-word query, the rows whose form starts with its letter and is as long
+        or one letter longer or shorter. One edit in a word of four or five letters can leave
+        it no 3-gram in common with the word meant ("cbua" and "cuba" share none), so the
+        postings cannot propose it; these rows are few, and are scored exactly."""
+        if not 0 < len(form) <= SHORT_QUERY or " " in form:
+            return np.zeros(0, dtype=np.int64)
+        near = (self._first.view == ord(form[0])) & (np.abs(self._length.view - len(form)) <= 1)
+        if admissible is not None:
+            near &= admissible
+        return np.flatnonzero(near)
 
     def memory_bytes(self) -> int:
         """Bytes held for the forms (the strings themselves included) and the postings."""
@@ -205,6 +234,7 @@ class SpellingIndex:
             sys.getsizeof(s) for s, form in zip(self._sorted_forms.view, forms) if s is not form
         )
         arrays = forms.nbytes + self._sorted_forms.view.nbytes + self._empty.view.nbytes
+        arrays += self._first.view.nbytes + self._length.view.nbytes
         ngrams = self._ngrams.nbytes() if self._ngrams is not None else 0
         return int(strings + arrays + self._rows.nbytes() + ngrams)
 
