@@ -73,7 +73,12 @@ class IdRows:
         held = self._ids.view
         if not len(held) or not len(ids):
             return np.zeros(0, dtype=np.int64)
-        rows = np.minimum(np.searchsorted(held, ids), len(held) - 1)
+        first, size = int(held[0]), len(held)
+        if int(held[-1]) - first == size - 1:
+            # Consecutive ids (no compaction has left gaps): a row is an offset, no search.
+            rows = np.clip(np.asarray(ids, dtype=np.int64) - first, 0, size - 1)
+        else:
+            rows = np.minimum(np.searchsorted(held, ids), size - 1)
         found = (held[rows] == ids) & self._live.view[rows]
         return rows[found]
 
