@@ -33,9 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict._attention import top_of_scores
+from softdict._lookup import spelling_queries
 from softdict._retrieval import scores_every_key
 from softdict.index.base import require_vectors
-from softdict.spelling import SpellingQueries, query_weights, spelling_term
+from softdict.spelling import query_weights, spelling_term
 from softdict.store.base import Store
 from softdict.values.base import LossKind
 
@@ -112,11 +113,11 @@ def calibrate(
         meaning, column_ids = backend.score_all(queries)
         own = np.searchsorted(column_ids, ids)
         depth = min(deepest, n_keys - 1)
-        if not config.lexical:
+        spelled = spelling_queries(store, store.keys_of(ids))
+        if spelled is None:
             return choose(LeftOutScores.from_all_scores(meaning, own, column_ids, depth), ids)
-        texts = SpellingQueries.of(store.keys_of(ids))
+        texts, unit = spelled
         terms = spelling_term(store.spelling.similarity(texts, column_ids))
-        unit = config.similarity.cosine_unit(dim)
         found: dict[float, Calibration] = {}
         for known in dict.fromkeys([config.lexical_known, *KNOWN_CHOICES]):
             weights = query_weights(texts.unknown, config.lexical, known, unit)

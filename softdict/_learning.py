@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict._errors import KeyTypeError, NoMatchError
+from softdict._lookup import spelling_queries
 from softdict._similarity import Similarity
 from softdict.index.base import require_vectors
-from softdict.spelling import UNKNOWN_WORD_WEIGHT, SpellingQueries, spelling_term
+from softdict.spelling import UNKNOWN_WORD_WEIGHT, spelling_term
 from softdict.store.base import Store
 
 __all__ = ["FitReport", "Learned", "SpellingInputs", "examples_from", "fit", "fit_projection"]
@@ -88,19 +89,14 @@ class SpellingInputs:
     known: float
     unit: float  # one cosine in the store's similarity
 
-    def weights(self, lexical: float, known: float) -> np.ndarray:
-        share = known + (1.0 - known) * self.unknown
-        return self.unit * lexical * UNKNOWN_WORD_WEIGHT * share
-
 
 def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
-    config = store.config
-    if not config.lexical:
+    found = spelling_queries(store, texts)
+    if found is None:
         return None
-    assert store.dim is not None
-    queries = SpellingQueries.of(texts)
+    queries, unit = found
     terms = spelling_term(store.spelling.similarity(queries, store.ids())).astype(np.float32)
-    unit = config.similarity.cosine_unit(store.dim)
+    config = store.config
     return SpellingInputs(terms, queries.unknown, config.lexical, config.lexical_known, unit)
 
 

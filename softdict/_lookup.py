@@ -14,7 +14,7 @@ from softdict._types import BatchValue, Mask, NoDefault, Value
 from softdict.spelling import SpellingQueries, query_weights
 from softdict.store.base import Store
 
-__all__ = ["attentions", "lookup_values", "nearest_keys", "selection"]
+__all__ = ["attentions", "lookup_values", "nearest_keys", "selection", "spelling_queries"]
 
 
 def selection(
@@ -38,13 +38,22 @@ def selection(
     return select(store.backend, prepared, policy, allow, n_allowed, spelling)
 
 
-def _spelling_request(store: Store, texts: list[str]) -> SpellingRequest | None:
-    config = store.config
-    if not config.lexical:
+def spelling_queries(store: Store, texts: list[str]) -> tuple[SpellingQueries, float] | None:
+    """``texts`` as the spelling channel takes them, and one cosine in the store's similarity
+    (the unit of the spelling weights); None where the store's ``lexical`` is 0. Lookups, fit
+    and calibrate all start the channel here."""
+    if not store.config.lexical:
         return None
     assert store.dim is not None
-    queries = SpellingQueries.of(texts)
-    unit = config.similarity.cosine_unit(store.dim)
+    return SpellingQueries.of(texts), store.config.similarity.cosine_unit(store.dim)
+
+
+def _spelling_request(store: Store, texts: list[str]) -> SpellingRequest | None:
+    found = spelling_queries(store, texts)
+    if found is None:
+        return None
+    queries, unit = found
+    config = store.config
     weights = query_weights(queries.unknown, config.lexical, config.lexical_known, unit)
     return SpellingRequest(store.spelling, queries, weights)
 

@@ -60,9 +60,8 @@ class SpellingIndex:
         self._rows = IdRows()
         self._forms = GrowableRows((), object)
         self._sorted_forms = GrowableRows((), object)
-        self._empty = GrowableRows((), np.bool_)
-        # Each form's first character (its code point; -1 when empty) and length, for short
-        # queries' neighbours.
+        # Each form's first character (its code point; -1 when empty) and length (0: empty, alike
+        # to nothing), for short queries' neighbours.
         self._first = GrowableRows((), np.int32)
         self._length = GrowableRows((), np.int32)
         self._multiword_rows = 0  # rows (tombstones included) whose form has several words
@@ -86,7 +85,6 @@ class SpellingIndex:
         grams = prepared.grams
         if self._ngrams is not None and grams is None:
             grams = self._ngrams.grams(prepared.forms)
-        empty = np.array([not form for form in prepared.forms], dtype=np.bool_)
         first = np.array([ord(form[0]) if form else -1 for form in prepared.forms], np.int32)
         length = np.array([len(form) for form in prepared.forms], np.int32)
         forms, sorted_forms = _object_column(prepared.forms), _object_column(prepared.sorted_forms)
@@ -95,11 +93,10 @@ class SpellingIndex:
         self._rows.append(np.asarray(ids, dtype=np.int64))
         self._forms.append(forms)
         self._sorted_forms.append(sorted_forms)
-        self._empty.append(empty)
         self._first.append(first)
         self._length.append(length)
         self._multiword_rows += multiword
-        self._empty_rows += int(empty.sum())
+        self._empty_rows += int(np.count_nonzero(length == 0))
         if self._ngrams is not None:
             self._ngrams.add(grams)
 
@@ -120,28 +117,20 @@ class SpellingIndex:
         self._ngrams = ngrams
 
     def remove(self, ids: np.ndarray) -> None:
-        """Forget ``ids``; ids not held are ignored. Compaction, when due, computes the live
-        rows aside and swaps them in; the postings are then rebuilt by ``maintain`` (in a
-        large store) or by the next candidate request."""
+        """Forget ``ids``; ids not held are ignored. Compaction, when due, keeps the live rows
+        of every column; the postings are then rebuilt by ``maintain`` (in a large store) or by
+        the next candidate request."""
         self._rows.remove(np.asarray(ids, dtype=np.int64))
         if not self._rows.needs_compaction:
             return
         live = self._rows.live_rows()
-        forms = GrowableRows((), object)
-        forms.append(self._forms.view[live])
-        sorted_forms = GrowableRows((), object)
-        sorted_forms.append(self._sorted_forms.view[live])
-        empty = GrowableRows((), np.bool_)
-        empty.append(self._empty.view[live])
-        first = GrowableRows((), np.int32)
-        first.append(self._first.view[live])
-        length = GrowableRows((), np.int32)
-        length.append(self._length.view[live])
-        multiword = int(sum(a is not b for a, b in zip(forms.view, sorted_forms.view)))
         self._rows.keep(live)
-        self._forms, self._sorted_forms, self._empty = forms, sorted_forms, empty
-        self._first, self._length = first, length
-        self._multiword_rows, self._empty_rows = multiword, int(empty.view.sum())
+        for column in (self._forms, self._sorted_forms, self._first, self._length):
+            column.keep(live)
+        self._multiword_rows = int(
+            sum(a is not b for a, b in zip(self._forms.view, self._sorted_forms.view))
+        )
+        self._empty_rows = int(np.count_nonzero(self._length.view == 0))
         self._ngrams = None
 
     # -- scoring --------------------------------------------------------------------------------
@@ -155,7 +144,7 @@ class SpellingIndex:
         return KeyForms(
             part(self._forms),
             part(self._sorted_forms) if self._multiword_rows else None,
-            part(self._empty) if self._empty_rows else None,
+            part(self._length) == 0 if self._empty_rows else None,
         )
 
     def _rows_of_held(self, ids: np.ndarray) -> np.ndarray | None:
@@ -233,7 +222,7 @@ class SpellingIndex:
         strings += sum(
             sys.getsizeof(s) for s, form in zip(self._sorted_forms.view, forms) if s is not form
         )
-        arrays = forms.nbytes + self._sorted_forms.view.nbytes + self._empty.view.nbytes
+        arrays = forms.nbytes + self._sorted_forms.view.nbytes
         arrays += self._first.view.nbytes + self._length.view.nbytes
         ngrams = self._ngrams.nbytes() if self._ngrams is not None else 0
         return int(strings + arrays + self._rows.nbytes() + ngrams)
