@@ -9,8 +9,7 @@ inverse document frequency of the 3-grams it shares with each row, rarest 3-gram
 budget of postings, divided by the square root of the row's 3-gram count; the best few
 thousand rows are then scored exactly by the caller. On 10^6 real names and words
 (``benchmarks/matching_scale.py``), the union these candidates join held the best key by the
-combined score over every key for 0.975 to 1.00 of typo, name and phrase queries; reading the
-postings takes about 2 ms a query there.
+combined score over every key for 0.975 to 1.00 of typo, name and phrase queries.
 
 Rows arrive in order (the spelling index's rows). New rows wait in a small key-major block that
 is scored directly, and join the gram-major postings (``maintain``) when that block grows past a
