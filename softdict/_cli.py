@@ -103,6 +103,24 @@ def _short(key: str) -> str:
     return key if len(key) <= _KEY_WIDTH else key[: _KEY_WIDTH - 1] + "…"
 
 
+def _coverage(attention: Attention) -> str:
+    """How much of the store a lookup's attention covered, in words."""
+    if attention.tail_mass is None:
+        text = f"top-k attention over the {attention.k} nearest keys"
+        if attention.tail_bound is not None:
+            text += f"; full attention would give at most {attention.tail_bound:.2%} elsewhere"
+        return text
+    if not attention.tail_mass:
+        return f"attention over all {attention.k} keys"
+    if attention.tail_interval is None or attention.tail_interval[0] == attention.tail_interval[1]:
+        return f"attention over {attention.k + attention.sampled} keys, exactly"
+    low, high = attention.tail_interval
+    return (
+        f"{attention.k} keys scored exactly, {attention.sampled} sampled for the rest: "
+        f"{attention.tail_mass:.2%} of the attention (interval {low:.2%}-{high:.2%})"
+    )
+
+
 def _report(
     attention: Attention, min_score: float | None, top: int, args: argparse.Namespace
 ) -> bool:
@@ -116,6 +134,10 @@ def _report(
         if matched:
             result |= {"value": _plain(attention.value), "k": attention.k}
             result["tail_mass"] = attention.tail_mass
+            result["tail_interval"] = attention.tail_interval
+            result["tail_bound"] = attention.tail_bound
+            result["sampled"] = attention.sampled
+            result["value_stderr"] = _plain(attention.value_stderr)
             result["keys"] = [
                 {"key": k, "weight": float(w), "score": float(s), "meaning": meaning[i]}
                 | ({} if spelling is None else {"spelling": spelling[i]})
@@ -143,7 +165,7 @@ def _report(
                 parts += f", spelling {spelling[i]:.3f}"
             print(f"  {_short(key):<{width}}  {weight:6.1%}  {bar:<{_BAR_WIDTH}}  ", end="")
             print(f"(score {score:.3f}: {parts})")
-        print(f"  attention over {attention.k} keys; at most {attention.tail_mass:.2%} left out")
+        print(f"  {_coverage(attention)}")
         if spelling is not None:
             from softdict.spelling import SIMILARITY_FLOOR as floor
 

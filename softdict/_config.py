@@ -49,6 +49,13 @@ class SoftDictConfig(BaseModel):
     top_k: int | None = Field(default=None, gt=0, le=1_000_000)
     max_k: int = Field(default=1024, gt=0, le=1_000_000)
     tail_tolerance: float = Field(default=0.01, gt=0.0, lt=1.0)
+    # Full attention in a large store, estimated (softdict._sampling): the half-width wanted on
+    # the tail mass's interval at this confidence, at most max_sample keys drawn per query (0:
+    # attend to the head alone), drawn by a generator seeded with seed and the query.
+    tolerance: float = Field(default=0.01, gt=0.0, lt=1.0)
+    confidence: float = Field(default=0.95, gt=0.0, lt=1.0)
+    max_sample: int = Field(default=4096, ge=0, le=1_000_000)
+    seed: int = Field(default=0, ge=0, le=2**63 - 1)
     index: str = "auto"
     value_kind: str | None = None
     query_cache_size: int = Field(default=1024, ge=0, le=10_000_000)

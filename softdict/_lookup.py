@@ -4,15 +4,18 @@ keys. Functions of a store (the façade holds its lock around them)."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
 from softdict._errors import NoMatchError
 from softdict._results import Attention
 from softdict._retrieval import RetrievalPolicy, Selection, SpellingRequest, select
+from softdict._sampling import value_stderr
 from softdict._types import BatchValue, Mask, NoDefault, Value
 from softdict.spelling import SpellingQueries, query_weights
 from softdict.store.base import Store
+from softdict.values.base import LossKind, ValueColumn
 
 __all__ = ["attentions", "lookup_values", "nearest_keys", "selection", "spelling_queries"]
 
@@ -95,15 +98,54 @@ def _no_match(
     )
 
 
+def _optional(value: float) -> float | None:
+    return None if np.isnan(value) else float(value)
+
+
+def value_stderrs(
+    column: ValueColumn[Any], chosen: Selection, slots: np.ndarray, blended: BatchValue
+) -> list[float | np.ndarray | None]:
+    """Per query, the standard error of its blended value due to its sample
+    (``_sampling.value_stderr``): for numbers, of the number or each component; for labels, of
+    the returned label's probability. None where nothing was sampled."""
+    if chosen.sampled is None:
+        return [None] * len(chosen.weights)
+    results: list[float | np.ndarray | None] = []
+    assert chosen.tail_stderr is not None
+    for i in range(len(chosen.weights)):
+        sampled = chosen.sampled[i]
+        if chosen.tail_stderr[i] == 0.0:  # the rest scored whole (or nothing drawn): exact
+            sampled = np.zeros_like(sampled)
+        weights = chosen.weights[i, sampled]
+        if column.loss is LossKind.SQUARED_ERROR:
+            value = np.asarray(blended[i], dtype=np.float64)
+            values = np.asarray(column.calibration_values(slots[i, sampled]), dtype=np.float64)
+            error = value_stderr(weights, values, value)
+            results.append(float(error) if error.ndim == 0 else error)
+        else:
+            found = chosen.ids[i] >= 0
+            codes = np.asarray(column.calibration_values(slots[i, found]))
+            mass = np.bincount(codes, chosen.weights[i, found])
+            winner = int(mass.argmax())
+            is_winner = (column.calibration_values(slots[i, sampled]) == winner).astype(float)
+            results.append(float(value_stderr(weights, is_winner, np.float64(mass[winner]))))
+    return results
+
+
 def attentions(store: Store, chosen: Selection, texts: list[str] | None) -> list[Attention]:
-    """One ``Attention`` per query: keys by weight, weights, scores, value, distribution."""
+    """One ``Attention`` per query: keys by weight, weights, scores, value, distribution, and
+    for an estimated attention the tail's estimate and the value's standard error."""
     column, slots = store.values_of(chosen.ids)
     blended = column.blend(chosen.weights, slots)
     explained = column.explain(chosen.weights, slots, lambda: store.present_slots(column))
+    stderrs = value_stderrs(column, chosen, slots, blended)
+    intervals = chosen.tail_interval()
     results = []
     for i in range(len(chosen.weights)):
         ids = chosen.ids if chosen.ids.ndim == 1 else chosen.ids[i]
         found = np.isfinite(chosen.scores[i])  # padding scores -inf
+        if chosen.sampled is not None:
+            found &= ~chosen.sampled[i]  # the sample stands for the tail; keys are the head
         weights, scores = chosen.weights[i, found], chosen.scores[i, found]
         order = np.argsort(-scores, kind="stable")
         # Keys in the selection's own order (for every key, id order, which the store maps
@@ -118,13 +160,21 @@ def attentions(store: Store, chosen: Selection, texts: list[str] | None) -> list
                 weights=weights[order],
                 scores=scores[order],
                 k=int(chosen.k[i]),
-                tail_mass=float(chosen.tail_mass[i]),
+                tail_mass=_optional(chosen.tail_mass[i]),
                 distribution=explained[i],
                 meaning_scores=chosen.meaning[i, found][order],
                 spelling_scores=spelling,
                 spelling_weight=(
                     0.0 if chosen.spelling_weight is None else float(chosen.spelling_weight[i])
                 ),
+                tail_interval=(
+                    None
+                    if np.isnan(chosen.tail_mass[i])
+                    else (float(intervals[i, 0]), float(intervals[i, 1]))
+                ),
+                tail_bound=_optional(chosen.tail_bound[i]),
+                sampled=0 if chosen.n_sampled is None else int(chosen.n_sampled[i]),
+                value_stderr=stderrs[i],
             )
         )
     return results

@@ -69,11 +69,20 @@ class SoftDict(MutableMapping[str, Value]):
             an (n, d) array.
         similarity: "cosine" (default), "dot", "scaled_dot" (q·k/√d) or "l2" (−|q−k|²).
         temperature: softmax temperature, > 0; None picks the measured default for ``similarity``.
-        top_k: attend over the k best keys per query. None: every key while the store (or the
-            masked part of it) holds at most 10,000 keys, then an adaptive k that grows until
-            the bound on the left-out mass is below ``tail_tolerance`` or k reaches ``max_k``.
-        max_k: the largest k adaptive top-k may grow to.
-        tail_tolerance: the left-out attention mass adaptive top-k aims to stay under.
+        top_k: None (the default): full attention over every allowed key; computed exactly
+            while the store (or the masked part of it) holds at most 10,000 keys on an exact
+            index, and estimated above that (the head of nearest keys scored exactly, a sample
+            of the rest standing for it). k: top-k attention, the softmax over the k nearest
+            keys and nothing else.
+        max_k: the largest head of an estimated attention (the head grows 64, 256, 1024 until
+            the bound on the mass outside it is below ``tail_tolerance``).
+        tail_tolerance: the bound on the mass outside the head at which the head stops growing.
+        tolerance: the half-width wanted on the interval of an estimated attention's tail
+            mass; the sample grows until its interval is this narrow or holds ``max_sample``.
+        confidence: the confidence of the intervals an estimated attention reports.
+        max_sample: the most keys an estimated attention samples per query (0: attend to the
+            head alone, with no estimate of the rest).
+        seed: seeds each query's sample, with the query itself: a lookup is reproducible.
         lexical: the weight of spelling against meaning in a text lookup (the spelling channel,
             ``softdict.spelling``): 1, the measured default, lets a misspelt name find its key;
             0 scores keys by meaning alone, as softdict did before the channel existed.
@@ -107,6 +116,10 @@ class SoftDict(MutableMapping[str, Value]):
         top_k: int | None = None,
         max_k: int = 1024,
         tail_tolerance: float = 0.01,
+        tolerance: float = 0.01,
+        confidence: float = 0.95,
+        max_sample: int = 4096,
+        seed: int = 0,
         lexical: float = 1.0,
         lexical_known: float = 1 / 16,
         index: str = "auto",
@@ -122,6 +135,10 @@ class SoftDict(MutableMapping[str, Value]):
             top_k=top_k,
             max_k=max_k,
             tail_tolerance=tail_tolerance,
+            tolerance=tolerance,
+            confidence=confidence,
+            max_sample=max_sample,
+            seed=seed,
             lexical=lexical,
             lexical_known=lexical_known,
             index=index,

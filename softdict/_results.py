@@ -20,16 +20,30 @@ class Attention:
     Attributes:
         query: the query text, or None for a query given as an embedding.
         value: the blended value (float, float64 array, or label).
-        keys: the keys attended to, highest weight first.
-        weights: their attention weights (non-negative, summing to 1 over ``keys``).
+        keys: the keys scored exactly, highest weight first: every allowed key (exact
+            attention), the k nearest (top-k attention), or the head of an estimated attention.
+        weights: their attention weights, non-negative. They sum to 1 over ``keys``, except in
+            an estimated attention, where they sum to 1 − ``tail_mass`` (the sample stands
+            for the rest).
         scores: the scores the softmax ran on, before the temperature: each key's
             ``meaning_scores`` plus ``spelling_weight`` times the spelling term of its
             ``spelling_scores`` (see ``softdict.spelling``); the meaning scores alone when the
             spelling channel was off.
-        k: how many keys the softmax ran over (all allowed keys when exact).
-        tail_mass: an upper bound on the attention mass of keys left out of ``keys``; 0 if exact.
-            With the spelling channel in a large store it assumes the dense and spelling
-            candidates are the best of their channel (see the README).
+        k: how many keys were scored exactly (``len(keys)``).
+        tail_mass: the attention mass of the allowed keys outside ``keys``: 0 for exact
+            attention, the sample's estimate for an estimated one, None for top-k attention
+            (which gives them nothing by its own formula; ``tail_bound`` says how much full
+            attention would).
+        tail_interval: (low, high), the interval on ``tail_mass`` at the store's
+            ``confidence``; None for top-k attention.
+        tail_bound: an upper bound on the full attention's mass outside ``keys`` from their
+            scores alone, or None where it does not hold: an approximate index (IVF, HNSW)
+            can miss near keys. With the spelling channel in a large store it also assumes
+            the spelling candidates are the best spelled (see the README).
+        sampled: how many keys of the rest were sampled to estimate it (0 when none were).
+        value_stderr: the standard error of ``value`` due to the sample (a float, an array
+            for vector values; for a label, of that label's probability); 0 when the rest
+            was scored whole, None when nothing was sampled.
         distribution: for a categorical store, each label's probability; otherwise None.
         meaning_scores: the keys' similarity by embedding (cosine by default).
         spelling_scores: the keys' spelling similarity in [0, 1] (1: spelled the same, ignoring
@@ -44,11 +58,15 @@ class Attention:
     weights: np.ndarray
     scores: np.ndarray
     k: int
-    tail_mass: float
+    tail_mass: float | None
     distribution: Distribution | None = None
     meaning_scores: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     spelling_scores: np.ndarray | None = None
     spelling_weight: float = 0.0
+    tail_interval: tuple[float, float] | None = None
+    tail_bound: float | None = None
+    sampled: int = 0
+    value_stderr: float | np.ndarray | None = None
 
     def top(self, n: int = 5) -> list[tuple[str, float]]:
         """The ``n`` keys with the largest weights, as (key, weight) pairs."""
@@ -62,7 +80,9 @@ class Attention:
             if isinstance(self.value, np.ndarray)
             else repr(self.value)
         )
+        tail = "None" if self.tail_mass is None else f"{self.tail_mass:.3g}"
+        sampled = f", sampled={self.sampled}" if self.sampled else ""
         return (
-            f"Attention(query={self.query!r}, value={value}, k={self.k}, "
-            f"tail_mass={self.tail_mass:.3g}, top=[{shown}{more}])"
+            f"Attention(query={self.query!r}, value={value}, k={self.k}{sampled}, "
+            f"tail_mass={tail}, top=[{shown}{more}])"
         )

@@ -36,6 +36,14 @@ import numpy as np
 
 from softdict._attention import softmax, tail_mass_bound, top_of_scores
 from softdict._config import EXACT_MAX_KEYS, SoftDictConfig
+from softdict._sampling import (
+    FIRST_SAMPLE,
+    TailEstimate,
+    estimate_tail,
+    query_rng,
+    sample_size_for,
+    z_of,
+)
 from softdict.index.base import Allow, Capabilities, IndexBackend
 from softdict.spelling import SIMILARITY_FLOOR, SpellingIndex, SpellingQueries, spelling_term
 
@@ -46,6 +54,7 @@ __all__ = [
     "SpellingRequest",
     "scores_every_key",
     "select",
+    "with_sampled_tail",
 ]
 
 # Adaptive top-k starts here and grows 4x per round until the tail bound is met or max_k reached.
@@ -65,10 +74,25 @@ class RetrievalPolicy:
     top_k: int | None = None
     max_k: int = 1024
     tail_tolerance: float = 0.01
+    # The sampled tail (softdict._sampling): the interval half-width wanted on the tail mass,
+    # at this confidence, with at most max_sample keys drawn per query (0: no sample).
+    tolerance: float = 0.01
+    confidence: float = 0.95
+    max_sample: int = 4096
+    seed: int = 0
 
     @classmethod
     def from_config(cls, config: SoftDictConfig, dim: int) -> RetrievalPolicy:
-        return cls(config.temperature_for(dim), config.top_k, config.max_k, config.tail_tolerance)
+        return cls(
+            config.temperature_for(dim),
+            config.top_k,
+            config.max_k,
+            config.tail_tolerance,
+            config.tolerance,
+            config.confidence,
+            config.max_sample,
+            config.seed,
+        )
 
 
 @dataclass(frozen=True)
@@ -96,12 +120,21 @@ class Selection:
         ids: the keys' ids: (c,) shared by every query (attention over every allowed key, in
             increasing id order), or (m, c), one row per query, best first, -1 marking padding.
         weights: (m, c) softmax weights; 0 on padding; each row sums to 1.
-        k: (m,) how many keys each softmax ran over.
-        tail_mass: (m,) bound on the attention mass of allowed keys left out (0 when exact).
+        k: (m,) how many keys each query scored exactly (its head; every allowed key when exact).
+        tail_mass: (m,) the attention mass of the allowed keys outside the head: 0 when every
+            key was scored, the sample's estimate when the tail was sampled, NaN for top-k
+            attention (which gives them nothing by its own formula).
+        tail_bound: (m,) the deterministic bound on that mass from the head's scores
+            (``tail_mass_bound``), NaN where it does not hold: an approximate index can miss
+            near keys.
         meaning: (m, c) the similarity of the embeddings alone; -inf marks padding.
         spelling: (m, c) spelling similarities in [0, 1] (NaN on padding), or None when the
             spelling channel was off.
         spelling_weight: (m,) each query's spelling weight, or None when it was off.
+        sampled: (m, c) which columns are sampled keys, standing for the tail (None: none are).
+        n_sampled: (m,) how many keys each query sampled (0 when none).
+        tail_stderr: (m,) the standard error of ``tail_mass`` (0 when not sampled).
+        z: the normal quantile of the interval's confidence.
     """
 
     scores: np.ndarray
@@ -109,9 +142,26 @@ class Selection:
     weights: np.ndarray
     k: np.ndarray
     tail_mass: np.ndarray
+    tail_bound: np.ndarray
     meaning: np.ndarray
     spelling: np.ndarray | None = None
     spelling_weight: np.ndarray | None = None
+    sampled: np.ndarray | None = None
+    n_sampled: np.ndarray | None = None
+    tail_stderr: np.ndarray | None = None
+    z: float = 1.96
+
+    @property
+    def estimated(self) -> bool:
+        """Whether a sample stands for part of the attention."""
+        return self.sampled is not None
+
+    def tail_interval(self) -> np.ndarray:
+        """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]."""
+        stderr = self.tail_stderr if self.tail_stderr is not None else np.zeros(len(self.k))
+        low = np.clip(self.tail_mass - self.z * stderr, 0.0, 1.0)
+        high = np.clip(self.tail_mass + self.z * stderr, 0.0, 1.0)
+        return np.stack([low, high], axis=1)
 
 
 def scores_every_key(capabilities: Capabilities, n_allowed: int) -> bool:
@@ -137,31 +187,43 @@ def select(
     temperature = policy.temperature
     if m == 0:
         empty = np.zeros((0, 0))
+        none = np.zeros(0)
         return Selection(
-            empty, np.zeros((0, 0), np.int64), empty, np.zeros(0, int), np.zeros(0), empty
+            empty, np.zeros((0, 0), np.int64), empty, np.zeros(0, int), none, none, empty
         )
     every_key = scores_every_key(backend.capabilities, n_allowed)
     if spelling is not None:
         if every_key:
             return _every_key_with_spelling(backend, queries, policy, allow, n_allowed, spelling)
-        return _union_with_spelling(backend, queries, policy, allow, n_allowed, spelling)
-    if policy.top_k is None and every_key:
+        head = _union_with_spelling(backend, queries, policy, allow, n_allowed, spelling)
+    elif policy.top_k is None and every_key:
         scores, ids = backend.score_all(queries, allow)
+        zeros = np.zeros(m)
         return Selection(
-            scores, ids, softmax(scores, temperature), np.full(m, len(ids)), np.zeros(m), scores
+            scores, ids, softmax(scores, temperature), np.full(m, len(ids)), zeros, zeros, scores
         )
-    if policy.top_k is not None:
-        scores, ids = backend.search(queries, min(policy.top_k, n_allowed), allow)
     else:
-        scores, ids = adaptive_top_k(backend, queries, policy, allow, n_allowed)
-    return Selection(
-        scores,
-        ids,
-        softmax(scores, temperature),
-        (ids >= 0).sum(axis=1),
-        tail_mass_bound(scores, n_allowed, temperature),
-        scores,
-    )
+        if policy.top_k is not None:
+            scores, ids = backend.search(queries, min(policy.top_k, n_allowed), allow)
+        else:
+            scores, ids = adaptive_top_k(backend, queries, policy, allow, n_allowed)
+        head = Selection(
+            scores,
+            ids,
+            softmax(scores, temperature),
+            (ids >= 0).sum(axis=1),
+            np.full(m, np.nan),
+            _valid_bound(backend, tail_mass_bound(scores, n_allowed, temperature)),
+            scores,
+        )
+    if policy.top_k is not None or policy.max_sample == 0:
+        return head
+    return with_sampled_tail(backend, queries, head, policy, allow, n_allowed, spelling)
+
+
+def _valid_bound(backend: IndexBackend, bound: np.ndarray) -> np.ndarray:
+    """The tail bound where it holds (exact neighbours), NaN elsewhere."""
+    return bound if backend.capabilities.exact else np.full(len(bound), np.nan)
 
 
 def _combined(meaning: np.ndarray, similarity: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -185,8 +247,9 @@ def _every_key_with_spelling(
     m, temperature = len(queries), policy.temperature
     if policy.top_k is None:
         weights = softmax(combined, temperature)
+        zeros = np.zeros(m)
         return Selection(
-            combined, ids, weights, np.full(m, len(ids)), np.zeros(m), meaning, similarity,
+            combined, ids, weights, np.full(m, len(ids)), zeros, zeros, meaning, similarity,
             spelling.weights,
         )  # fmt: skip
     best, columns = top_of_scores(combined, min(policy.top_k, n_allowed))
@@ -201,6 +264,7 @@ def _every_key_with_spelling(
         np.where(found, ids[safe], -1),
         softmax(best, temperature),
         found.sum(axis=1),
+        np.full(m, np.nan),
         tail_mass_bound(best, n_allowed, temperature),
         gather(meaning, -np.inf),
         gather(similarity, np.nan),
@@ -347,7 +411,8 @@ def _union_with_spelling(
         ids,
         softmax(combined, temperature),
         (ids >= 0).sum(axis=1),
-        tail_mass_bound(combined, n_allowed, temperature, ceiling),
+        np.full(m, np.nan),
+        _valid_bound(backend, tail_mass_bound(combined, n_allowed, temperature, ceiling)),
         meaning,
         similarity,
         spelling.weights,
@@ -414,3 +479,151 @@ def adaptive_top_k(
         if not len(pending):
             break
     return scores[:, :width], ids[:, :width]
+
+
+def with_sampled_tail(
+    backend: IndexBackend,
+    queries: np.ndarray,
+    head: Selection,
+    policy: RetrievalPolicy,
+    allow: Allow | None,
+    n_allowed: int,
+    spelling: SpellingRequest | None,
+) -> Selection:
+    """``head`` (each query's keys scored exactly, best first) with a uniform sample of the
+    other allowed keys standing for them: full attention, estimated (``softdict._sampling``).
+
+    Each query draws ``FIRST_SAMPLE`` keys from its own generator, and once more up to the size
+    its tail interval asks for. Where ``max_sample`` would reach the keys outside the head, they
+    are scored whole instead."""
+    z = z_of(policy.confidence)
+    m = len(queries)
+    rows = []
+    for i in range(m):
+        found = head.ids[i] >= 0
+        head_ids = head.ids[i, found]
+        n_rest = n_allowed - len(head_ids)
+        whole = n_rest <= policy.max_sample
+        if whole:
+            every = allow.ids if allow is not None else backend.ids()
+            sample_ids = every[~np.isin(every, head_ids)]
+        else:
+            rng = query_rng(policy.seed, queries[i])
+            sample_ids = _draw(backend, rng, FIRST_SAMPLE, allow, head_ids)
+        scored = _score_sample(backend, queries, i, sample_ids, spelling)
+        estimate = estimate_tail(
+            head.scores[i, found], scored[0], n_rest, policy.temperature, whole_rest=whole
+        )
+        if not whole:
+            wanted = sample_size_for(
+                estimate.tail_stderr, len(sample_ids), policy.tolerance, z, policy.max_sample
+            )
+            if wanted > len(sample_ids):
+                more = _draw(backend, rng, wanted - len(sample_ids), allow, head_ids)
+                more_scored = _score_sample(backend, queries, i, more, spelling)
+                sample_ids = np.concatenate([sample_ids, more])
+                scored = _concatenated(scored, more_scored)
+                estimate = estimate_tail(
+                    head.scores[i, found], scored[0], n_rest, policy.temperature
+                )
+        rows.append((found, sample_ids, scored, estimate))
+    return _assemble(head, rows, z)
+
+
+def _draw(
+    backend: IndexBackend,
+    rng: np.random.Generator,
+    count: int,
+    allow: Allow | None,
+    head_ids: np.ndarray,
+) -> np.ndarray:
+    """About ``count`` allowed keys uniformly with replacement, those in the head dropped: what
+    is left is a uniform sample of the rest (its size varies a little, which the estimator's
+    N_R/m takes as it comes)."""
+    ids = backend.sample(count, rng, allow)
+    return ids[~np.isin(ids, head_ids)]
+
+
+# A sample's (combined score, meaning, spelling similarity or None) per key.
+_Scored = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+
+
+def _score_sample(
+    backend: IndexBackend,
+    queries: np.ndarray,
+    i: int,
+    ids: np.ndarray,
+    spelling: SpellingRequest | None,
+) -> _Scored:
+    """Query ``i``'s (combined score, meaning, spelling similarity) on the sampled ``ids``."""
+    meaning = backend.score_ids(queries[i : i + 1], ids)[0] if len(ids) else np.zeros(0)
+    if spelling is None:
+        return meaning, meaning, None
+    rows = np.array([i])
+    similarity = spelling.index.similarity(spelling.queries.subset(rows), ids[None, :])[0]
+    combined = _combined(meaning[None, :], similarity[None, :], spelling.weights[rows])[0]
+    return combined, meaning, similarity
+
+
+def _concatenated(first: _Scored, second: _Scored) -> _Scored:
+    spelled = None
+    if first[2] is not None and second[2] is not None:
+        spelled = np.concatenate([first[2], second[2]])
+    return np.concatenate([first[0], second[0]]), np.concatenate([first[1], second[1]]), spelled
+
+
+def _assemble(
+    head: Selection,
+    rows: list[tuple[np.ndarray, np.ndarray, _Scored, TailEstimate]],
+    z: float,
+) -> Selection:
+    """One Selection from the head and each query's sample: the head's columns as they were
+    (weights re-estimated), then the sampled keys, padded to one width."""
+    m, width = head.ids.shape
+    extra = max((len(ids) for _, ids, _, _ in rows), default=0)
+    shape = (m, width + extra)
+
+    def widen(matrix: np.ndarray | None, padding: float) -> np.ndarray | None:
+        if matrix is None:
+            return None
+        out = np.full(shape, padding, dtype=matrix.dtype)
+        out[:, :width] = matrix
+        return out
+
+    ids = widen(head.ids, -1)
+    scores = widen(head.scores, -np.inf)
+    meaning = widen(head.meaning, -np.inf)
+    similarity = widen(head.spelling, np.nan)
+    assert ids is not None and scores is not None and meaning is not None
+    weights = np.zeros(shape)
+    sampled = np.zeros(shape, dtype=bool)
+    n_sampled = np.zeros(m, dtype=np.int64)
+    tail = np.zeros(m)
+    stderr = np.zeros(m)
+    for i, (found, sample_ids, scored, estimate) in enumerate(rows):
+        columns = slice(width, width + len(sample_ids))
+        weights[i, :width][found] = estimate.head_weights
+        weights[i, columns] = estimate.sample_weights
+        ids[i, columns] = sample_ids
+        scores[i, columns] = scored[0]
+        meaning[i, columns] = scored[1]
+        if similarity is not None and scored[2] is not None:
+            similarity[i, columns] = scored[2]
+        sampled[i, columns] = True
+        n_sampled[i] = len(sample_ids)
+        tail[i], stderr[i] = estimate.tail_mass, estimate.tail_stderr
+    return Selection(
+        scores,
+        ids,
+        weights,
+        head.k,
+        tail,
+        head.tail_bound,
+        meaning,
+        similarity,
+        head.spelling_weight,
+        sampled,
+        n_sampled,
+        stderr,
+        z,
+    )

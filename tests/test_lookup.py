@@ -185,7 +185,10 @@ def test_top_k_attends_to_the_k_best_and_bounds_the_tail() -> None:
     top = np.exp((full.scores[:2] - full.scores[0]) / 0.5)
     np.testing.assert_allclose(att.weights, top / top.sum())
     true_tail = full.weights[2:].sum()
-    assert true_tail <= att.tail_mass < 1.0
+    # Top-k attention gives the rest nothing (no estimate); the bound says what full attention
+    # would give them, and holds on this exact index.
+    assert att.tail_mass is None and att.tail_interval is None and att.sampled == 0
+    assert att.tail_bound is not None and true_tail <= att.tail_bound < 1.0
     assert sd.lookup("apple") == pytest.approx(
         float(att.weights @ [values[KEYS.index(k)] for k in att.keys])
     )

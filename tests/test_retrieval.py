@@ -141,7 +141,9 @@ def test_a_fixed_k_is_the_softmax_over_the_k_best() -> None:
     np.testing.assert_array_equal(chosen.ids, best)
     top = np.take_along_axis(scores, best, axis=1)
     np.testing.assert_allclose(chosen.weights, softmax(top, 0.1), rtol=1e-6)
-    np.testing.assert_allclose(chosen.tail_mass, tail_mass_bound(top, 500, 0.1))
+    # Top-k attention estimates no tail; the bound holds on this exact index.
+    assert np.isnan(chosen.tail_mass).all() and chosen.sampled is None
+    np.testing.assert_allclose(chosen.tail_bound, tail_mass_bound(top, 500, 0.1))
     assert chosen.k.tolist() == [7, 7, 7]
 
 
@@ -151,7 +153,8 @@ def test_adaptive_k_in_one_search_equals_adaptive_k_in_rounds() -> None:
     n = EXACT_MAX_KEYS + 500
     inner, _ = exact_backend(n, clusters=300)
     queries = clustered(30, seed=9, clusters=300)[0]
-    policy = RetrievalPolicy(0.02)  # here the bound is met at 64, 256 and 1024 keys
+    # Here the bound is met at 64, 256 and 1024 keys; the head alone (no sample) is compared.
+    policy = RetrievalPolicy(0.02, max_sample=0)
     one_pass, rounds = Recording(inner, rounds=False), Recording(inner, rounds=True)
     a = select(one_pass, queries, policy, None, n)
     b = select(rounds, queries, policy, None, n)
@@ -162,7 +165,7 @@ def test_adaptive_k_in_one_search_equals_adaptive_k_in_rounds() -> None:
     assert set(a.k.tolist()) == {64, 256, 1024}
     np.testing.assert_array_equal(a.k, b.k)
     # float32 products over batches of other sizes differ in the last bits.
-    np.testing.assert_allclose(a.tail_mass, b.tail_mass, rtol=1e-4)
+    np.testing.assert_allclose(a.tail_bound, b.tail_bound, rtol=1e-4)
     for i in range(30):
         np.testing.assert_array_equal(a.ids[i, : a.k[i]], b.ids[i, : b.k[i]])
         np.testing.assert_allclose(
@@ -288,11 +291,12 @@ def test_adaptive_k_grows_until_the_bound_is_met_and_the_bound_holds() -> None:
     exact_weights = softmax(Similarity.COSINE.scores(queries, X), 0.05)
     for attention, weights in zip(sd.attend_embeddings(queries), exact_weights):
         assert attention.k == len(attention.keys) <= 1024
-        assert attention.tail_mass <= 0.01 or attention.k == 1024
+        assert attention.tail_bound is not None  # flat: exact neighbours
+        assert attention.tail_bound <= 0.01 or attention.k == 1024
         rows = [int(key[1:]) for key in attention.keys]
         true_tail = 1.0 - weights[rows].sum()
-        assert true_tail <= attention.tail_mass + 1e-9  # flat: the true top k, so the bound holds
-    # The blended value is close to exact attention.
+        assert true_tail <= attention.tail_bound + 1e-9  # flat: the true top k, so it holds
+    # The blended value (head and sampled tail) is close to exact attention.
     exact = exact_weights @ values
     np.testing.assert_allclose(sd.lookup_embeddings(queries), exact, atol=0.05)
 
@@ -300,7 +304,8 @@ def test_adaptive_k_grows_until_the_bound_is_met_and_the_bound_holds() -> None:
 def test_fixed_top_k_is_used_as_given() -> None:
     sd, X, _ = build("flat", top_k=7)
     attention = sd.attend_embeddings(X[0])
-    assert attention.k == 7 and len(attention.keys) == 7 and 0 < attention.tail_mass < 1
+    assert attention.k == 7 and len(attention.keys) == 7 and attention.tail_mass is None
+    assert attention.tail_bound is not None and 0 < attention.tail_bound < 1
 
 
 def test_a_batch_is_one_index_search() -> None:
@@ -319,7 +324,10 @@ def test_hnsw_adaptive_k_searches_in_rounds() -> None:
     sd, X, _ = build("hnsw", temperature=0.02)
     for attention in sd.attend_embeddings(X[:10]):
         assert attention.k in (64, 256, 1024, len(sd))
-        assert attention.tail_mass <= 0.01 or attention.k >= 1024
+        assert attention.tail_bound is None  # HNSW can miss near keys: no bound
+        # 3,000 keys: the rest of the head fits in max_sample, so it is scored whole.
+        assert attention.sampled == len(sd) - attention.k and attention.tail_mass is not None
+        assert attention.weights.sum() + attention.tail_mass == pytest.approx(1.0)
 
 
 def test_auto_is_exact_while_small_then_switches_to_ivf() -> None:

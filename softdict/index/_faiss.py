@@ -156,6 +156,13 @@ class FaissBackend(IndexBackend):
             scores = -scores  # FAISS gives squared distances, smallest first
         return np.where(rows >= 0, scores, -np.inf), self._rows.ids_of(rows)
 
+    def sample(
+        self, count: int, rng: np.random.Generator, allow: Allow | None = None
+    ) -> np.ndarray:
+        if allow is not None:
+            return super().sample(count, rng, allow)
+        return self._rows.sample(count, rng)
+
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         rows = self._rows.rows_of(np.asarray(ids, dtype=np.int64))
         if len(rows) != len(ids) or self._index is None:

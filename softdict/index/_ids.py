@@ -82,6 +82,20 @@ class IdRows:
         found = (held[rows] == ids) & self._live.view[rows]
         return rows[found]
 
+    def sample(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        """``count`` live ids drawn uniformly with replacement: rows drawn uniformly, tombstones
+        redrawn (compaction keeps at least half the rows live, so few are)."""
+        if not self.n_live:
+            return np.zeros(0, dtype=np.int64)
+        live, chosen = self._live.view, []
+        wanted = count
+        while wanted > 0:
+            rows = rng.integers(0, self.size, size=wanted + wanted // 4 + 8)
+            rows = rows[live[rows]][:wanted]
+            chosen.append(rows)
+            wanted -= len(rows)
+        return self._ids.view[np.concatenate(chosen)]
+
     def remove(self, ids: np.ndarray) -> None:
         rows = self.rows_of(np.asarray(ids, dtype=np.int64))
         rows = np.unique(rows)

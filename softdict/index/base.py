@@ -139,6 +139,17 @@ class IndexBackend(ABC):
         ids (c,) of those columns, in increasing order. Only where ``capabilities.exact``."""
         raise NotImplementedError(f"{self.describe()} cannot score every key; search it instead")
 
+    def sample(
+        self, count: int, rng: np.random.Generator, allow: Allow | None = None
+    ) -> np.ndarray:
+        """``count`` held (and allowed) ids drawn uniformly with replacement: the sampled tail of
+        an estimated attention (``softdict._sampling``). By default from ``ids()``; backends
+        that keep rows draw rows instead of listing every id."""
+        ids = allow.ids if allow is not None else self.ids()
+        if not len(ids):
+            return np.zeros(0, dtype=np.int64)
+        return ids[rng.integers(0, len(ids), size=count)]
+
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         """The prepared vectors of held ``ids`` (approximations for compressed indexes).
         Only where ``capabilities.returns_vectors``."""

@@ -87,6 +87,13 @@ class ExactBackend(IndexBackend):
     def ids(self) -> np.ndarray:
         return self._rows.live_ids()
 
+    def sample(
+        self, count: int, rng: np.random.Generator, allow: Allow | None = None
+    ) -> np.ndarray:
+        if allow is not None:
+            return super().sample(count, rng, allow)
+        return self._rows.sample(count, rng)
+
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         rows = self._rows.rows_of(np.asarray(ids, dtype=np.int64))
         if len(rows) != len(ids):

@@ -100,8 +100,16 @@ class GrowingBackend(IndexBackend):
     ) -> tuple[np.ndarray, np.ndarray]:
         return self._active.score_all(queries, allow)
 
+    def sample(
+        self, count: int, rng: np.random.Generator, allow: Allow | None = None
+    ) -> np.ndarray:
+        return self._active.sample(count, rng, allow)
+
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         return self._active.vectors(ids)
+
+    def score_ids(self, queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        return self._active.score_ids(queries, ids)
 
     def describe(self) -> str:
         if self.name is None:
