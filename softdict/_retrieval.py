@@ -5,12 +5,15 @@ Three cases, decided per call:
 
 * every key: without a fixed ``top_k``, while at most ``EXACT_MAX_KEYS`` keys are allowed and
   the backend can score them all. Exact; ``tail_mass`` is 0.
-* a fixed k: ``top_k=k``, the softmax over the k best keys.
-* adaptive k: otherwise, k starts at 64 and grows 4x until the bound on the left-out mass is
-  under ``tail_tolerance`` or k reaches ``max_k``.
+* top-k attention: ``top_k=k``, the softmax over the k best keys and nothing else.
+* estimated full attention: otherwise. The head's k starts at 64 and grows 4x until the bound
+  on the mass outside it is under ``tail_tolerance`` or k reaches ``max_k``; then a uniform
+  sample of the other allowed keys stands for them (``with_sampled_tail``,
+  ``softdict._sampling``), unless ``max_sample`` is 0.
 
 The tail bound (``_attention.tail_mass_bound``) assumes the keys found are the true best k; it
-holds for exact backends, not always for approximate ones, which can miss a near key.
+holds for exact backends, not always for approximate ones, which can miss a near key, so it is
+reported (``Selection.tail_bound``) only for exact ones.
 
 With the spelling channel (``SpellingRequest``; ``softdict.spelling``) a key's score is
 meaning + weight · term(spelling), and the same three cases run on that combined score:
