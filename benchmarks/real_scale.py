@@ -501,7 +501,7 @@ def write(path: Path, sections: dict[str, str], command: str) -> None:
     for title, body in sections.items():
         kept[title] = (
             f"## {title}\n\nCommand: `python {command}`, run {date.today().isoformat()} on "
-            f"{machine} ({platform.python_version()}).\n\n{body}"
+            f"{machine} (Python {platform.python_version()}).\n\n{body}"
         )
     path.write_text(HEADER + "\n" + "\n".join(kept.values()))
 
