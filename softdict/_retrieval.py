@@ -154,11 +154,6 @@ class Selection:
     tail_stderr: np.ndarray | None = None
     z: float = 1.96
 
-    @property
-    def estimated(self) -> bool:
-        """Whether a sample stands for part of the attention."""
-        return self.sampled is not None
-
     def tail_interval(self) -> np.ndarray:
         """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]."""
         stderr = self.tail_stderr if self.tail_stderr is not None else np.zeros(len(self.k))
