@@ -88,7 +88,7 @@ class SoftDict(MutableMapping[str, Value]):
             0 scores keys by meaning alone, as softdict did before the channel existed.
         lexical_known: the share of the spelling weight a query's common English words keep
             (1/16 by default): meaning, not spelling, decides what a real word means.
-        index: "auto" (exact up to 10,000 keys, then IVF), "flat" (exact), "hnsw", "ivf",
+        index: "auto" (exact up to 10,000 keys, then HNSW), "flat" (exact), "hnsw", "ivf",
             "ivf_sq8" (compressed, 1 byte per dimension), a FAISS index_factory string, or a
             name registered with ``softdict.index.register_backend``.
         value_kind: "scalar", "vector", "categorical" (or a kind registered with

@@ -5,17 +5,28 @@ deletes, overwrites, compaction, masks inside the search, the auto switch, IVF r
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 from _support import FakeEncoder
 
-from softdict import ConfigError, EmptyStoreError, KeyTypeError, Similarity, SoftDict
+from softdict import (
+    ConfigError,
+    EmptyStoreError,
+    KeyTypeError,
+    Similarity,
+    SoftDict,
+    StoreFormatError,
+)
 from softdict._attention import softmax, tail_mass_bound
 from softdict._config import EXACT_MAX_KEYS
+from softdict._files import FileReader
 from softdict._retrieval import SPELLING_CANDIDATES, RetrievalPolicy, select
 from softdict._similarity import Metric, metric_scores
 from softdict.index import Allow, Capabilities, IndexBackend, backend_spec, register_backend
+from softdict.index.growing import GrowingBackend
+from softdict.index.ivf import IVFBackend
 
 DIM = 16
 BACKENDS = ["auto", "flat", "hnsw", "ivf", "ivf_sq8", "IVF16,Flat", "HNSW16", "test-dict"]
@@ -330,16 +341,44 @@ def test_hnsw_adaptive_k_searches_in_rounds() -> None:
         assert attention.weights.sum() + attention.tail_mass == pytest.approx(1.0)
 
 
-def test_auto_is_exact_while_small_then_switches_to_ivf() -> None:
+def test_auto_is_exact_while_small_then_switches_to_hnsw() -> None:
     X, labels = clustered(EXACT_MAX_KEYS + 1)
     sd = SoftDict(encoder=FakeEncoder(), temperature=0.1)
     sd.add_embeddings([f"k{i}" for i in range(EXACT_MAX_KEYS)], X[:-1], labels[:-1].astype(float))
     assert sd.index_description == "auto: exact"
     assert sd.attend_embeddings(X[0]).k == EXACT_MAX_KEYS  # every key, exactly
     sd.add_embeddings(["last"], X[-1:], [1.0])
-    assert sd.index_description.startswith("auto: ivf")
+    assert sd.index_description.startswith("auto: hnsw")
     attention = sd.attend_embeddings(X[0])
     assert attention.keys[0] == "k0" and attention.k <= 1024
+    assert sd._store.snapshot()[0].index_meta["large"] == "hnsw"
+
+
+def _dumped(backend: IndexBackend) -> tuple[dict, FileReader]:
+    dump = backend.dump()
+    return dict(dump.meta), FileReader(Path("<dump>"), dict(dump.files))
+
+
+def test_auto_stores_built_as_ivf_before_still_load_as_ivf() -> None:
+    """Before "auto" built HNSW it built IVF, and saved no ``large`` entry: such a store loads
+    as IVF and answers as it did; an unknown kind is refused, naming the manifest."""
+    X, _ = clustered(EXACT_MAX_KEYS + 1)
+    ids = np.arange(len(X), dtype=np.int64)
+    earlier = GrowingBackend(
+        DIM, Metric.INNER_PRODUCT, lambda: IVFBackend(DIM, Metric.INNER_PRODUCT), EXACT_MAX_KEYS + 1
+    )
+    earlier.add(ids, X)
+    meta, files = _dumped(earlier)
+    assert meta["phase"] == "built" and "large" not in meta
+    auto = backend_spec("auto").create(DIM, Metric.INNER_PRODUCT)
+    auto.restore(meta, files)
+    assert auto.describe().startswith("auto: ivf (nlist=")
+    for got, want in zip(auto.search(X[:5], 10), earlier.search(X[:5], 10)):
+        np.testing.assert_array_equal(got, want)
+    assert "large" not in auto.dump().meta  # saved again as it was found
+    other = backend_spec("auto").create(DIM, Metric.INNER_PRODUCT)
+    with pytest.raises(StoreFormatError, match=r"manifest.json has an index of kind 'graph'"):
+        other.restore({**meta, "large": "graph"}, files)
 
 
 def test_ivf_is_built_at_2000_keys_and_retrained_as_the_store_grows() -> None:

@@ -7,7 +7,7 @@ registers them under the names ``index=`` accepts. A new backend is one file plu
 ========== ================================================= ==================================
 index=     backend                                           file
 ========== ================================================= ==================================
-"auto"     exact numpy up to 10,000 keys, then IVF-Flat      ``growing`` (``exact``, ``ivf``)
+"auto"     exact numpy up to 10,000 keys, then HNSW-Flat     ``growing`` (``exact``, ``hnsw``)
 "flat"     exact numpy                                       ``exact``
 "hnsw"     FAISS IndexHNSWFlat                               ``hnsw``
 "ivf"      FAISS IndexIVFFlat (exact until 2,000 keys)       ``growing``, ``ivf``
@@ -79,7 +79,14 @@ def _factory(option: str) -> BackendSpec:
 register_backend(
     "auto",
     lambda dim, metric: GrowingBackend(
-        dim, metric, lambda: IVFBackend(dim, metric), EXACT_MAX_KEYS + 1, name="auto"
+        dim,
+        metric,
+        lambda: HNSWBackend(dim, metric),
+        EXACT_MAX_KEYS + 1,
+        name="auto",
+        large_kind="hnsw",
+        # "auto" built IVF indexes until its recall on real text was measured (0.62 at k=1024).
+        earlier_large=lambda: IVFBackend(dim, metric),
     ),
     description="auto: exact",
 )

@@ -119,7 +119,7 @@ class FaissBackend(IndexBackend):
         assert self._index is not None
         index = None
         if len(rows):
-            vectors = np.ascontiguousarray(self._index.reconstruct_batch(rows), dtype=np.float32)
+            vectors = np.ascontiguousarray(self._stored_rows(rows), dtype=np.float32)
             try:
                 index = self._new_index(vectors)
             except RuntimeError:
@@ -167,7 +167,13 @@ class FaissBackend(IndexBackend):
         rows = self._rows.rows_of(np.asarray(ids, dtype=np.int64))
         if len(rows) != len(ids) or self._index is None:
             raise KeyError("vectors() asked for ids this backend does not hold")
-        return np.asarray(self._index.reconstruct_batch(rows), dtype=np.float32)
+        return np.asarray(self._stored_rows(rows), dtype=np.float32)
+
+    def _stored_rows(self, rows: np.ndarray) -> np.ndarray:
+        """The vectors of FAISS ``rows`` (a copy); a backend whose storage numpy can read in
+        place overrides it."""
+        assert self._index is not None
+        return self._index.reconstruct_batch(rows)
 
     def memory_bytes(self) -> int:
         index_bytes = faiss.serialize_index(self._index).nbytes if self._index is not None else 0
