@@ -79,6 +79,7 @@ from matching_scale import LANGUAGES, key_embeddings, scale_keys
 
 from softdict import SoftDict
 from softdict._attention import softmax
+from softdict._config import SoftDictConfig
 from softdict._similarity import Similarity
 
 T = 0.05
@@ -198,13 +199,22 @@ class Method:
     sampled: np.ndarray | None = None  # (q,) sample sizes
 
 
+_BASE_CONFIGS: dict[int, SoftDictConfig] = {}
+
+
+def base_config(sd: SoftDict) -> SoftDictConfig:
+    """The options ``sd`` was built with, remembered on first sight."""
+    return _BASE_CONFIGS.setdefault(id(sd), sd._store.config)
+
+
 def softdict_method(
     name: str, sd: SoftDict, options: dict, queries: np.ndarray, position: dict[str, int]
 ) -> Method:
     """A row of softdict with ``options`` on the store ``sd``. SoftDict has public setters for
     the temperature and the spelling channel only; top_k, max_sample and tolerance are switched
     through the store's config (validated by ``replace``), so rows of one index share a store."""
-    config = sd._store.config.replace(**options)
+    # From the store's own options, not the last row's: each row changes only what it names.
+    config = base_config(sd).replace(**options)
 
     def prepare() -> None:
         sd._store.config = config
