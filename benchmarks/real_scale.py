@@ -199,22 +199,21 @@ class Method:
     sampled: np.ndarray | None = None  # (q,) sample sizes
 
 
-_BASE_CONFIGS: dict[int, SoftDictConfig] = {}
-
-
-def base_config(sd: SoftDict) -> SoftDictConfig:
-    """The options ``sd`` was built with, remembered on first sight."""
-    return _BASE_CONFIGS.setdefault(id(sd), sd._store.config)
-
-
 def softdict_method(
-    name: str, sd: SoftDict, options: dict, queries: np.ndarray, position: dict[str, int]
+    name: str,
+    sd: SoftDict,
+    built_with: SoftDictConfig,
+    options: dict,
+    queries: np.ndarray,
+    position: dict[str, int],
 ) -> Method:
-    """A row of softdict with ``options`` on the store ``sd``. SoftDict has public setters for
-    the temperature and the spelling channel only; top_k, max_sample and tolerance are switched
-    through the store's config (validated by ``replace``), so rows of one index share a store."""
-    # From the store's own options, not the last row's: each row changes only what it names.
-    config = base_config(sd).replace(**options)
+    """A row of softdict with ``options`` on the store ``sd``, built with ``built_with``.
+    SoftDict has public setters for the temperature and the spelling channel only; top_k,
+    max_sample and tolerance are switched through the store's config (validated by
+    ``replace``), so rows of one index share a store."""
+    # From the options the store was built with, not the last row's: each row changes only
+    # what it names.
+    config = built_with.replace(**options)
 
     def prepare() -> None:
         sd._store.config = config
@@ -341,9 +340,12 @@ def measure(corpus_name: str, n: int) -> str:
     for index, (sd, build_s, memory, description) in stores.items():
         short = "auto" if index == "auto" else "IVF"
         descriptions[short] = description
+        built_with = sd._store.config
         for label, options in rows[index]:
             began = time.perf_counter()
-            method = softdict_method(f"softdict {short}, {label}", sd, options, queries, position)
+            method = softdict_method(
+                f"softdict {short}, {label}", sd, built_with, options, queries, position
+            )
             method.build_s, method.memory_per_key = build_s, memory
             methods.append(method)
             print(f"  {method.name}: {N_QUERIES} queries in {time.perf_counter() - began:.1f} s")
