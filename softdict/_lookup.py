@@ -111,8 +111,9 @@ def value_stderrs(
     if chosen.sampled is None:
         return [None] * len(chosen.weights)
     results: list[float | np.ndarray | None] = []
-    assert chosen.tail_stderr is not None
+    assert chosen.tail_stderr is not None and chosen.n_draws is not None
     for i in range(len(chosen.weights)):
+        draws = int(chosen.n_draws[i])
         sampled = chosen.sampled[i]
         if chosen.tail_stderr[i] == 0.0:  # the rest scored whole (or nothing drawn): exact
             sampled = np.zeros_like(sampled)
@@ -120,7 +121,7 @@ def value_stderrs(
         if column.loss is LossKind.SQUARED_ERROR:
             value = np.asarray(blended[i], dtype=np.float64)
             values = np.asarray(column.calibration_values(slots[i, sampled]), dtype=np.float64)
-            error = value_stderr(weights, values, value)
+            error = value_stderr(weights, values, value, draws)
             results.append(float(error) if error.ndim == 0 else error)
         else:
             found = chosen.ids[i] >= 0
@@ -128,7 +129,7 @@ def value_stderrs(
             mass = np.bincount(codes, chosen.weights[i, found])
             winner = int(mass.argmax())
             is_winner = (column.calibration_values(slots[i, sampled]) == winner).astype(float)
-            results.append(float(value_stderr(weights, is_winner, np.float64(mass[winner]))))
+            results.append(float(value_stderr(weights, is_winner, np.float64(mass[winner]), draws)))
     return results
 
 

@@ -6,10 +6,11 @@ Three cases, decided per call:
 * every key: without a fixed ``top_k``, while at most ``EXACT_MAX_KEYS`` keys are allowed and
   the backend can score them all. Exact; ``tail_mass`` is 0.
 * top-k attention: ``top_k=k``, the softmax over the k best keys and nothing else.
-* estimated full attention: otherwise. The head's k starts at 64 and grows 4x until the bound
-  on the mass outside it is under ``tail_tolerance`` or k reaches ``max_k``; then a uniform
-  sample of the other allowed keys stands for them (``with_sampled_tail``,
-  ``softdict._sampling``), unless ``max_sample`` is 0.
+* estimated full attention: otherwise. The head is the ``max_k`` best keys, found by one search,
+  and a sample of the other allowed keys stands for the rest (``with_sampled_tail``,
+  ``softdict._sampling``), drawn near the query where the backend can (``sample_near``).
+  With ``max_sample=0`` nothing is sampled: the head's k starts at 64 and grows 4x until the
+  bound on the mass outside it is under ``tail_tolerance`` or k reaches ``max_k``.
 
 The tail bound (``_attention.tail_mass_bound``) assumes the keys found are the true best k; it
 holds for exact backends, not always for approximate ones, which can miss a near key, so it is
@@ -138,6 +139,8 @@ class Selection:
         n_sampled: (m,) how many keys each query sampled (0 when none).
         tail_stderr: (m,) the standard error of ``tail_mass`` (0 when not sampled).
         z: the normal quantile of the interval's confidence.
+        n_draws: (m,) how many draws each query's sample was kept from (those that fell in the
+            head were dropped; ``softdict._sampling``); 0 where the rest was scored whole.
     """
 
     scores: np.ndarray
@@ -153,6 +156,7 @@ class Selection:
     n_sampled: np.ndarray | None = None
     tail_stderr: np.ndarray | None = None
     z: float = 1.96
+    n_draws: np.ndarray | None = None
 
     def tail_interval(self) -> np.ndarray:
         """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]."""
@@ -203,6 +207,9 @@ def select(
     else:
         if policy.top_k is not None:
             scores, ids = backend.search(queries, min(policy.top_k, n_allowed), allow)
+        elif policy.max_sample > 0:
+            # The tail is sampled whatever the head's bound says: one search, no rounds.
+            scores, ids = backend.search(queries, min(policy.max_k, n_allowed), allow)
         else:
             scores, ids = adaptive_top_k(backend, queries, policy, allow, n_allowed)
         head = Selection(
@@ -488,58 +495,81 @@ def with_sampled_tail(
     n_allowed: int,
     spelling: SpellingRequest | None,
 ) -> Selection:
-    """``head`` (each query's keys scored exactly, best first) with a uniform sample of the
-    other allowed keys standing for them: full attention, estimated (``softdict._sampling``).
+    """``head`` (each query's keys scored exactly, best first) with a sample of the other
+    allowed keys standing for them: full attention, estimated (``softdict._sampling``).
 
-    Each query draws ``FIRST_SAMPLE`` keys from its own generator, and once more up to the size
-    its tail interval asks for. Where ``max_sample`` would reach the keys outside the head, they
-    are scored whole instead."""
+    Each query draws ``FIRST_SAMPLE`` keys from its own generator (``IndexBackend.sample_near``),
+    and once more up to the size its tail interval asks for. Where ``max_sample`` would reach the
+    keys outside the head, they are scored whole instead."""
     z = z_of(policy.confidence)
-    m = len(queries)
     rows = []
-    for i in range(m):
+    for i in range(len(queries)):
         found = head.ids[i] >= 0
         head_ids = head.ids[i, found]
-        n_rest = n_allowed - len(head_ids)
-        whole = n_rest <= policy.max_sample
-        if whole:
+        if n_allowed - len(head_ids) <= policy.max_sample:
             every = allow.ids if allow is not None else backend.ids()
-            sample_ids = every[~np.isin(every, head_ids)]
-        else:
-            rng = query_rng(policy.seed, queries[i])
-            sample_ids = _draw(backend, rng, FIRST_SAMPLE, allow, head_ids)
-        scored = _score_sample(backend, queries, i, sample_ids, spelling)
+            sample = _Sample(every[~np.isin(every, head_ids)], None, 0)
+            scored = _score_sample(backend, queries, i, sample.ids, spelling)
+            estimate = estimate_tail(head.scores[i, found], scored[0], None, 0, policy.temperature)
+            rows.append((found, sample, scored, estimate))
+            continue
+        rng = query_rng(policy.seed, queries[i])
+        sample = _draw(backend, queries[i], rng, FIRST_SAMPLE, allow, head_ids, policy)
+        scored = _score_sample(backend, queries, i, sample.ids, spelling)
         estimate = estimate_tail(
-            head.scores[i, found], scored[0], n_rest, policy.temperature, whole_rest=whole
+            head.scores[i, found], scored[0], sample.factors(), sample.draws, policy.temperature
         )
-        if not whole:
-            wanted = sample_size_for(
-                estimate.tail_stderr, len(sample_ids), policy.tolerance, z, policy.max_sample
-            )
-            if wanted > len(sample_ids):
-                more = _draw(backend, rng, wanted - len(sample_ids), allow, head_ids)
-                more_scored = _score_sample(backend, queries, i, more, spelling)
-                sample_ids = np.concatenate([sample_ids, more])
-                scored = _concatenated(scored, more_scored)
-                estimate = estimate_tail(
-                    head.scores[i, found], scored[0], n_rest, policy.temperature
-                )
-        rows.append((found, sample_ids, scored, estimate))
+        wanted = sample_size_for(
+            estimate.tail_stderr, sample.draws, policy.tolerance, z, policy.max_sample
+        )
+        if wanted > sample.draws:
+            more = _draw(backend, queries[i], rng, wanted - sample.draws, allow, head_ids, policy)
+            scored = _concatenated(scored, _score_sample(backend, queries, i, more.ids, spelling))
+            sample = sample.extended(more)
+            estimate = estimate_tail(
+                head.scores[i, found], scored[0], sample.factors(), sample.draws,
+                policy.temperature,
+            )  # fmt: skip
+        rows.append((found, sample, scored, estimate))
     return _assemble(head, rows, z)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """One query's sampled keys: the ``ids`` kept of ``draws`` draws (those in the head are
+    dropped) and each kept draw's ``probability``; None: every key outside the head, scored."""
+
+    ids: np.ndarray
+    probability: np.ndarray | None
+    draws: int
+
+    def factors(self) -> np.ndarray | None:
+        """Each kept draw's f = 1/(M·p) (``softdict._sampling``); None when nothing is estimated."""
+        return None if self.probability is None else 1.0 / (self.draws * self.probability)
+
+    def extended(self, more: _Sample) -> _Sample:
+        assert self.probability is not None and more.probability is not None
+        return _Sample(
+            np.concatenate([self.ids, more.ids]),
+            np.concatenate([self.probability, more.probability]),
+            self.draws + more.draws,
+        )
 
 
 def _draw(
     backend: IndexBackend,
+    query: np.ndarray,
     rng: np.random.Generator,
     count: int,
     allow: Allow | None,
     head_ids: np.ndarray,
-) -> np.ndarray:
-    """About ``count`` allowed keys uniformly with replacement, those in the head dropped: what
-    is left is a uniform sample of the rest (its size varies a little, which the estimator's
-    N_R/m takes as it comes)."""
-    ids = backend.sample(count, rng, allow)
-    return ids[~np.isin(ids, head_ids)]
+    policy: RetrievalPolicy,
+) -> _Sample:
+    """``count`` draws from the allowed keys (``IndexBackend.sample_near``), those in the head
+    dropped: they are counted exactly, and a dropped draw adds 0 to the estimate."""
+    ids, probability = backend.sample_near(query, count, rng, allow, policy.temperature)
+    kept = ~np.isin(ids, head_ids)
+    return _Sample(ids[kept], probability[kept], len(ids))
 
 
 # A sample's (combined score, meaning, spelling similarity or None) per key.
@@ -572,13 +602,13 @@ def _concatenated(first: _Scored, second: _Scored) -> _Scored:
 
 def _assemble(
     head: Selection,
-    rows: list[tuple[np.ndarray, np.ndarray, _Scored, TailEstimate]],
+    rows: list[tuple[np.ndarray, _Sample, _Scored, TailEstimate]],
     z: float,
 ) -> Selection:
     """One Selection from the head and each query's sample: the head's columns as they were
     (weights re-estimated), then the sampled keys, padded to one width."""
     m, width = head.ids.shape
-    extra = max((len(ids) for _, ids, _, _ in rows), default=0)
+    extra = max((len(sample.ids) for _, sample, _, _ in rows), default=0)
     shape = (m, width + extra)
 
     def widen(matrix: np.ndarray | None, padding: float) -> np.ndarray | None:
@@ -596,9 +626,11 @@ def _assemble(
     weights = np.zeros(shape)
     sampled = np.zeros(shape, dtype=bool)
     n_sampled = np.zeros(m, dtype=np.int64)
+    n_draws = np.zeros(m, dtype=np.int64)
     tail = np.zeros(m)
     stderr = np.zeros(m)
-    for i, (found, sample_ids, scored, estimate) in enumerate(rows):
+    for i, (found, sample, scored, estimate) in enumerate(rows):
+        sample_ids = sample.ids
         columns = slice(width, width + len(sample_ids))
         weights[i, :width][found] = estimate.head_weights
         weights[i, columns] = estimate.sample_weights
@@ -609,6 +641,7 @@ def _assemble(
             similarity[i, columns] = scored[2]
         sampled[i, columns] = True
         n_sampled[i] = len(sample_ids)
+        n_draws[i] = sample.draws
         tail[i], stderr[i] = estimate.tail_mass, estimate.tail_stderr
     return Selection(
         scores,
@@ -624,4 +657,5 @@ def _assemble(
         n_sampled,
         stderr,
         z,
+        n_draws,
     )

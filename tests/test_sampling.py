@@ -11,7 +11,7 @@ from softdict import ConfigError, SoftDict
 from softdict._attention import softmax
 from softdict._config import EXACT_MAX_KEYS
 from softdict._retrieval import RetrievalPolicy, select
-from softdict._sampling import estimate_tail, z_of
+from softdict._sampling import estimate_tail, value_stderr, z_of
 from softdict._similarity import Metric
 from softdict.index import Allow
 from softdict.index.exact import ExactBackend
@@ -50,20 +50,35 @@ def policy(**options: object) -> RetrievalPolicy:
 def test_the_estimate_is_the_design_formula() -> None:
     rng = np.random.default_rng(0)
     head, sample = rng.normal(0.5, 0.1, 8), rng.normal(0.2, 0.1, 50)
-    got = estimate_tail(head, sample, 1000, T)
-    w_head, w_sample = np.exp(head / T), np.exp(sample / T)
-    total = w_head.sum() + 1000 / 50 * w_sample.sum()
+    # 60 draws, 10 of them dropped (they fell in the head), each kept one with its probability.
+    draws, probability = 60, rng.uniform(1e-4, 2e-3, 50)
+    factors = 1 / (draws * probability)
+    got = estimate_tail(head, sample, factors, draws, T)
+    w_head, w_sample = np.exp(head / T), factors * np.exp(sample / T)
+    total = w_head.sum() + w_sample.sum()
     np.testing.assert_allclose(got.head_weights, w_head / total)
-    np.testing.assert_allclose(got.sample_weights, 1000 / 50 * w_sample / total)
-    assert got.tail_mass == pytest.approx(1000 / 50 * w_sample.sum() / total)
-    omega = 1000 / 50 * w_sample / total
-    assert got.tail_stderr == pytest.approx((1 - got.tail_mass) * np.sqrt(50) * omega.std(ddof=1))
-    whole = estimate_tail(head, sample, 50, T, whole_rest=True)
+    np.testing.assert_allclose(got.sample_weights, w_sample / total)
+    assert got.tail_mass == pytest.approx(w_sample.sum() / total)
+    omega = np.concatenate([w_sample / total, np.zeros(draws - 50)])  # a dropped draw counts 0
+    assert got.tail_stderr == pytest.approx(
+        (1 - got.tail_mass) * np.sqrt(draws) * omega.std(ddof=1)
+    )
+    whole = estimate_tail(head, sample, None, 0, T)
     assert whole.tail_stderr == 0.0
     np.testing.assert_allclose(
         np.concatenate([whole.head_weights, whole.sample_weights]),
         softmax(np.concatenate([head, sample])[None, :], T)[0],
     )
+
+
+def test_the_value_stderr_counts_dropped_draws_as_zero() -> None:
+    rng = np.random.default_rng(1)
+    weights, values, value = rng.uniform(0, 0.01, 40), rng.normal(size=(40, 3)), np.ones(3)
+    spread = np.concatenate([weights[:, None] * (values - value), np.zeros((25, 3))])
+    np.testing.assert_allclose(
+        value_stderr(weights, values, value, 65), np.sqrt(65) * spread.std(axis=0, ddof=1)
+    )
+    assert np.all(value_stderr(weights[:1], values[:1], value, 1) == 0)
 
 
 def test_weights_are_finite_and_sum_to_one_and_the_sample_is_drawn(store) -> None:  # type: ignore[no-untyped-def]

@@ -7,6 +7,10 @@ return, so a deleted key is never returned (HNSW cannot remove vectors at all; I
 then FAISS ids would no longer be rows). The same selector carries a caller's ``Allow``. Once
 tombstones outnumber live rows, the index is rebuilt from its own reconstructed vectors, so no
 second copy of the embeddings is kept.
+
+A backend whose ``_draws_by_cell`` is set also keeps k-means cells over its rows
+(``softdict.index._cells``), so that the sampled tail of an estimated attention is drawn near the
+query.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 
 from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric
+from softdict.index._cells import CellSampler
 from softdict.index._ids import IdRows, increasing_ids
 from softdict.index.base import Allow, BackendDump, IndexBackend
 
@@ -53,12 +58,16 @@ def faiss_message(exc: RuntimeError, fallback: str) -> str:
 class FaissBackend(IndexBackend):
     """A FAISS index over this backend's rows. Subclasses say how to build and search it."""
 
+    # Whether the sampled tail is drawn by k-means cells near the query (else uniformly).
+    _draws_by_cell = False
+
     def __init__(self, dim: int, metric: Metric) -> None:
         super().__init__(dim, metric)
         self._rows = IdRows()
         self._index: faiss.Index | None = None
         self._built_for = 0  # keys the index was built (trained) for
         self._live_bitmap: np.ndarray | None = None  # packed live rows, rebuilt after changes
+        self._cells = CellSampler(dim, metric) if self._draws_by_cell else None
 
     # -- what a subclass says --------------------------------------------------------------------
 
@@ -98,12 +107,38 @@ class FaissBackend(IndexBackend):
             self._index, self._built_for = index, len(vectors)
         self._rows.append(ids)
         self._live_bitmap = None
+        if self._cells is not None:
+            self._place_in_cells(vectors)
         if self._wants_rebuild(self._rows.n_live, self._built_for):
             self._try_rebuild(self._rows.live_rows())
+
+    def _place_in_cells(self, vectors: np.ndarray) -> None:
+        """Give the rows just added their cells, training the cells first when it is time
+        (a store that has grown 4x since). The add has happened: a failure to train leaves the
+        cells as they were, and the sample is drawn uniformly until training succeeds."""
+        cells = self._cells
+        assert cells is not None
+        if cells.wants_training(self._rows.n_live):
+            live = self._rows.live_rows()
+            try:
+                cells.train(self._stored_rows(cells.training_rows(live)), len(live))
+            except RuntimeError:  # FAISS k-means: not enough points after all
+                pass
+            else:
+                # In chunks: a copy of every vector at once would double the index's memory.
+                every = np.arange(self._rows.size)
+                chunks = np.array_split(every, max(1, len(every) // 65_536))
+                cells.replace_all(
+                    np.concatenate([cells.nearest(self._stored_rows(c)) for c in chunks])
+                )
+                return
+        cells.append(cells.nearest(vectors) if cells.trained else np.full(len(vectors), -1))
 
     def remove(self, ids: np.ndarray) -> None:
         self._rows.remove(ids)
         self._live_bitmap = None
+        if self._cells is not None:
+            self._cells.changed()
         if self._rows.needs_compaction:
             self._try_rebuild(self._rows.live_rows())
 
@@ -126,6 +161,8 @@ class FaissBackend(IndexBackend):
                 return
             index.add(vectors)
         self._rows.keep(rows)
+        if self._cells is not None:
+            self._cells.keep(rows)
         self._index, self._built_for, self._live_bitmap = index, len(rows), None
 
     def search(
@@ -163,6 +200,19 @@ class FaissBackend(IndexBackend):
             return super().sample(count, rng, allow)
         return self._rows.sample(count, rng)
 
+    def sample_near(
+        self,
+        query: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        allow: Allow | None,
+        temperature: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if self._cells is None or not self._cells.trained or allow is not None:
+            return super().sample_near(query, count, rng, allow, temperature)
+        rows, probability = self._cells.draw(query, count, rng, self._rows.live, temperature)
+        return self._rows.ids_of(rows), probability
+
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         rows = self._rows.rows_of(np.asarray(ids, dtype=np.int64))
         if len(rows) != len(ids) or self._index is None:
@@ -177,7 +227,8 @@ class FaissBackend(IndexBackend):
 
     def memory_bytes(self) -> int:
         index_bytes = faiss.serialize_index(self._index).nbytes if self._index is not None else 0
-        return int(index_bytes + self._rows.nbytes())
+        cell_bytes = self._cells.nbytes() if self._cells is not None else 0
+        return int(index_bytes + self._rows.nbytes() + cell_bytes)
 
     def dump(self) -> BackendDump:
         files: StoreFiles = {
@@ -186,7 +237,12 @@ class FaissBackend(IndexBackend):
         }
         if self._index is not None:
             files["index.faiss"] = faiss.serialize_index(self._index).tobytes()
-        return BackendDump({"built_for": self._built_for}, files)
+        meta: dict[str, Any] = {"built_for": self._built_for}
+        if self._cells is not None and self._cells.centroids is not None:
+            files["index_cells.npy"] = self._cells.cells.copy()
+            files["index_centroids.npy"] = self._cells.centroids.copy()
+            meta["cells_trained_for"] = self._cells.trained_for
+        return BackendDump(meta, files)
 
     def restore(self, meta: dict[str, Any], files: FileReader) -> None:
         ids = files.npy("index_ids.npy", np.int64, (None,))
@@ -214,6 +270,27 @@ class FaissBackend(IndexBackend):
         built_for = meta.get("built_for", index.ntotal)  # format 1 did not record it
         if not isinstance(built_for, int) or built_for < 0:
             raise files.error("manifest.json", f"has an invalid index built_for {built_for!r}")
+        if self._cells is not None:
+            self._restore_cells(meta, files, len(ids))
         self._index, self._built_for = index, int(built_for)
         self._rows = IdRows.restored(ids, live)
         self._live_bitmap = None
+
+    def _restore_cells(self, meta: dict[str, Any], files: FileReader, n_rows: int) -> None:
+        """The saved cells, checked. A store saved without them (before they existed) draws its
+        sample uniformly until the cells are trained, at its next insert."""
+        assert self._cells is not None
+        if not files.has("index_cells.npy"):
+            self._cells.append(np.full(n_rows, -1))  # no cell yet: none trained
+            return
+        centroids = files.finite_npy("index_centroids.npy", np.float32, (None, self.dim))
+        cells = files.npy("index_cells.npy", np.int32, (n_rows,))
+        if not len(centroids) or (
+            len(cells) and (cells.min() < 0 or cells.max() >= len(centroids))
+        ):
+            raise files.error("index_cells.npy", f"names cells outside 0..{len(centroids) - 1}")
+        trained_for = meta.get("cells_trained_for")
+        if not isinstance(trained_for, int) or trained_for < 1:
+            raise files.error("manifest.json", f"has an invalid cells_trained_for {trained_for!r}")
+        self._cells.centroids, self._cells.trained_for = centroids, trained_for
+        self._cells.replace_all(cells)

@@ -150,6 +150,23 @@ class IndexBackend(ABC):
             return np.zeros(0, dtype=np.int64)
         return ids[rng.integers(0, len(ids), size=count)]
 
+    def sample_near(
+        self,
+        query: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        allow: Allow | None,
+        temperature: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` held (and allowed) ids drawn with replacement for the prepared ``query``
+        (d,), and the probability each draw had: the sampled tail of an estimated attention at
+        ``temperature``, which weighs each draw by the inverse of its probability. By default
+        uniformly (``sample``); a backend that knows where the query's near keys lie may draw
+        them more often (``softdict.index._cells``), as long as every allowed key can be drawn."""
+        ids = self.sample(count, rng, allow)
+        n = len(allow) if allow is not None else len(self)
+        return ids, np.full(len(ids), 1.0 / max(n, 1))
+
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         """The prepared vectors of held ``ids`` (approximations for compressed indexes).
         Only where ``capabilities.returns_vectors``."""

@@ -117,6 +117,16 @@ class GrowingBackend(IndexBackend):
     ) -> np.ndarray:
         return self._active.sample(count, rng, allow)
 
+    def sample_near(
+        self,
+        query: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        allow: Allow | None,
+        temperature: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._active.sample_near(query, count, rng, allow, temperature)
+
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         return self._active.vectors(ids)
 

@@ -42,7 +42,9 @@ def hnsw_params(
 
 
 class HNSWBackend(FaissBackend):
-    """IndexHNSWFlat with M links per node."""
+    """IndexHNSWFlat with M links per node, and k-means cells to draw a sampled tail by."""
+
+    _draws_by_cell = True
 
     def __init__(
         self,

