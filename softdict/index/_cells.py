@@ -63,6 +63,8 @@ class CellSampler:
         self._cells = GrowableRows((), np.int32)  # cell of each row; -1 before training
         self.trained_for = 0
         self._members: tuple[np.ndarray, np.ndarray] | None = None  # live rows by cell, offsets
+        # The last query's proposal: (its key, (probability per cell, running sum)).
+        self._last_proposal: tuple[tuple[bytes, float], tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def trained(self) -> bool:
@@ -138,7 +140,32 @@ class CellSampler:
             assert self.centroids is not None
             sizes = np.bincount(cells, minlength=len(self.centroids))
             self._members = rows[order], np.concatenate(([0], np.cumsum(sizes)))
+            self._last_proposal = None
         return self._members
+
+    def _proposal(
+        self, query: np.ndarray, temperature: float, sizes: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Each cell's probability for ``query`` (module docstring), and their running sum;
+        kept for the last query, which draws twice (``softdict._retrieval.with_sampled_tail``)."""
+        key = (query.tobytes(), temperature)
+        if self._last_proposal is not None and self._last_proposal[0] == key:
+            return self._last_proposal[1]
+        assert self.centroids is not None
+        centroid_scores = self.centroids @ query.astype(np.float32)
+        if self.metric is Metric.L2:
+            # −‖q − c‖² up to −‖q‖², which every cell shares.
+            squared = np.einsum("ij,ij->i", self.centroids, self.centroids)
+            centroid_scores = 2 * centroid_scores - squared
+        with np.errstate(divide="ignore"):
+            logits = np.log(sizes) + (centroid_scores - centroid_scores.max()) / (
+                SHARPNESS * temperature
+            )
+        near = np.exp(logits - logits.max())
+        probability = (1 - MIX) * near / near.sum() + MIX * sizes / sizes.sum()
+        proposal = probability, np.cumsum(probability)
+        self._last_proposal = key, proposal
+        return proposal
 
     def draw(
         self,
@@ -151,23 +178,13 @@ class CellSampler:
         """``count`` live rows drawn with replacement by the proposal of the module docstring,
         and the probability of each draw."""
         members, offsets = self._live_members(live)
-        sizes = np.diff(offsets)
-        n = len(members)
-        if not n:
+        if not len(members):
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        assert self.centroids is not None
-        centroid_scores = self.centroids @ query.astype(np.float32)
-        if self.metric is Metric.L2:
-            # −‖q − c‖² up to −‖q‖², which every cell shares.
-            squared = np.einsum("ij,ij->i", self.centroids, self.centroids)
-            centroid_scores = 2 * centroid_scores - squared
-        with np.errstate(divide="ignore"):
-            logits = np.log(sizes) + (centroid_scores - centroid_scores.max()) / (
-                SHARPNESS * temperature
-            )
-        near = np.exp(logits - logits.max())
-        probability = (1 - MIX) * near / near.sum() + MIX * sizes / n
-        chosen = rng.choice(len(sizes), size=count, p=probability / probability.sum())
+        sizes = np.diff(offsets)
+        probability, running = self._proposal(query, temperature, sizes)
+        # Inverse-CDF draws; an empty cell has no width in ``running``, so it is never chosen.
+        chosen = np.searchsorted(running, rng.random(count) * running[-1], side="right")
+        chosen = np.minimum(chosen, len(sizes) - 1)
         within = (rng.random(count) * sizes[chosen]).astype(np.int64)
         rows = members[offsets[chosen] + within]
         return rows, probability[chosen] / sizes[chosen]
