@@ -22,9 +22,11 @@ METHODS, all on the same keys (cosine, T = 0.05, unit-norm embeddings) in one ru
 
 * exact numpy attention over every key (softmax(Q·Kᵀ/T)·V): the reference;
 * softdict ``top_k=None`` (estimated full attention: an exact head from the index plus a
-  uniform sample of the other keys), on the default index ("auto": HNSW above 10,000 keys) and
-  on IVF (``index="ivf"``, the default before this benchmark measured its recall); with
-  ``max_sample=0`` (the head alone); with ``max_k=256`` (the head at most 256 keys, not 1024);
+  sample of the other keys), on the default index ("auto": HNSW above 10,000 keys, its sample
+  drawn near the query by k-means cells) and on IVF (``index="ivf"``, the default before this
+  benchmark measured its recall; its sample uniform); on "auto" also with the sample drawn
+  uniformly (the cells set aside: no option does this, the benchmark reaches in); with
+  ``max_sample=0`` (the head alone); with ``max_k=256`` (the head 256 keys, not 1024);
   with ``tolerance=1e-9`` (the sample always grows to its cap) at ``max_sample`` = 1024, 4096,
   16384;
 * softdict fixed top-k (``top_k`` = 64, 256 on the default index, 256 on IVF): softmax over the
@@ -199,6 +201,10 @@ class Method:
     sampled: np.ndarray | None = None  # (q,) sample sizes
 
 
+# A row option (not a SoftDict one): draw the sampled tail uniformly, as before the cells.
+UNIFORM = "uniform"
+
+
 def softdict_method(
     name: str,
     sd: SoftDict,
@@ -213,10 +219,19 @@ def softdict_method(
     ``replace``), so rows of one index share a store."""
     # From the options the store was built with, not the last row's: each row changes only
     # what it names.
+    options = dict(options)
+    uniform = options.pop(UNIFORM, False)
     config = built_with.replace(**options)
+    backend = sd._store.backend
+    # The HNSW phase of "auto" (GrowingBackend._large) and its k-means cells, set aside for the
+    # rows that draw the tail uniformly (benchmark only: no option turns the cells off).
+    large = getattr(backend, "_large", None)
+    cells = getattr(large, "_cells", None)
 
     def prepare() -> None:
         sd._store.config = config
+        if large is not None:
+            large._cells = None if uniform else cells
 
     prepare()
     attentions = sd.attend_embeddings(queries)
@@ -319,8 +334,10 @@ def measure(corpus_name: str, n: int) -> str:
     rows = {
         "auto": [
             ("default (estimated full attention)", {}),
+            ("uniform sample (cells off)", {UNIFORM: True}),
             ("max_sample=0 (head only)", {"max_sample": 0}),
             ("max_k=256 (a smaller head)", {"max_k": 256}),
+            ("max_k=256, uniform sample", {"max_k": 256, UNIFORM: True}),
             *[
                 (
                     f"tolerance=1e-9, max_sample={m} (sample of m)",

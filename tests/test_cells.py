@@ -177,3 +177,25 @@ def test_a_store_saved_without_cells_draws_uniformly_and_bad_cells_are_refused(b
         HNSWBackend(DIM, Metric.INNER_PRODUCT).restore(
             {**dump.meta, "cells_trained_for": "many"}, reader(dict(dump.files))
         )
+
+
+def test_a_saved_store_answers_the_same_after_loading(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Through SoftDict.save/load (manifest, checksums): the cells come back, so an estimated
+    lookup draws the same sample and returns the same value."""
+    from _support import FakeEncoder
+
+    from softdict import SoftDict
+
+    X = clustered(N)
+    sd = SoftDict(encoder=FakeEncoder(), index="hnsw", temperature=T, max_k=32, max_sample=512)
+    sd.add_embeddings([f"k{i}" for i in range(N)], X, np.arange(N, dtype=float))
+    sd.save(tmp_path / "store")
+    loaded = SoftDict.load(tmp_path / "store", encoder=FakeEncoder())
+    queries = clustered(4, seed=12)
+    before, after = sd.attend_embeddings(queries), loaded.attend_embeddings(queries)
+    for one, other in zip(before, after):
+        assert one.sampled > 0 and one.sampled == other.sampled
+        assert one.value == pytest.approx(other.value, rel=1e-9)
+        assert one.tail_mass == pytest.approx(other.tail_mass, rel=1e-9)
+    drawn = loaded._store.backend._cells  # type: ignore[attr-defined]
+    assert drawn is not None and drawn.trained

@@ -6,6 +6,10 @@ efSearch >= k candidates, so its cost grows with k (the retrieval policy then se
 A search keeps k/2 + 128 candidates more than k (``ef_for``), and the graph is built with
 efConstruction = 100: with efSearch = k and efConstruction = 40, recall@k on real text was
 0.89-0.97, below the 0.95 that top-k attention needs (benchmarks/real_scale.py measures it).
+
+It also keeps k-means cells over its keys (``softdict.index._cells``): an estimated attention
+draws its sampled tail near the query by them, and gathers the sampled vectors from the graph's
+flat storage in place.
 """
 
 from __future__ import annotations
