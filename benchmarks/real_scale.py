@@ -222,11 +222,13 @@ def softdict_method(
     options = dict(options)
     uniform = options.pop(UNIFORM, False)
     config = built_with.replace(**options)
-    backend = sd._store.backend
     # The HNSW phase of "auto" (GrowingBackend._large) and its k-means cells, set aside for the
-    # rows that draw the tail uniformly (benchmark only: no option turns the cells off).
-    large = getattr(backend, "_large", None)
-    cells = getattr(large, "_cells", None)
+    # rows that draw the tail uniformly (benchmark only: no option turns the cells off). The
+    # cells are kept on the store the first time, as a row before may have set them aside.
+    large = getattr(sd._store.backend, "_large", None)
+    if large is not None and not hasattr(large, "_benchmark_cells"):
+        large._benchmark_cells = large._cells
+    cells = getattr(large, "_benchmark_cells", None)
 
     def prepare() -> None:
         sd._store.config = config
