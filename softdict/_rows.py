@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GrowableRows", "compaction_due"]
+__all__ = ["GrowableRows", "compaction_due", "positions_of"]
 
 # Deleted rows are dropped once they outnumber live ones (and are at least this many), so a scan
 # never covers more than about twice the live rows, and the cost of compacting is amortised over
@@ -16,6 +16,18 @@ _COMPACT_MIN_DEAD = 64
 def compaction_due(dead: int, live: int) -> bool:
     """Whether ``dead`` deleted rows beside ``live`` ones should be compacted away now."""
     return dead > max(_COMPACT_MIN_DEAD, live)
+
+
+def positions_of(held: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Where each of ``ids`` is in ``held`` (increasing, non-empty), or where it would be,
+    clipped to a valid position: callers compare ``held[positions]`` to tell. While the held ids
+    are consecutive (no compaction has left gaps), a position is an offset, with no search: a
+    sampled tail asks for thousands of random ids, and the search took 0.5 ms of a lookup."""
+    ids = np.asarray(ids, dtype=np.int64)
+    first, size = int(held[0]), len(held)
+    if int(held[-1]) - first == size - 1:
+        return np.clip(ids - first, 0, size - 1)
+    return np.minimum(np.searchsorted(held, ids), size - 1)
 
 
 class GrowableRows:

@@ -60,6 +60,7 @@ class CellSampler:
     def __init__(self, dim: int, metric: Metric) -> None:
         self.dim, self.metric = dim, metric
         self.centroids: np.ndarray | None = None  # (cells, dim) float32
+        self._nearest_index: faiss.Index | None = None  # the centroids, searchable
         self._cells = GrowableRows((), np.int32)  # cell of each row; -1 before training
         self.trained_for = 0
         self._members: tuple[np.ndarray, np.ndarray] | None = None  # live rows by cell, offsets
@@ -99,18 +100,24 @@ class CellSampler:
             spherical=self.metric is Metric.INNER_PRODUCT,
         )
         kmeans.train(np.ascontiguousarray(vectors, dtype=np.float32))
-        self.centroids = np.ascontiguousarray(kmeans.centroids, dtype=np.float32)
-        self.trained_for = n_live
+        self.set_centroids(kmeans.centroids, n_live)
+
+    def set_centroids(self, centroids: np.ndarray, trained_for: int) -> None:
+        """Centroids trained for ``trained_for`` keys (by ``train``, or loaded), and the flat
+        index that finds a vector's nearest one, built once here rather than on every insert."""
+        self.centroids = np.ascontiguousarray(centroids, dtype=np.float32)
+        self.trained_for = trained_for
+        if self.metric is Metric.INNER_PRODUCT:
+            self._nearest_index = faiss.IndexFlatIP(self.dim)
+        else:
+            self._nearest_index = faiss.IndexFlatL2(self.dim)
+        self._nearest_index.add(self.centroids)
 
     def nearest(self, vectors: np.ndarray) -> np.ndarray:
         """Each vector's cell: the centroid that scores best under the metric."""
-        assert self.centroids is not None
-        if self.metric is Metric.INNER_PRODUCT:
-            index = faiss.IndexFlatIP(self.dim)
-        else:
-            index = faiss.IndexFlatL2(self.dim)
-        index.add(self.centroids)
-        _, cells = index.search(np.ascontiguousarray(vectors, dtype=np.float32), 1)
+        assert self._nearest_index is not None
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        _, cells = self._nearest_index.search(vectors, 1)
         return cells[:, 0].astype(np.int32)
 
     def append(self, cells: np.ndarray) -> None:
@@ -120,7 +127,7 @@ class CellSampler:
 
     def replace_all(self, cells: np.ndarray) -> None:
         """The cell of every row, after training."""
-        self._cells.keep(np.zeros(0, dtype=np.int64))
+        self._cells = GrowableRows((), np.int32)
         self.append(cells)
 
     def keep(self, rows: np.ndarray) -> None:

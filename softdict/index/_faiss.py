@@ -292,5 +292,5 @@ class FaissBackend(IndexBackend):
         trained_for = meta.get("cells_trained_for")
         if not isinstance(trained_for, int) or trained_for < 1:
             raise files.error("manifest.json", f"has an invalid cells_trained_for {trained_for!r}")
-        self._cells.centroids, self._cells.trained_for = centroids, trained_for
+        self._cells.set_centroids(centroids, trained_for)
         self._cells.replace_all(cells)

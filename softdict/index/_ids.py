@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from softdict._rows import GrowableRows, compaction_due
+from softdict._rows import GrowableRows, compaction_due, positions_of
 
 __all__ = ["IdRows", "increasing_ids"]
 
@@ -73,12 +73,7 @@ class IdRows:
         held = self._ids.view
         if not len(held) or not len(ids):
             return np.zeros(0, dtype=np.int64)
-        first, size = int(held[0]), len(held)
-        if int(held[-1]) - first == size - 1:
-            # Consecutive ids (no compaction has left gaps): a row is an offset, no search.
-            rows = np.clip(np.asarray(ids, dtype=np.int64) - first, 0, size - 1)
-        else:
-            rows = np.minimum(np.searchsorted(held, ids), size - 1)
+        rows = positions_of(held, ids)
         found = (held[rows] == ids) & self._live.view[rows]
         return rows[found]
 
