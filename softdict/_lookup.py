@@ -4,41 +4,62 @@ keys. Functions of a store (the façade holds its lock around them)."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
 from softdict._errors import NoMatchError
 from softdict._results import Attention
-from softdict._retrieval import RetrievalPolicy, Selection, SpellingRequest, select
+from softdict._retrieval import (
+    RetrievalPolicy,
+    Selection,
+    SpellingRequest,
+    columns_per_query,
+    select,
+)
 from softdict._sampling import value_stderr
 from softdict._types import BatchValue, Mask, NoDefault, Value
 from softdict.spelling import SpellingQueries, query_weights
 from softdict.store.base import Store
 from softdict.values.base import LossKind, ValueColumn
 
-__all__ = ["attentions", "lookup_values", "nearest_keys", "selection", "spelling_queries"]
+__all__ = ["attentions", "lookup_values", "nearest_keys", "selections", "spelling_queries"]
 
 
-def selection(
+# Score-matrix entries (queries x keys) of one chunk of a batch: a batch is looked up in
+# chunks of queries so that each matrix of a selection stays near 32 MB (float64), however large
+# the batch and the store. Every query is selected on its own (its sample seeded by the query),
+# so a query's result does not depend on the batch it comes in.
+CHUNK_ENTRIES = 1 << 22
+
+
+def selections(
     store: Store,
     embeddings: np.ndarray,
     mask: Mask,
     texts: list[str] | None,
     top_k: int | None = None,
-) -> Selection:
-    """The keys each raw query embedding attends to, by the store's retrieval policy; with the
-    query ``texts`` (None for queries given as embeddings), by spelling too, unless the store's
-    ``lexical`` is 0. ``top_k`` overrides the policy's (``nearest``)."""
+) -> Iterator[tuple[slice, Selection]]:
+    """The keys each raw query embedding attends to, by the store's retrieval policy, chunk by
+    chunk of queries: (the chunk's rows, its Selection). With the query ``texts`` (None for
+    queries given as embeddings), by spelling too, unless the store's ``lexical`` is 0.
+    ``top_k`` overrides the policy's (``nearest``)."""
     prepared = store.prepare_queries(embeddings)
-    allow = store.allow(mask)
+    allow = store.allow(mask)  # once: a predicate mask calls the predicate on every key
     assert store.dim is not None  # prepare_queries checked against it
     policy = RetrievalPolicy.from_config(store.config, store.dim)
     if top_k is not None:
         policy = dataclasses.replace(policy, top_k=top_k)
     n_allowed = len(store) if allow is None else len(allow)
     spelling = _spelling_request(store, texts) if texts is not None else None
-    return select(store.backend, prepared, policy, allow, n_allowed, spelling)
+    capabilities = store.backend.capabilities
+    width = columns_per_query(capabilities, policy, n_allowed, spelling is not None)
+    step = max(1, CHUNK_ENTRIES // width)
+    for start in range(0, max(len(prepared), 1), step):
+        rows = slice(start, start + step)
+        part = None if spelling is None else spelling.subset(np.arange(len(prepared))[rows])
+        yield rows, select(store.backend, prepared[rows], policy, allow, n_allowed, part)
 
 
 def spelling_queries(store: Store, texts: list[str]) -> tuple[SpellingQueries, float] | None:
@@ -63,37 +84,70 @@ def _spelling_request(store: Store, texts: list[str]) -> SpellingRequest | None:
 
 def lookup_values(
     store: Store,
-    chosen: Selection,
+    embeddings: np.ndarray,
+    mask: Mask,
     texts: list[str] | None,
     single: bool,
     min_score: float | None,
     default: object,
 ) -> Value | BatchValue:
     """The blended values; below ``min_score``, ``default`` or NoMatchError (no default)."""
-    column, slots = store.values_of(chosen.ids)
-    blended = column.blend(chosen.weights, slots)
-    misses = np.zeros(len(chosen.scores), dtype=bool)
+    parts: list[BatchValue] = []
+    best_scores, best_ids = [], []
+    column: ValueColumn[Any] | None = None
+    for _, chosen in selections(store, embeddings, mask, texts):
+        column, slots = store.values_of(chosen.ids)
+        parts.append(column.blend(chosen.weights, slots))
+        scores, ids = _best_keys(chosen)
+        best_scores.append(scores)
+        best_ids.append(ids)
+    assert column is not None
+    blended = _joined(parts)
+    scores, ids = np.concatenate(best_scores), np.concatenate(best_ids)
+    misses = np.zeros(len(scores), dtype=bool)
     if min_score is not None and len(misses):
-        misses = chosen.scores.max(axis=1) < min_score
+        misses = scores < min_score
         if misses.any() and isinstance(default, NoDefault):
-            raise _no_match(store, chosen, texts, min_score, misses)
+            raise _no_match(store, scores, ids, texts, min_score, misses)
     if single:
         return default if misses[0] else column.result(blended, 0)  # type: ignore[return-value]
     return column.fill(blended, misses, default) if misses.any() else blended
 
 
+def _best_keys(chosen: Selection) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's best score in ``chosen`` and the id of its key."""
+    if not chosen.scores.shape[1]:
+        return np.full(len(chosen.scores), -np.inf), np.full(len(chosen.scores), -1)
+    best = np.argmax(chosen.scores, axis=1)
+    scores = chosen.scores[np.arange(len(best)), best]
+    ids = chosen.ids[best] if chosen.ids.ndim == 1 else chosen.ids[np.arange(len(best)), best]
+    return scores, ids
+
+
+def _joined(parts: list[BatchValue]) -> BatchValue:
+    """The chunks' blended values as one batch: labels in a list, numbers in an array."""
+    if len(parts) == 1:
+        return parts[0]
+    if isinstance(parts[0], list):
+        return [label for part in parts for label in part]
+    return np.concatenate(parts)  # type: ignore[arg-type]
+
+
 def _no_match(
-    store: Store, chosen: Selection, texts: list[str] | None, min_score: float, misses: np.ndarray
+    store: Store,
+    scores: np.ndarray,
+    ids: np.ndarray,
+    texts: list[str] | None,
+    min_score: float,
+    misses: np.ndarray,
 ) -> NoMatchError:
     i = int(np.argmax(misses))
-    best = int(np.argmax(chosen.scores[i]))
-    best_id = chosen.ids[best] if chosen.ids.ndim == 1 else chosen.ids[i, best]
     what = f"query {texts[i]!r}" if texts is not None else f"query embedding #{i}"
     n = int(misses.sum())
     others = f" ({n - 1} other queries in the batch missed too)" if n > 1 else ""
     return NoMatchError(
         f"no key scored at least min_score={min_score} for {what}; the best was "
-        f"{store.keys_of(np.array([best_id]))[0]!r} at {chosen.scores[i, best]:.4f}{others}. "
+        f"{store.keys_of(np.array([ids[i]]))[0]!r} at {scores[i]:.4f}{others}. "
         f"Lower min_score, or pass default= to get a value back instead of this error"
     )
 
@@ -133,7 +187,17 @@ def value_stderrs(
     return results
 
 
-def attentions(store: Store, chosen: Selection, texts: list[str] | None) -> list[Attention]:
+def attentions(
+    store: Store, embeddings: np.ndarray, mask: Mask, texts: list[str] | None
+) -> list[Attention]:
+    """One ``Attention`` per raw query embedding (``texts``: the query texts, or None)."""
+    found: list[Attention] = []
+    for rows, chosen in selections(store, embeddings, mask, texts):
+        found += _attentions(store, chosen, None if texts is None else texts[rows])
+    return found
+
+
+def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> list[Attention]:
     """One ``Attention`` per query: keys by weight, weights, scores, value, distribution, and
     for an estimated attention the tail's estimate and the value's standard error."""
     column, slots = store.values_of(chosen.ids)
@@ -187,8 +251,9 @@ def nearest_keys(
     """The ``k`` keys most similar to each raw query embedding, with their scores, best first:
     by the combined score when the spelling channel is on for ``texts``, else by meaning."""
     if texts is not None and store.config.lexical:
-        chosen = selection(store, embeddings, mask, texts, top_k=k)
-        scores, ids = chosen.scores, chosen.ids
+        chosen = [part for _, part in selections(store, embeddings, mask, texts, top_k=k)]
+        scores = np.concatenate([part.scores for part in chosen])
+        ids = np.concatenate([part.ids for part in chosen])
     else:
         scores, ids = store.backend.search(store.prepare_queries(embeddings), k, store.allow(mask))
     found = ids >= 0

@@ -535,8 +535,9 @@ class SoftDict(MutableMapping[str, Value]):
         texts, single = query_texts(query)
         check_min_score(min_score)
         with self._encoded(texts, lambda: self._check_lookup(default, single)) as embeddings:
-            chosen = _lookup.selection(self._store, embeddings, mask, texts)
-            return _lookup.lookup_values(self._store, chosen, texts, single, min_score, default)
+            return _lookup.lookup_values(
+                self._store, embeddings, mask, texts, single, min_score, default
+            )
 
     @overload
     def lookup_embeddings(
@@ -564,8 +565,7 @@ class SoftDict(MutableMapping[str, Value]):
         array, single = self._query_array(queries)
         with self._lock:
             self._check_lookup(default, single)
-            chosen = _lookup.selection(self._store, array, mask, None)
-            return _lookup.lookup_values(self._store, chosen, None, single, min_score, default)
+            return _lookup.lookup_values(self._store, array, mask, None, single, min_score, default)
 
     # A str is also an Iterable[str]: the str overloads come first, so a str gets one result.
     @overload
@@ -578,8 +578,7 @@ class SoftDict(MutableMapping[str, Value]):
         """How ``query`` attends: an ``Attention``, or a list of them for a list of queries."""
         texts, single = query_texts(query)
         with self._encoded(texts, self._require_keys) as embeddings:
-            chosen = _lookup.selection(self._store, embeddings, mask, texts)
-            found = _lookup.attentions(self._store, chosen, texts)
+            found = _lookup.attentions(self._store, embeddings, mask, texts)
         return found[0] if single else found
 
     def attend_embeddings(
@@ -589,8 +588,7 @@ class SoftDict(MutableMapping[str, Value]):
         array, single = self._query_array(queries)
         with self._lock:
             self._require_keys()
-            chosen = _lookup.selection(self._store, array, mask, None)
-            found = _lookup.attentions(self._store, chosen, None)
+            found = _lookup.attentions(self._store, array, mask, None)
         return found[0] if single else found
 
     # A str is also an Iterable[str]: the str overloads come first, so a str gets one result.

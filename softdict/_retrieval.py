@@ -4,7 +4,10 @@ prepared queries, the policy and the allowed ids; nothing here holds state.
 Three cases, decided per call:
 
 * every key: without a fixed ``top_k``, while at most ``EXACT_MAX_KEYS`` keys are allowed and
-  the backend can score them all. Exact; ``tail_mass`` is 0.
+  the backend is exact, or, for an estimated attention (``max_sample`` > 0) without the
+  spelling channel, while a scan of every allowed key is cheaper than the estimate
+  (``Capabilities.scan_max_keys``: any size on an exact index, 150,000 keys on HNSW). Exact;
+  ``tail_mass`` is 0.
 * top-k attention: ``top_k=k``, the softmax over the k best keys and nothing else.
 * estimated full attention: otherwise. The head is the ``max_k`` best keys, found by one search,
   and a sample of the other allowed keys stands for the rest (``with_sampled_tail``,
@@ -56,6 +59,8 @@ __all__ = [
     "RetrievalPolicy",
     "Selection",
     "SpellingRequest",
+    "columns_per_query",
+    "scans_every_key",
     "scores_every_key",
     "select",
     "with_sampled_tail",
@@ -113,6 +118,10 @@ class SpellingRequest:
     queries: SpellingQueries
     weights: np.ndarray
 
+    def subset(self, rows: np.ndarray) -> SpellingRequest:
+        """The request of the queries ``rows`` alone."""
+        return SpellingRequest(self.index, self.queries.subset(rows), self.weights[rows])
+
 
 @dataclass(frozen=True)
 class Selection:
@@ -168,8 +177,35 @@ class Selection:
 
 def scores_every_key(capabilities: Capabilities, n_allowed: int) -> bool:
     """Whether attention over all allowed keys is computed over every one of them (else over
-    the top candidates, with a bound on the rest)."""
+    the top candidates, with a bound on the rest), whatever the lookup: calibration and the
+    spelling channel, whose cost grows with the keys scored, keep to this."""
     return n_allowed <= EXACT_MAX_KEYS and capabilities.exact
+
+
+def scans_every_key(
+    capabilities: Capabilities, policy: RetrievalPolicy, n_allowed: int, spelled: bool
+) -> bool:
+    """Whether this lookup's full attention is computed over every allowed key: as
+    ``scores_every_key``, and also, for an estimated attention without the spelling channel,
+    while one scan of the allowed keys is cheaper than the estimate (exact, and faster)."""
+    if policy.top_k is not None:
+        return False
+    if scores_every_key(capabilities, n_allowed):
+        return True
+    return not spelled and policy.max_sample > 0 and n_allowed <= capabilities.scan_max_keys
+
+
+def columns_per_query(
+    capabilities: Capabilities, policy: RetrievalPolicy, n_allowed: int, spelled: bool
+) -> int:
+    """About how many keys a query's selection holds (what a batch's memory grows with): a
+    lookup is run in chunks of queries by it (``softdict._lookup``)."""
+    if scans_every_key(capabilities, policy, n_allowed, spelled):
+        return n_allowed
+    wanted = policy.top_k if policy.top_k is not None else policy.max_k + policy.max_sample
+    if spelled:
+        wanted += SPELLING_CANDIDATES  # the spelling candidates join the dense ones
+    return max(1, min(wanted, n_allowed))
 
 
 def select(
@@ -193,12 +229,12 @@ def select(
         return Selection(
             empty, np.zeros((0, 0), np.int64), empty, np.zeros(0, int), none, none, empty
         )
-    every_key = scores_every_key(backend.capabilities, n_allowed)
+    every_key = scans_every_key(backend.capabilities, policy, n_allowed, spelling is not None)
     if spelling is not None:
-        if every_key:
+        if scores_every_key(backend.capabilities, n_allowed):
             return _every_key_with_spelling(backend, queries, policy, allow, n_allowed, spelling)
         head = _union_with_spelling(backend, queries, policy, allow, n_allowed, spelling)
-    elif policy.top_k is None and every_key:
+    elif every_key:
         scores, ids = backend.score_all(queries, allow)
         zeros = np.zeros(m)
         return Selection(

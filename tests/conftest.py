@@ -32,3 +32,17 @@ def make_store(fake_encoder: FakeEncoder):
 def bundled_encoder() -> TextEncoder:
     """The real bundled all-MiniLM-L6-v2, loaded once for the whole session."""
     return resolve_encoder(None)
+
+
+@pytest.fixture
+def without_scan(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full attention as it is above a backend's ``scan_max_keys``: every key scored only within
+    EXACT_MAX_KEYS on an exact index, else estimated (or, with ``max_sample=0``, the adaptive
+    head). A scan of every key is cheaper than the estimate on stores of a test's size, so
+    tests of the estimate and of the adaptive head set the scan aside with this."""
+    from softdict import _retrieval
+
+    def within_exact_max(capabilities, policy, n_allowed, spelled) -> bool:  # type: ignore[no-untyped-def]
+        return policy.top_k is None and _retrieval.scores_every_key(capabilities, n_allowed)
+
+    monkeypatch.setattr(_retrieval, "scans_every_key", within_exact_max)

@@ -71,7 +71,9 @@ def test_the_reported_probabilities_are_the_ones_draws_happen_with(backend) -> N
     assert chi2 < N + 5 * np.sqrt(2 * N)  # chi-square with N - 1 degrees of freedom
 
 
-def test_the_estimate_is_unbiased_and_errs_less_than_a_uniform_sample(backend) -> None:  # type: ignore[no-untyped-def]
+def test_the_estimate_is_unbiased_and_errs_less_than_a_uniform_sample(
+    backend, without_scan
+) -> None:  # type: ignore[no-untyped-def]
     """Over 200 seeds the mean estimated tail mass is within 3 standard errors of the exact one,
     and its spread is smaller than with the same number of keys drawn uniformly."""
     X = clustered(N)
@@ -179,6 +181,7 @@ def test_a_store_saved_without_cells_draws_uniformly_and_bad_cells_are_refused(b
         )
 
 
+@pytest.mark.usefixtures("without_scan")
 def test_a_saved_store_answers_the_same_after_loading(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Through SoftDict.save/load (manifest, checksums): the cells come back, so an estimated
     lookup draws the same sample and returns the same value."""

@@ -170,11 +170,12 @@ def test_allow_with_ids_not_held_returns_only_held_ones(name: str) -> None:
     assert set(found.ravel().tolist()) - {-1} == set(ids[5:10].tolist())
 
 
-def test_score_all_where_exact_and_only_there(name: str) -> None:
+def test_score_all_where_exact_or_scannable_and_only_there(name: str) -> None:
     backend, X, ids = filled(name)
     backend.remove(ids[:10])
     queries = clustered(3, seed=5)
-    if not backend.capabilities.exact:
+    capabilities = backend.capabilities
+    if not (capabilities.exact or capabilities.scan_max_keys):
         with pytest.raises(NotImplementedError):
             backend.score_all(queries)
         return

@@ -292,6 +292,7 @@ def test_l2_scores_are_negative_squared_distances() -> None:
     np.testing.assert_allclose(attention.scores, np.sort(exact)[::-1][:5], rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.usefixtures("without_scan")
 def test_adaptive_k_grows_until_the_bound_is_met_and_the_bound_holds() -> None:
     n = EXACT_MAX_KEYS + 2000
     X, _ = clustered(n, clusters=400)
@@ -331,6 +332,7 @@ def test_a_batch_is_one_index_search() -> None:
     assert recording.searches == [(32, 10), (32, 10), (5, SPELLING_CANDIDATES)]
 
 
+@pytest.mark.usefixtures("without_scan")
 def test_hnsw_adaptive_k_searches_in_rounds() -> None:
     sd, X, _ = build("hnsw", temperature=0.02)
     for attention in sd.attend_embeddings(X[:10]):
@@ -341,6 +343,7 @@ def test_hnsw_adaptive_k_searches_in_rounds() -> None:
         assert attention.weights.sum() + attention.tail_mass == pytest.approx(1.0)
 
 
+@pytest.mark.usefixtures("without_scan")
 def test_auto_is_exact_while_small_then_switches_to_hnsw() -> None:
     X, labels = clustered(EXACT_MAX_KEYS + 1)
     sd = SoftDict(encoder=FakeEncoder(), temperature=0.1)

@@ -21,6 +21,11 @@ N = EXACT_MAX_KEYS + 10_000  # above the exact path: the tail is sampled
 T = 0.05
 
 
+@pytest.fixture(autouse=True)
+def _estimated(without_scan: None) -> None:
+    """Every test here is of the estimate, on stores small enough to scan whole."""
+
+
 def diffuse(n: int, seed: int = 0) -> np.ndarray:
     """Unit vectors with no cluster structure: attention at T = 0.05 spreads over thousands of
     keys, like real text at 10^5 keys (the README's benchmark)."""

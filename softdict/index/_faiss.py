@@ -27,6 +27,7 @@ from softdict._similarity import Metric
 from softdict.index._cells import CellSampler
 from softdict.index._ids import IdRows, increasing_ids
 from softdict.index.base import Allow, BackendDump, IndexBackend
+from softdict.index.exact import score_rows
 
 __all__ = ["FaissBackend", "SearchPlan", "SearchRequest", "faiss_message", "faiss_metric"]
 
@@ -90,6 +91,12 @@ class FaissBackend(IndexBackend):
     def min_train_size(self) -> int:
         """How many keys building the index needs (the growing policy waits for them)."""
         return 0
+
+    def _flat_vectors(self) -> np.ndarray | None:
+        """The built index's vectors by row (tombstones included), read in place where its
+        storage is a plain array numpy can scan; None where it is not (``score_all`` then
+        refuses)."""
+        return None
 
     # -- the protocol ------------------------------------------------------------------------------
 
@@ -192,6 +199,16 @@ class FaissBackend(IndexBackend):
         if self.metric is Metric.L2:
             scores = -scores  # FAISS gives squared distances, smallest first
         return np.where(rows >= 0, scores, -np.inf), self._rows.ids_of(rows)
+
+    def score_all(
+        self, queries: np.ndarray, allow: Allow | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if self._index is None:
+            return np.zeros((len(queries), 0)), np.zeros(0, dtype=np.int64)
+        vectors = self._flat_vectors()
+        if vectors is None:
+            return super().score_all(queries, allow)
+        return score_rows(queries, vectors, self._rows, allow, self.metric)
 
     def sample(
         self, count: int, rng: np.random.Generator, allow: Allow | None = None

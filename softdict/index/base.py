@@ -65,11 +65,15 @@ class Capabilities:
             so adaptive top-k searches in rounds; elsewhere one search at the largest k is cheaper.
         returns_vectors: ``vectors(ids)`` gives the stored vectors back (calibrate and fit need
             the keys' vectors; without it they refuse with a message).
+        scan_max_keys: up to this many allowed keys, ``score_all`` (a scan of every key) is
+            cheaper than an estimated attention's head search and sample, so full attention is
+            computed exactly (0: ``score_all`` is not offered, or never cheaper).
     """
 
     exact: bool
     cost_grows_with_k: bool = False
     returns_vectors: bool = True
+    scan_max_keys: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,7 +140,8 @@ class IndexBackend(ABC):
         self, queries: np.ndarray, allow: Allow | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Scores (m, c) of prepared queries against every held (and allowed) vector, and the
-        ids (c,) of those columns, in increasing order. Only where ``capabilities.exact``."""
+        ids (c,) of those columns, in increasing order. Only where ``capabilities.exact`` or
+        ``capabilities.scan_max_keys``."""
         raise NotImplementedError(f"{self.describe()} cannot score every key; search it instead")
 
     def sample(

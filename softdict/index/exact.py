@@ -19,11 +19,37 @@ from softdict._similarity import Metric, metric_scores, squared_norms
 from softdict.index._ids import IdRows, increasing_ids
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
 
-__all__ = ["ExactBackend"]
+__all__ = ["SCAN_ANY_SIZE", "ExactBackend", "score_rows"]
 
 # Scoring a gathered copy of the allowed rows beats scoring every row and selecting columns
 # only when the allowed rows are a small share of all of them.
 _GATHER_FRACTION = 0.25
+
+# ``Capabilities.scan_max_keys`` of an exact index: its search is a scan of every key, so a
+# scan is never dearer than the head search and sample an estimated attention would make.
+SCAN_ANY_SIZE = 2**62
+
+
+def score_rows(
+    queries: np.ndarray,
+    vectors: np.ndarray,
+    rows: IdRows,
+    allow: Allow | None,
+    metric: Metric,
+    sq_norms: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """``IndexBackend.score_all`` over ``vectors`` (every row, tombstones included) whose ids
+    and live rows ``rows`` keeps: the scores of the live (and allowed) rows, and their ids."""
+    if allow is None and not rows.has_tombstones:
+        return metric_scores(queries, vectors, metric, sq_norms), rows.ids
+    # Allowed ids are sorted, and so are the ids by row: these rows come out increasing.
+    picked = rows.live_rows() if allow is None else rows.rows_of(allow.ids)
+    if len(picked) < _GATHER_FRACTION * len(vectors):
+        part_norms = sq_norms[picked] if sq_norms is not None else None
+        scores = metric_scores(queries, vectors[picked], metric, part_norms)
+    else:
+        scores = metric_scores(queries, vectors, metric, sq_norms)[:, picked]
+    return scores, rows.ids[picked]
 
 
 class ExactBackend(IndexBackend):
@@ -41,7 +67,7 @@ class ExactBackend(IndexBackend):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(exact=True)
+        return Capabilities(exact=True, scan_max_keys=SCAN_ANY_SIZE)
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
@@ -62,18 +88,8 @@ class ExactBackend(IndexBackend):
     def score_all(
         self, queries: np.ndarray, allow: Allow | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        vectors = self._vectors.view
         sq_norms = self._sq_norms.view if self.metric is Metric.L2 else None
-        if allow is None and not self._rows.has_tombstones:
-            return metric_scores(queries, vectors, self.metric, sq_norms), self._rows.ids
-        # Allowed ids are sorted, and so are the ids by row: these rows come out increasing.
-        rows = self._rows.live_rows() if allow is None else self._rows.rows_of(allow.ids)
-        if len(rows) < _GATHER_FRACTION * len(vectors):
-            part_norms = sq_norms[rows] if sq_norms is not None else None
-            scores = metric_scores(queries, vectors[rows], self.metric, part_norms)
-        else:
-            scores = metric_scores(queries, vectors, self.metric, sq_norms)[:, rows]
-        return scores, self._rows.ids[rows]
+        return score_rows(queries, self._vectors.view, self._rows, allow, self.metric, sq_norms)
 
     def search(
         self, queries: np.ndarray, k: int, allow: Allow | None = None

@@ -11,7 +11,7 @@ import faiss
 import numpy as np
 
 from softdict._errors import ConfigError
-from softdict._similarity import Metric, metric_scores
+from softdict._similarity import Metric
 from softdict.index._faiss import (
     FaissBackend,
     SearchPlan,
@@ -19,7 +19,8 @@ from softdict.index._faiss import (
     faiss_message,
     faiss_metric,
 )
-from softdict.index.base import Allow, Capabilities
+from softdict.index.base import Capabilities
+from softdict.index.exact import SCAN_ANY_SIZE
 from softdict.index.hnsw import sparse_or_graph
 from softdict.index.ivf import ivf_params
 
@@ -70,6 +71,7 @@ class FactoryBackend(FaissBackend):
         return Capabilities(
             exact=self._is_flat(),
             cost_grows_with_k=isinstance(self._index, faiss.IndexHNSW),
+            scan_max_keys=SCAN_ANY_SIZE if self._is_flat() else 0,
         )
 
     def _is_flat(self) -> bool:
@@ -100,18 +102,12 @@ class FactoryBackend(FaissBackend):
         selector = request.selector
         return index, faiss.SearchParameters(sel=selector) if selector is not None else None
 
-    def score_all(
-        self, queries: np.ndarray, allow: Allow | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _flat_vectors(self) -> np.ndarray | None:
         if not self._is_flat():
-            return super().score_all(queries, allow)
+            return None
         assert self._index is not None
-        # A zero-copy view of the flat index's own storage.
         size = self._rows.size
-        vectors = faiss.rev_swig_ptr(self._index.get_xb(), size * self.dim).reshape(size, self.dim)
-        rows = self._rows.live_rows() if allow is None else self._rows.rows_of(allow.ids)
-        scores = metric_scores(queries, vectors, self.metric)[:, rows]
-        return scores, self._rows.ids[rows]
+        return faiss.rev_swig_ptr(self._index.get_xb(), size * self.dim).reshape(size, self.dim)
 
     def describe(self) -> str:
         return self.factory

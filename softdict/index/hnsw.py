@@ -9,7 +9,8 @@ efConstruction = 100: with efSearch = k and efConstruction = 40, recall@k on rea
 
 It also keeps k-means cells over its keys (``softdict.index._cells``): an estimated attention
 draws its sampled tail near the query by them, and gathers the sampled vectors from the graph's
-flat storage in place.
+flat storage in place. Up to ``SCAN_MAX_KEYS`` allowed keys full attention is not estimated: it
+scans that flat storage whole (``score_all``), which is exact and cheaper.
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ from softdict._similarity import Metric
 from softdict.index._faiss import FaissBackend, SearchPlan, SearchRequest, faiss_metric
 from softdict.index.base import Capabilities
 
-__all__ = ["SPARSE_ALLOW_FRACTION", "HNSWBackend", "ef_for", "hnsw_params"]
+__all__ = ["SCAN_MAX_KEYS", "SPARSE_ALLOW_FRACTION", "HNSWBackend", "ef_for", "hnsw_params"]
+
+# Up to this many allowed keys, full attention scans the graph's flat storage: exact, and
+# cheaper than the estimate, whose graph search for 1,024 keys alone costs about as much as a
+# scan of 10^5. benchmarks/scan_crossover.py (real words, one query per call): the scan took
+# 0.65x the estimate's time at 10^5 keys, 0.91-0.99x at 1.5·10^5, 1.14x at 2·10^5.
+SCAN_MAX_KEYS = 150_000
 
 # A selector that lets through less than this fraction of the rows makes a graph walk meet
 # almost no allowed key; below it the search scores the graph's flat storage instead.
@@ -63,7 +70,7 @@ class HNSWBackend(FaissBackend):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(exact=False, cost_grows_with_k=True)
+        return Capabilities(exact=False, cost_grows_with_k=True, scan_max_keys=SCAN_MAX_KEYS)
 
     def _new_index(self, training: object) -> faiss.Index:
         index = faiss.IndexHNSWFlat(self.dim, self.m, faiss_metric(self.metric))
@@ -80,9 +87,11 @@ class HNSWBackend(FaissBackend):
         # The graph's flat storage read in place: the sampled tail gathers thousands of random
         # rows per query, and FAISS's reconstruct_batch took 8x longer for them (np.take: about
         # 2x faster than fancy indexing for 4,096 rows of 10^6 here).
-        return np.take(self._flat_storage(), rows, axis=0)
+        vectors = self._flat_vectors()
+        assert vectors is not None
+        return np.take(vectors, rows, axis=0)
 
-    def _flat_storage(self) -> np.ndarray:
+    def _flat_vectors(self) -> np.ndarray:
         """The graph's vectors by row (tombstones included): a read-only view, not a copy."""
         assert self._index is not None
         storage = faiss.downcast_index(self._index.storage)
