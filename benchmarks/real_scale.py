@@ -21,14 +21,16 @@ n − 200, and each held-out key's embedding is a query whose true value is know
 METHODS, all on the same keys (cosine, T = 0.05, unit-norm embeddings) in one run:
 
 * exact numpy attention over every key (softmax(Q·Kᵀ/T)·V): the reference;
-* softdict ``top_k=None`` (estimated full attention: an exact head from the index plus a
-  sample of the other keys), on the default index ("auto": HNSW above 10,000 keys, its sample
-  drawn near the query by k-means cells) and on IVF (``index="ivf"``, the default before this
-  benchmark measured its recall; its sample uniform); on "auto" also with the sample drawn
-  uniformly (the cells set aside: no option does this, the benchmark reaches in); with
-  ``max_sample=0`` (the head alone); with ``max_k=256`` (the head 256 keys, not 1024);
-  with ``tolerance=1e-9`` (the sample always grows to its cap) at ``max_sample`` = 1024, 4096,
-  16384;
+* softdict ``top_k=None`` (full attention), on the default index ("auto": HNSW above 10,000
+  keys) and on IVF (``index="ivf"``, the default before this benchmark measured its recall).
+  On "auto" up to ``SCAN_MAX_KEYS`` (150,000) keys the default scans every key (exact); above,
+  and on IVF, it is estimated: an exact head from the index plus a sample of the other keys,
+  drawn near the query by k-means cells on "auto", uniformly on IVF. On "auto" also, always
+  estimated (the scan set aside where the default would scan: no option does this, the
+  benchmark reaches in): the default estimate; with the sample drawn uniformly (the cells set
+  aside, likewise); with ``max_k=256`` (the head 256 keys, not 1024); with ``tolerance=1e-9``
+  (the sample always grows to its cap) at ``max_sample`` = 1024, 4096, 16384; and with
+  ``max_sample=0`` (the head alone, never scanned);
 * softdict fixed top-k (``top_k`` = 64, 256 on the default index, 256 on IVF): softmax over the
   k nearest;
 * FAISS IndexFlatIP, k = 256, softmax over those k: exact top-k attention;
@@ -79,10 +81,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from matching_scale import LANGUAGES, key_embeddings, scale_keys
 
-from softdict import SoftDict
+from softdict import SoftDict, _retrieval
 from softdict._attention import softmax
 from softdict._config import SoftDictConfig
 from softdict._similarity import Similarity
+from softdict.index.hnsw import SCAN_MAX_KEYS
 
 T = 0.05
 N_QUERIES = 200
@@ -201,8 +204,18 @@ class Method:
     sampled: np.ndarray | None = None  # (q,) sample sizes
 
 
-# A row option (not a SoftDict one): draw the sampled tail uniformly, as before the cells.
+# Row options (not SoftDict ones): draw the sampled tail uniformly, as before the cells; and
+# estimate full attention where the store would scan every key (at most SCAN_MAX_KEYS keys on
+# HNSW), so the estimate is measured at 10^5 keys too.
 UNIFORM = "uniform"
+ESTIMATE = "estimate"
+SCAN_RULE = _retrieval.scans_every_key
+
+
+def estimate_rule(capabilities, policy, n_allowed, spelled) -> bool:  # type: ignore[no-untyped-def]
+    """``scans_every_key`` with the scan set aside: every key only within EXACT_MAX_KEYS on an
+    exact index, as before the scan (``tests/conftest.py``'s ``without_scan``)."""
+    return policy.top_k is None and _retrieval.scores_every_key(capabilities, n_allowed)
 
 
 def softdict_method(
@@ -221,6 +234,7 @@ def softdict_method(
     # what it names.
     options = dict(options)
     uniform = options.pop(UNIFORM, False)
+    rule = estimate_rule if options.pop(ESTIMATE, False) else SCAN_RULE
     config = built_with.replace(**options)
     # The HNSW phase of "auto" (GrowingBackend._large) and its k-means cells, set aside for the
     # rows that draw the tail uniformly (benchmark only: no option turns the cells off). The
@@ -232,6 +246,7 @@ def softdict_method(
 
     def prepare() -> None:
         sd._store.config = config
+        _retrieval.scans_every_key = rule
         if large is not None:
             large._cells = None if uniform else cells
 
@@ -243,7 +258,8 @@ def softdict_method(
         difference = np.abs(batch - values).max()
         print(f"  ! {name}: lookup_embeddings and attend_embeddings differ by {difference:.3g}")
     heads = [np.array([position[key] for key in a.keys], dtype=np.int64) for a in attentions]
-    estimated = attentions[0].tail_interval is not None
+    # A scan of every key is exact: no interval to cover (its tail is 0).
+    estimated = any(a.sampled > 0 for a in attentions)
     stderr = None
     if any(a.value_stderr is not None for a in attentions):
         stderr = np.stack([np.asarray(a.value_stderr, dtype=np.float64) for a in attentions])
@@ -333,17 +349,24 @@ def measure(corpus_name: str, n: int) -> str:
         print(f"  store {index}: {description} in {build_s:.0f} s", flush=True)
         stores[index] = (sd, build_s, sd.index_memory_bytes / len(keys), description)
 
+    scanned = len(keys) <= SCAN_MAX_KEYS  # the default scans every key: exact
     rows = {
         "auto": [
-            ("default (estimated full attention)", {}),
-            ("uniform sample (cells off)", {UNIFORM: True}),
+            (
+                f"default (full attention: every key scanned, up to {SCAN_MAX_KEYS:,})"
+                if scanned
+                else "default (estimated full attention)",
+                {},
+            ),
+            *([("estimated (the scan set aside)", {ESTIMATE: True})] if scanned else []),
+            ("uniform sample (cells off)", {UNIFORM: True, ESTIMATE: True}),
             ("max_sample=0 (head only)", {"max_sample": 0}),
-            ("max_k=256 (a smaller head)", {"max_k": 256}),
-            ("max_k=256, uniform sample", {"max_k": 256, UNIFORM: True}),
+            ("max_k=256 (a smaller head)", {"max_k": 256, ESTIMATE: True}),
+            ("max_k=256, uniform sample", {"max_k": 256, UNIFORM: True, ESTIMATE: True}),
             *[
                 (
                     f"tolerance=1e-9, max_sample={m} (sample of m)",
-                    {"tolerance": 1e-9, "max_sample": m},
+                    {"tolerance": 1e-9, "max_sample": m, ESTIMATE: True},
                 )
                 for m in SAMPLE_CAPS
             ],

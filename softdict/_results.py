@@ -21,19 +21,20 @@ class Attention:
         query: the query text, or None for a query given as an embedding.
         value: the blended value (float, float64 array, or label).
         keys: the keys scored exactly, highest weight first: every allowed key (exact
-            attention), the k nearest (top-k attention), or the head of an estimated attention.
+            attention; past 10,000 keys, the ``max_k`` best of them), the k nearest (top-k
+            attention), or the head of an estimated attention.
         weights: their attention weights, non-negative. They sum to 1 over ``keys``, except in
             an estimated attention, where they sum to 1 − ``tail_mass`` (the sample stands
-            for the rest).
+            for the rest), and in an exact one that lists only the best keys.
         scores: the scores the softmax ran on, before the temperature: each key's
             ``meaning_scores`` plus ``spelling_weight`` times the spelling term of its
             ``spelling_scores`` (see ``softdict.spelling``); the meaning scores alone when the
             spelling channel was off.
-        k: how many keys were scored exactly (``len(keys)``).
-        tail_mass: the attention mass of the allowed keys outside ``keys``: 0 for exact
-            attention, the sample's estimate for an estimated one, None for top-k attention
-            (which gives them nothing by its own formula; ``tail_bound`` says how much full
-            attention would).
+        k: how many keys are listed (``len(keys)``).
+        tail_mass: the attention mass of the allowed keys outside ``keys``: exact for exact
+            attention (0 where every key is listed), the sample's estimate for an estimated
+            one, None for top-k attention (which gives them nothing by its own formula;
+            ``tail_bound`` says how much full attention would).
         tail_interval: (low, high), the interval on ``tail_mass`` at the store's
             ``confidence``; None for top-k attention.
         tail_bound: an upper bound on the full attention's mass outside ``keys`` from their

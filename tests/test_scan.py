@@ -74,7 +74,26 @@ def test_a_flat_index_is_exact_at_any_size() -> None:
     values = np.array([sd[f"k{i}"] for i in range(n)])
     queries = unit(4, seed=8)
     np.testing.assert_allclose(sd.lookup_embeddings(queries), naive(X, values, queries), rtol=1e-5)
-    assert sd.attend_embeddings(queries[0]).k == n
+
+
+def test_a_scan_past_the_exact_path_lists_the_best_keys_and_the_rest_exactly() -> None:
+    """Past EXACT_MAX_KEYS, ``attend`` lists the max_k best keys of the scan, with their exact
+    weights, and the exact mass of the others as ``tail_mass``."""
+    n = EXACT_MAX_KEYS + 2000
+    sd, X = store("hnsw", n, max_k=100)
+    values = np.array([sd[f"k{i}"] for i in range(n)])
+    query = unit(1, seed=8)
+    weights = softmax(query.astype(np.float64) @ X.astype(np.float64).T, T)[0]
+    best = np.argsort(-weights)[:100]
+    attention = sd.attend_embeddings(query[0])
+    assert attention.keys == tuple(f"k{i}" for i in best)
+    np.testing.assert_allclose(attention.weights, weights[best], rtol=1e-5)
+    rest = 1 - weights[best].sum()
+    assert attention.k == 100 and attention.sampled == 0
+    assert attention.tail_mass == pytest.approx(rest, rel=1e-5)
+    assert attention.tail_interval == (attention.tail_mass, attention.tail_mass)
+    assert attention.tail_bound == attention.tail_mass
+    assert attention.value == pytest.approx(float(weights @ values), rel=1e-5)
 
 
 @pytest.mark.parametrize("estimated", [False, True])
