@@ -9,6 +9,7 @@ from _support import FakeEncoder
 from softdict import EncoderError, SoftDict
 from softdict.encoders import BUNDLED_MODEL_NAME, MODEL_ENV_VAR, resolve_encoder
 from softdict.encoders import sentence_transformers as st_plugin
+from softdict.encoders.onnx import OnnxEncoder
 from softdict.encoders.sentence_transformers import bundled_model_path
 
 
@@ -43,7 +44,10 @@ def test_bundled_model_comes_before_the_hub_name(monkeypatch, loads) -> None:
     monkeypatch.delenv(MODEL_ENV_VAR, raising=False)
     encoder = resolve_encoder(None)
     assert encoder.name == BUNDLED_MODEL_NAME
-    assert loads == [str(bundled_model_path())]
+    # On ONNX Runtime (softdict.encoders.onnx), not through sentence-transformers.
+    assert isinstance(encoder.encoder, OnnxEncoder)
+    assert encoder.encoder.model_dir == bundled_model_path()
+    assert loads == []
 
 
 def test_hub_name_is_the_last_resort(monkeypatch, loads) -> None:
@@ -108,16 +112,13 @@ def test_query_cache_is_shared_by_text_not_by_position() -> None:
 
 
 @pytest.mark.integration
-def test_real_model_uses_its_query_and_document_entry_points(bundled_encoder) -> None:
-    model = bundled_encoder.encoder.model
+def test_real_model_uses_its_query_and_document_entry_points() -> None:
+    model = st_plugin.load_bundled()  # a SentenceTransformer, as a user may pass one
+    encoder = resolve_encoder(model)
     texts = ["a red fruit", "a piece of furniture"]
-    np.testing.assert_allclose(
-        bundled_encoder.encode_keys(texts), model.encode_document(texts), atol=1e-6
-    )
-    np.testing.assert_allclose(
-        bundled_encoder.encode_queries(texts), model.encode_query(texts), atol=1e-6
-    )
-    assert bundled_encoder.dim == 384
+    np.testing.assert_allclose(encoder.encode_keys(texts), model.encode_document(texts), atol=1e-6)
+    np.testing.assert_allclose(encoder.encode_queries(texts), model.encode_query(texts), atol=1e-6)
+    assert encoder.dim == 384
 
 
 def test_progress_bar_only_when_asked(capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,4 +136,13 @@ def test_the_bundled_models_hub_name_loads_the_bundled_package(monkeypatch, load
     """The name stores record for the default encoder resolves offline, to the package."""
     encoder = resolve_encoder(BUNDLED_MODEL_NAME)
     assert encoder.name == BUNDLED_MODEL_NAME and encoder.loadable_by_name
-    assert loads == [str(bundled_model_path())]
+    assert isinstance(encoder.encoder, OnnxEncoder) and loads == []
+
+
+def test_keys_go_longest_first_and_come_back_in_their_order() -> None:
+    encoder = FakeEncoder()
+    texts = ["a", "three word text", "two words", "a b c d e f", "bb"]
+    got = resolve_encoder(encoder).encode_keys(texts, batch_size=2)
+    assert encoder.texts_encoded == sorted(texts, key=len, reverse=True)
+    assert encoder.calls == 3
+    np.testing.assert_array_equal(got, FakeEncoder().encode(texts))

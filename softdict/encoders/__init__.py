@@ -38,10 +38,21 @@ __all__ = [
     "resolve_encoder",
 ]
 
-# The bundled all-MiniLM-L6-v2, under the hub name it is known by (and records in saved stores).
-register_encoder_name(
-    BUNDLED_MODEL_NAME, lambda: SentenceTransformerEncoder(_st.load_bundled()), default=True
-)
+
+def _load_bundled() -> Encoder:
+    """The bundled model on ONNX Runtime (``encoders.onnx``); without the bundled package, the
+    model from the local hub cache through sentence-transformers."""
+    bundled = _st.bundled_model_path()
+    if bundled is None:
+        return SentenceTransformerEncoder(_st.load_bundled())
+    from softdict.encoders.onnx import OnnxEncoder
+
+    return OnnxEncoder(bundled)
+
+
+# The bundled all-MiniLM-L6-v2, under the hub name it is known by (and records in saved stores):
+# the same embeddings on either runtime, so a store saved by one loads on the other.
+register_encoder_name(BUNDLED_MODEL_NAME, _load_bundled, default=True)
 # Any other name or path: a sentence-transformers model on disk; SOFTDICT_MODEL names one.
 register_name_fallback(
     lambda name: SentenceTransformerEncoder(_st.load_model(name)), env_var=MODEL_ENV_VAR

@@ -54,22 +54,30 @@ class TextEncoder:
 
     def _call(self, texts: list[str], role: str, batch_size: int, progress: bool) -> np.ndarray:
         """Encode in chunks of ``batch_size``, so no encoder is handed more texts at once; with
-        ``progress``, a tqdm bar counts the keys."""
+        ``progress``, a tqdm bar counts the keys.
+
+        Texts go to the encoder longest first and come back in their own order, as
+        sentence-transformers sorts them: a batch is padded to its longest text, so texts of
+        like length batch with little padding."""
         bar: Any = None
         if progress:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(texts), desc="softdict: embedding keys", unit="key")
+        order = np.argsort([-len(text) for text in texts], kind="stable")
+        ordered = [texts[i] for i in order]
         chunks = []
         try:
-            for start in range(0, len(texts), batch_size):
-                chunks.append(self._call_once(texts[start : start + batch_size], role))
+            for start in range(0, len(ordered), batch_size):
+                chunks.append(self._call_once(ordered[start : start + batch_size], role))
                 if bar is not None:
                     bar.update(len(chunks[-1]))
         finally:
             if bar is not None:
                 bar.close()
-        return np.concatenate(chunks)
+        embeddings = np.empty((len(texts), chunks[0].shape[1]), dtype=np.float32)
+        embeddings[order] = np.concatenate(chunks)
+        return embeddings
 
     def _call_once(self, texts: list[str], role: str) -> np.ndarray:
         entry = getattr(self.encoder, f"encode_{role}", None)

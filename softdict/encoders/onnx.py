@@ -1,0 +1,163 @@
+"""The bundled all-MiniLM-L6-v2 on ONNX Runtime: the same embeddings as sentence-transformers,
+without torch on the lookup path.
+
+A text is tokenised by the ``tokenizers`` library from the bundled ``tokenizer.json`` (truncated
+at the model's ``max_seq_length``, 256 tokens), run through an ONNX export of the bundled
+weights, mean-pooled over its tokens and unit-normalised inside the exported graph: the three
+modules the model's ``modules.json`` lists (Transformer, Pooling with mean tokens, Normalize).
+
+The ONNX file is exported from the bundled weights once, offline, on first use, into a per-user
+cache folder (``$SOFTDICT_CACHE_DIR``, else ``$XDG_CACHE_HOME/softdict``, else
+``~/.cache/softdict``), in a folder named by a hash of the weights, the tokenizer and the
+versions of the exporting libraries. Why lazily, not shipped: the file is 90 MB, and it is
+made from weights another package ships. The export runs in a child process (torch and the
+exporter stay out of this one), under a file lock so that two processes exporting at once make
+one file, written to a temporary name and renamed into place, so a crash never leaves a partial
+file under the final name. It took about 5 s and 0.9 GB here, once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import threading
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from softdict._errors import EncoderError
+
+__all__ = ["CACHE_ENV_VAR", "OnnxEncoder", "cache_root", "exported_model"]
+
+CACHE_ENV_VAR = "SOFTDICT_CACHE_DIR"
+# Bump when the exported graph changes (inputs, outputs, pooling), so old exports are not used.
+_EXPORT_FORMAT = 1
+# Libraries whose versions can change the exported file.
+_EXPORTERS = ("torch", "transformers", "onnx")
+# Threads for one inference: 2 on this project's 2-core machines (more only contend).
+_THREADS = min(2, os.cpu_count() or 1)
+
+_SESSIONS: dict[Path, tuple[Any, Any]] = {}
+_SESSION_LOCK = threading.Lock()
+
+
+def cache_root() -> Path:
+    """The per-user folder softdict keeps exported models in."""
+    explicit = os.environ.get(CACHE_ENV_VAR)
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "softdict"
+
+
+def _export_key(model_dir: Path) -> str:
+    """A name for the export of ``model_dir``: its weights' and tokenizer's hashes, and the
+    exporting libraries' versions (read from package metadata, without importing them)."""
+    digest = hashlib.sha256(f"format {_EXPORT_FORMAT}".encode())
+    for name in ("model.safetensors", "tokenizer.json"):
+        part = hashlib.sha256()
+        with open(model_dir / name, "rb") as file:
+            for block in iter(lambda: file.read(1 << 20), b""):
+                part.update(block)
+        digest.update(part.digest())
+    for package in _EXPORTERS:
+        try:
+            digest.update(f"{package} {metadata.version(package)}".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{package} absent".encode())
+    return digest.hexdigest()[:20]
+
+
+def exported_model(model_dir: Path) -> Path:
+    """The ONNX export of the sentence-transformers model in ``model_dir``, made now if the
+    cache does not hold it yet."""
+    folder = cache_root() / "onnx" / _export_key(model_dir)
+    target = folder / "model.onnx"
+    if target.is_file():
+        return target
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        from filelock import FileLock
+
+        lock = FileLock(str(folder / "export.lock"))
+        with lock:
+            if not target.is_file():  # another process may have exported it meanwhile
+                _export(model_dir, target)
+    except OSError as exc:
+        raise EncoderError(
+            f"cannot write the ONNX export of the bundled model under {folder} ({exc}). "
+            f"Set {CACHE_ENV_VAR} to a writable folder (it is made once, about 90 MB)"
+        ) from exc
+    return target
+
+
+def _export(model_dir: Path, target: Path) -> None:
+    """Export in a child process to a temporary name, then rename it into place."""
+    partial = target.with_name(f"model.{os.getpid()}.partial")
+    command = [sys.executable, "-m", "softdict.encoders._onnx_export", str(model_dir), str(partial)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        if done.returncode != 0 or not partial.is_file():
+            raise EncoderError(
+                f"exporting the bundled model to ONNX failed (exit {done.returncode}): "
+                f"{done.stderr.strip().splitlines()[-1] if done.stderr.strip() else 'no message'}."
+                f" Reinstall softdict (`pip install softdict`, which brings onnx and torch), or "
+                f"pass encoder= another model"
+            )
+        (target.parent / "export.json").write_text(
+            json.dumps({"model_dir": str(model_dir), "format": _EXPORT_FORMAT})
+        )
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def _session(path: Path, model_dir: Path) -> tuple[Any, Any]:
+    """(tokenizer, ONNX Runtime session) for ``path``, loaded once per process."""
+    with _SESSION_LOCK:
+        if path not in _SESSIONS:
+            import onnxruntime
+            from tokenizers import Tokenizer
+
+            config = json.loads((model_dir / "sentence_bert_config.json").read_text())
+            tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+            tokenizer.enable_truncation(int(config["max_seq_length"]))
+            tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+            options = onnxruntime.SessionOptions()
+            options.intra_op_num_threads = _THREADS
+            options.inter_op_num_threads = 1
+            try:
+                session = onnxruntime.InferenceSession(
+                    str(path), options, providers=["CPUExecutionProvider"]
+                )
+            except Exception as exc:  # a damaged cache file: export it again next time
+                path.unlink(missing_ok=True)
+                raise EncoderError(
+                    f"the cached ONNX export {path} could not be loaded ({exc}); it was removed "
+                    f"and will be exported again on the next use"
+                ) from exc
+            _SESSIONS[path] = (tokenizer, session)
+        return _SESSIONS[path]
+
+
+class OnnxEncoder:
+    """The bundled sentence-transformers model in ``model_dir`` on ONNX Runtime: unit-norm
+    float32 embeddings equal to sentence-transformers' (cosine >= 0.99999)."""
+
+    def __init__(self, model_dir: Path) -> None:
+        self.model_dir = model_dir
+        self._tokenizer, self._session = _session(exported_model(model_dir), model_dir)
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self._session.get_outputs()[0].shape[1]), np.float32)
+        encoded = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encoded], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
+        inputs = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return np.asarray(self._session.run(None, inputs)[0], dtype=np.float32)
