@@ -26,7 +26,7 @@ from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric
 from softdict.index._cells import CellSampler
 from softdict.index._ids import IdRows, increasing_ids
-from softdict.index.base import Allow, BackendDump, IndexBackend
+from softdict.index.base import Allow, BackendDump, RowsBackend
 from softdict.index.exact import score_rows
 
 __all__ = ["FaissBackend", "SearchPlan", "SearchRequest", "faiss_message", "faiss_metric"]
@@ -56,7 +56,7 @@ def faiss_message(exc: RuntimeError, fallback: str) -> str:
     return text.splitlines()[-1] if text else fallback
 
 
-class FaissBackend(IndexBackend):
+class FaissBackend(RowsBackend):
     """A FAISS index over this backend's rows. Subclasses say how to build and search it."""
 
     # Whether the sampled tail is drawn by k-means cells near the query (else uniformly).
@@ -64,7 +64,6 @@ class FaissBackend(IndexBackend):
 
     def __init__(self, dim: int, metric: Metric) -> None:
         super().__init__(dim, metric)
-        self._rows = IdRows()
         self._index: faiss.Index | None = None
         self._built_for = 0  # keys the index was built (trained) for
         self._live_bitmap: np.ndarray | None = None  # packed live rows, rebuilt after changes
@@ -99,9 +98,6 @@ class FaissBackend(IndexBackend):
         return None
 
     # -- the protocol ------------------------------------------------------------------------------
-
-    def __len__(self) -> int:
-        return self._rows.n_live
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         ids = np.asarray(ids, dtype=np.int64)
@@ -148,9 +144,6 @@ class FaissBackend(IndexBackend):
             self._cells.changed()
         if self._rows.needs_compaction:
             self._try_rebuild(self._rows.live_rows())
-
-    def ids(self) -> np.ndarray:
-        return self._rows.live_ids()
 
     def _try_rebuild(self, rows: np.ndarray) -> None:
         """Rebuild (and retrain) the index from the vectors of ``rows``, renumbered from 0.
@@ -209,13 +202,6 @@ class FaissBackend(IndexBackend):
         if vectors is None:
             return super().score_all(queries, allow)
         return score_rows(queries, vectors, self._rows, allow, self.metric)
-
-    def sample(
-        self, count: int, rng: np.random.Generator, allow: Allow | None = None
-    ) -> np.ndarray:
-        if allow is not None:
-            return super().sample(count, rng, allow)
-        return self._rows.sample(count, rng)
 
     def sample_near(
         self,

@@ -21,12 +21,14 @@ import numpy as np
 from softdict._errors import ConfigError
 from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric, metric_scores
+from softdict.index._ids import IdRows
 
 __all__ = [
     "Allow",
     "BackendDump",
     "Capabilities",
     "IndexBackend",
+    "RowsBackend",
     "require_vectors",
     "sorted_unique",
 ]
@@ -210,3 +212,26 @@ class IndexBackend(ABC):
     def restore(self, meta: dict[str, Any], files: FileReader) -> None:
         """Replace this (empty) backend's state with a saved one; StoreFormatError if it does
         not fit (the reader names the file)."""
+
+
+class RowsBackend(IndexBackend):
+    """An ``IndexBackend`` that holds its vectors by row and maps rows to ids with an
+    ``IdRows`` (deletes as tombstones): it counts, lists and samples its ids from the rows."""
+
+    def __init__(self, dim: int, metric: Metric) -> None:
+        super().__init__(dim, metric)
+        self._rows = IdRows()
+
+    def __len__(self) -> int:
+        return self._rows.n_live
+
+    def ids(self) -> np.ndarray:
+        return self._rows.live_ids()
+
+    def sample(
+        self, count: int, rng: np.random.Generator, allow: Allow | None = None
+    ) -> np.ndarray:
+        # Live rows drawn directly, without listing every id; a mask lists its own ids.
+        if allow is not None:
+            return super().sample(count, rng, allow)
+        return self._rows.sample(count, rng)

@@ -17,7 +17,7 @@ from softdict._files import FileReader
 from softdict._rows import GrowableRows
 from softdict._similarity import Metric, metric_scores, squared_norms
 from softdict.index._ids import IdRows, increasing_ids
-from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
+from softdict.index.base import Allow, BackendDump, Capabilities, RowsBackend
 
 __all__ = ["SCAN_ANY_SIZE", "ExactBackend", "score_rows"]
 
@@ -52,18 +52,14 @@ def score_rows(
     return scores, rows.ids[picked]
 
 
-class ExactBackend(IndexBackend):
+class ExactBackend(RowsBackend):
     """Prepared vectors in a numpy array by row; exact scores and exact top-k."""
 
     def __init__(self, dim: int, metric: Metric, *, name: str = "flat") -> None:
         super().__init__(dim, metric)
         self.name = name
-        self._rows = IdRows()
         self._vectors = GrowableRows((dim,), np.float32)
         self._sq_norms = GrowableRows((), np.float64)  # kept for L2
-
-    def __len__(self) -> int:
-        return self._rows.n_live
 
     @property
     def capabilities(self) -> Capabilities:
@@ -99,16 +95,6 @@ class ExactBackend(IndexBackend):
         if not len(ids):
             return best, columns  # nothing held: all padding
         return best, np.where(columns >= 0, ids[np.maximum(columns, 0)], -1)
-
-    def ids(self) -> np.ndarray:
-        return self._rows.live_ids()
-
-    def sample(
-        self, count: int, rng: np.random.Generator, allow: Allow | None = None
-    ) -> np.ndarray:
-        if allow is not None:
-            return super().sample(count, rng, allow)
-        return self._rows.sample(count, rng)
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         rows = self._rows.rows_of(np.asarray(ids, dtype=np.int64))
