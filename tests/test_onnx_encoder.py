@@ -128,6 +128,7 @@ def test_a_damaged_export_is_removed_with_a_clear_error(
     monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path))
     from softdict.encoders import onnx
 
+    monkeypatch.setattr(onnx, "_SESSIONS", {})  # as in a fresh process: nothing loaded yet
     folder = tmp_path / "onnx" / onnx._export_key(MODEL_DIR)
     folder.mkdir(parents=True)
     (folder / "model.onnx").write_bytes(b"not an onnx model")

@@ -42,6 +42,8 @@ _EXPORTERS = ("torch", "transformers", "onnx")
 # Threads for one inference: 2 on this project's 2-core machines (more only contend).
 _THREADS = min(2, os.cpu_count() or 1)
 
+# By model folder: a second store on the bundled model neither hashes its weights again (to find
+# the export) nor loads another session.
 _SESSIONS: dict[Path, tuple[Any, Any]] = {}
 _SESSION_LOCK = threading.Lock()
 
@@ -117,10 +119,12 @@ def _export(model_dir: Path, target: Path) -> None:
         partial.unlink(missing_ok=True)
 
 
-def _session(path: Path, model_dir: Path) -> tuple[Any, Any]:
-    """(tokenizer, ONNX Runtime session) for ``path``, loaded once per process."""
+def _session(model_dir: Path) -> tuple[Any, Any]:
+    """(tokenizer, ONNX Runtime session) of the model in ``model_dir``, loaded once per
+    process (and exported first if the cache does not hold it)."""
     with _SESSION_LOCK:
-        if path not in _SESSIONS:
+        if model_dir not in _SESSIONS:
+            path = exported_model(model_dir)
             import onnxruntime
             from tokenizers import Tokenizer
 
@@ -141,8 +145,8 @@ def _session(path: Path, model_dir: Path) -> tuple[Any, Any]:
                     f"the cached ONNX export {path} could not be loaded ({exc}); it was removed "
                     f"and will be exported again on the next use"
                 ) from exc
-            _SESSIONS[path] = (tokenizer, session)
-        return _SESSIONS[path]
+            _SESSIONS[model_dir] = (tokenizer, session)
+        return _SESSIONS[model_dir]
 
 
 class OnnxEncoder:
@@ -151,7 +155,7 @@ class OnnxEncoder:
 
     def __init__(self, model_dir: Path) -> None:
         self.model_dir = model_dir
-        self._tokenizer, self._session = _session(exported_model(model_dir), model_dir)
+        self._tokenizer, self._session = _session(model_dir)
 
     def encode(self, texts: list[str]) -> np.ndarray:
         if not texts:
