@@ -231,7 +231,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.add_argument("-o", "--output", required=True, help="the store folder to write")
     build.add_argument("--format", choices=["csv", "json", "jsonl"], help="default: by extension")
-    build.add_argument("--encoder", default=None, help="model name or path (default: bundled)")
+    build.add_argument(
+        "--encoder",
+        default=None,
+        help="model name or path, or bundled-int8 (default: the bundled model)",
+    )
     build.add_argument("--index", default="auto")
     build.add_argument("--value-kind", choices=["scalar", "vector", "categorical"], default=None)
     build.add_argument(

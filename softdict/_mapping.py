@@ -64,7 +64,8 @@ class SoftDict(MutableMapping[str, Value]):
 
     Args:
         data: optional initial mapping or iterable of (key, value) pairs.
-        encoder: None (``SOFTDICT_MODEL``, else the bundled all-MiniLM-L6-v2), a model name or
+        encoder: None (``SOFTDICT_MODEL``, else the bundled all-MiniLM-L6-v2), ``"bundled-int8"``
+            (the bundled model quantised to int8: faster, not identical), a model name or
             directory, a SentenceTransformer, or any object with ``.encode(list[str])`` returning
             an (n, d) array.
         similarity: "cosine" (default), "dot", "scaled_dot" (q·k/√d) or "l2" (−|q−k|²).
@@ -822,6 +823,7 @@ class SoftDict(MutableMapping[str, Value]):
         *,
         encoder: object = None,
         timeout: float = LOCK_TIMEOUT,
+        accept_variant: bool = False,
     ) -> SoftDict:
         """Load a store saved with ``save``.
 
@@ -830,6 +832,10 @@ class SoftDict(MutableMapping[str, Value]):
             encoder: the encoder to use; it must embed like the one the store was saved with.
                 None loads the recorded encoder (a model name or path).
             timeout: how long to wait for another process's save or load of ``path``.
+            accept_variant: use ``encoder`` although it is another variant of the recorded model
+                (``"bundled-int8"`` for a store built on the bundled model, or the reverse):
+                the keys keep their embeddings and queries get the variant's, so scores shift
+                a little. A later ``save`` records the variant in use.
 
         Raises:
             StoreFormatError: a file is missing, truncated, corrupted or of an unknown version.
@@ -837,7 +843,9 @@ class SoftDict(MutableMapping[str, Value]):
             StoreBusyError: another process held the store's lock for longer than ``timeout``.
         """
         check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
-        store, text_encoder = load_store(path, encoder, float(timeout))
+        store, text_encoder = load_store(
+            path, encoder, float(timeout), accept_variant=bool(accept_variant)
+        )
         return cls._from_store(store, text_encoder)
 
 

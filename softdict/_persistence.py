@@ -63,7 +63,7 @@ from softdict._manifest import (
     read_manifest,
     sha256,
 )
-from softdict.encoders import EncoderIdentity, TextEncoder, resolve_encoder
+from softdict.encoders import EncoderIdentity, TextEncoder, are_variants, resolve_encoder
 from softdict.store.base import Store, StoreState
 from softdict.store.memory import MemoryStore
 
@@ -286,7 +286,11 @@ def _check_files(folder: Path, files: dict[str, FileEntry]) -> dict[str, bytes]:
 
 
 def load_store(
-    path: str | os.PathLike[str], encoder: object, timeout: float = LOCK_TIMEOUT
+    path: str | os.PathLike[str],
+    encoder: object,
+    timeout: float = LOCK_TIMEOUT,
+    *,
+    accept_variant: bool = False,
 ) -> tuple[MemoryStore, TextEncoder]:
     """Read the store at ``path``; every problem is a ``StoreFormatError`` naming the file.
 
@@ -306,7 +310,9 @@ def load_store(
         if manifest.version < 3:
             # Saved before the spelling channel: it keeps the meaning-only lookups it had.
             state = dataclasses.replace(state, config=state.config.replace(lexical=0.0))
-    text_encoder = _matching_encoder(identity, encoder, state.config.query_cache_size)
+    text_encoder = _matching_encoder(
+        identity, encoder, state.config.query_cache_size, accept_variant
+    )
     try:
         store = MemoryStore.restore(state, files)
     except ConfigError as exc:
@@ -415,8 +421,14 @@ def _read_format_1(
     return state, FileReader(folder, translated), identity
 
 
-def _matching_encoder(recorded: EncoderIdentity, encoder: object, cache_size: int) -> TextEncoder:
-    """The encoder to use: the one given, checked against the store's, or the recorded one."""
+def _matching_encoder(
+    recorded: EncoderIdentity, encoder: object, cache_size: int, accept_variant: bool = False
+) -> TextEncoder:
+    """The encoder to use: the one given, checked against the store's, or the recorded one.
+
+    Another registered variant of the recorded model (the bundled model's float32 and int8) is
+    refused by name, since a variant's fingerprint may fall within the tolerance, unless
+    ``accept_variant``; then its fingerprint is not compared, only its dimension."""
     expected = f"{recorded.name!r} ({recorded.dim} dims)"
     if encoder is None:
         if not recorded.loadable_by_name:
@@ -427,8 +439,19 @@ def _matching_encoder(recorded: EncoderIdentity, encoder: object, cache_size: in
         text_encoder = resolve_encoder(recorded.name, query_cache_size=cache_size)
     else:
         text_encoder = resolve_encoder(encoder, query_cache_size=cache_size)
+    variant = are_variants(recorded.name, text_encoder.name)
+    if variant and not accept_variant:
+        raise EncoderError(
+            f"this store was built with the encoder {recorded.name!r} and is being loaded with "
+            f"{text_encoder.name!r}, another variant of the same model: its keys keep the first "
+            f"one's embeddings and queries would get the second one's, so scores shift (see the "
+            f"README's figures). Load without encoder= to use {recorded.name!r}, or pass "
+            f"accept_variant=True to use {text_encoder.name!r} anyway"
+        )
     fingerprint = np.asarray(text_encoder.encode_keys([recorded.probe_text])[0], dtype=np.float64)
     saved = np.asarray(recorded.fingerprint, dtype=np.float64)
+    if variant and fingerprint.shape == saved.shape:
+        return text_encoder
     if fingerprint.shape != saved.shape or not np.allclose(
         fingerprint, saved, atol=_FINGERPRINT_TOLERANCE
     ):

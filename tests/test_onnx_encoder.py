@@ -1,5 +1,6 @@
 """The bundled model on ONNX Runtime (``softdict.encoders.onnx``): the same embeddings as
-sentence-transformers on PyTorch, no torch on the lookup path, and a safe export cache."""
+sentence-transformers on PyTorch, no torch on the lookup path, a safe export cache, and the int8
+variant, near float32 and refused in place of it unless asked."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from pathlib import Path
 import numpy as np
 import pycountry
 import pytest
+from _plugins import HashingEncoder
 
 from softdict import EncoderError, SoftDict
-from softdict.encoders import BUNDLED_MODEL_NAME
+from softdict.encoders import BUNDLED_INT8_NAME, BUNDLED_MODEL_NAME
 from softdict.encoders.onnx import CACHE_ENV_VAR, OnnxEncoder, exported_model
 from softdict.encoders.sentence_transformers import bundled_model_path, load_bundled
 
@@ -80,12 +82,14 @@ def test_the_default_encoder_never_imports_torch() -> None:
     assert done.stdout.strip() == "False"
 
 
-def test_two_processes_exporting_at_once_make_one_file(tmp_path: Path) -> None:
+def test_two_processes_exporting_at_once_make_one_file_of_each(tmp_path: Path) -> None:
+    """Both ask for the int8 file, which is quantised from the float32 export: under the lock,
+    one process makes both, and the other finds them."""
     env = {**os.environ, CACHE_ENV_VAR: str(tmp_path / "cache")}
     script = (
         "from softdict.encoders.onnx import exported_model; "
         "from softdict.encoders.sentence_transformers import bundled_model_path; "
-        "print(exported_model(bundled_model_path()))"
+        "print(exported_model(bundled_model_path(), 'int8'))"
     )
     runs = [
         subprocess.Popen(
@@ -104,8 +108,62 @@ def test_two_processes_exporting_at_once_make_one_file(tmp_path: Path) -> None:
         paths.append(out.strip())
     assert paths[0] == paths[1]
     folder = Path(paths[0]).parent
-    assert sorted(p.name for p in folder.iterdir()) == ["export.json", "export.lock", "model.onnx"]
-    assert Path(paths[0]).stat().st_size > 80_000_000
+    files = ["export.json", "export.lock", "model-int8.onnx", "model.onnx"]
+    assert sorted(p.name for p in folder.iterdir()) == files
+    assert (folder / "model.onnx").stat().st_size > 80_000_000
+    assert 10_000_000 < Path(paths[0]).stat().st_size < 40_000_000  # int8 weights: about 1/4
+
+
+def test_int8_embeds_near_float32_and_finds_the_same_keys() -> None:
+    """The quality the README states, as floors: int8 is near float32, not equal to it."""
+    assert MODEL_DIR is not None
+    texts = real_texts()
+    float32 = OnnxEncoder(MODEL_DIR).encode(texts)
+    int8 = OnnxEncoder(MODEL_DIR, "int8").encode(texts)
+    cosine = (float32 * int8).sum(1)
+    assert 0.98 <= cosine.mean() < 0.99999 and cosine.min() >= 0.9
+    np.testing.assert_allclose(np.linalg.norm(int8, axis=1), 1.0, atol=1e-5)
+    # Lower-cased country names, one at a time as lookups are, against the names as keys.
+    names = [c.name for c in pycountry.countries]
+    found = {}
+    for variant in ("fp32", "int8"):
+        encoder = OnnxEncoder(MODEL_DIR, variant)
+        keys = encoder.encode(names)
+        found[variant] = [int((encoder.encode([n.lower()]) @ keys.T).argmax()) for n in names]
+    assert np.mean(np.equal(found["int8"], found["fp32"])) >= 0.95
+
+
+def test_an_unknown_variant_is_a_clear_error() -> None:
+    assert MODEL_DIR is not None
+    with pytest.raises(EncoderError, match="fp32, int8"):
+        OnnxEncoder(MODEL_DIR, "int4")
+
+
+@pytest.mark.parametrize(
+    ("built_with", "loaded_with"),
+    [(BUNDLED_INT8_NAME, BUNDLED_MODEL_NAME), (BUNDLED_MODEL_NAME, BUNDLED_INT8_NAME)],
+)
+def test_a_store_refuses_the_other_variant_unless_asked(
+    tmp_path: Path, built_with: str, loaded_with: str
+) -> None:
+    data = {c.name: float(len(c.name)) for c in list(pycountry.countries)[:40]}
+    SoftDict(data, encoder=built_with).save(tmp_path / "store")
+    assert SoftDict.load(tmp_path / "store").encoder.name == built_with  # its own, by default
+    with pytest.raises(EncoderError, match="accept_variant=True") as refused:
+        SoftDict.load(tmp_path / "store", encoder=loaded_with)
+    assert repr(built_with) in str(refused.value) and repr(loaded_with) in str(refused.value)
+    accepted = SoftDict.load(tmp_path / "store", encoder=loaded_with, accept_variant=True)
+    assert accepted.encoder.name == loaded_with and len(accepted) == 40
+    for key in list(data)[::8]:
+        assert accepted.nearest(key.lower(), k=1)[0][0] == key
+    accepted.save(tmp_path / "store")  # records the variant now in use
+    assert SoftDict.load(tmp_path / "store").encoder.name == loaded_with
+
+
+def test_accept_variant_does_not_admit_another_model(tmp_path: Path) -> None:
+    SoftDict({"apple": 1.0}, encoder=BUNDLED_MODEL_NAME).save(tmp_path / "store")
+    with pytest.raises(EncoderError, match="embeds the probe text differently"):
+        SoftDict.load(tmp_path / "store", encoder=HashingEncoder(), accept_variant=True)
 
 
 def test_an_unwritable_cache_is_a_clear_error(

@@ -18,6 +18,7 @@ from softdict.encoders.adapter import TextEncoder
 from softdict.encoders.base import Encoder
 
 __all__ = [
+    "are_variants",
     "register_encoder_name",
     "register_encoder_wrapper",
     "register_name_fallback",
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 _NAMED: dict[str, Callable[[], Encoder]] = {}
+_VARIANT_OF: dict[str, str] = {}  # a registered name -> the model it is a variant of
 _NAME_FALLBACKS: list[Callable[[str], Encoder]] = []
 _WRAPPERS: list[tuple[Callable[[object], bool], Callable[[object], Encoder]]] = []
 _LOCK = threading.Lock()
@@ -32,13 +34,34 @@ _DEFAULT: list[str] = []  # the name encoder=None loads, set by the package
 _ENV_VAR: list[str] = []  # the environment variable that overrides it
 
 
-def register_encoder_name(name: str, load: Callable[[], Encoder], *, default: bool = False) -> None:
+def register_encoder_name(
+    name: str,
+    load: Callable[[], Encoder],
+    *,
+    default: bool = False,
+    variant_of: str | None = None,
+) -> None:
     """Make ``encoder=name`` load ``load()``; with ``default``, it is also what
-    ``encoder=None`` loads when the environment variable is not set."""
+    ``encoder=None`` loads when the environment variable is not set. ``variant_of`` names the
+    model this is another runtime variant of (e.g. an int8 quantisation): a store built with one
+    refuses the other unless asked (``SoftDict.load(..., accept_variant=True)``)."""
     with _LOCK:
         _NAMED[name] = load
         if default:
             _DEFAULT[:] = [name]
+        if variant_of is not None:
+            _VARIANT_OF[name] = variant_of
+
+
+def are_variants(first: str, second: str) -> bool:
+    """Whether two different encoder names are registered variants of one model."""
+    with _LOCK:
+        model = _VARIANT_OF.get(first, first)
+        return (
+            first != second
+            and model == _VARIANT_OF.get(second, second)
+            and (first in _VARIANT_OF or second in _VARIANT_OF)
+        )
 
 
 def register_name_fallback(load: Callable[[str], Encoder], *, env_var: str | None = None) -> None:
