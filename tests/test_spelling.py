@@ -510,3 +510,42 @@ def test_short_words_with_no_3_gram_left_still_find_their_key(
         assert attention.k < len(large_store)
         combined = exact_combined(large_store, query, english_words)
         assert attention.keys[0] == english_words[int(np.argmax(combined))], query
+
+
+def test_the_common_words_are_wordfreqs_and_kept_in_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Made from wordfreq once, then read from the per-user cache; a damaged or unwritable
+    cache only costs the reading of wordfreq again."""
+    import wordfreq
+
+    from softdict._cache import CACHE_ENV_VAR
+    from softdict.spelling import text
+
+    least = 10.0 ** (text.COMMON_WORD_MIN_ZIPF - 9)
+    frequencies = wordfreq.get_frequency_dict("en", wordlist="large")
+    expected = frozenset(w for w, f in frequencies.items() if f >= least)
+    monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path))
+    try:
+        text._common_words.cache_clear()  # as in a fresh process
+        assert text._common_words() == expected and 40_000 < len(expected) < 70_000
+        (kept,) = (tmp_path / "words").iterdir()
+
+        def no_wordfreq(*args: object, **kwargs: object) -> None:
+            raise AssertionError("read wordfreq although the cache holds the words")
+
+        with monkeypatch.context() as patched:
+            patched.setattr(wordfreq, "get_frequency_dict", no_wordfreq)
+            text._common_words.cache_clear()
+            assert text._common_words() == expected  # from the file
+        kept.write_text(kept.read_text()[:1000])  # cut short: no end line
+        text._common_words.cache_clear()
+        assert text._common_words() == expected
+        assert kept.read_text().endswith("\nend")  # written whole again
+        blocker = tmp_path / "a-file"
+        blocker.write_text("")
+        monkeypatch.setenv(CACHE_ENV_VAR, str(blocker / "cache"))
+        text._common_words.cache_clear()
+        assert text._common_words() == expected
+    finally:
+        text._common_words.cache_clear()

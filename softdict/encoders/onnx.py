@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
+from softdict._cache import CACHE_ENV_VAR, cache_root
 from softdict._errors import EncoderError
 
 __all__ = ["CACHE_ENV_VAR", "VARIANTS", "OnnxEncoder", "cache_root", "exported_model"]
 
-CACHE_ENV_VAR = "SOFTDICT_CACHE_DIR"
 # Bump when the exported graph changes (inputs, outputs, pooling), so old exports are not used.
 _EXPORT_FORMAT = 1
 # Libraries whose versions can change the exported files (onnxruntime's quantiser makes int8's).
@@ -54,15 +54,6 @@ _THREADS = min(2, os.cpu_count() or 1)
 # again (to find the export) nor loads another session.
 _SESSIONS: dict[tuple[Path, str], tuple[Any, Any]] = {}
 _SESSION_LOCK = threading.Lock()
-
-
-def cache_root() -> Path:
-    """The per-user folder softdict keeps exported models in."""
-    explicit = os.environ.get(CACHE_ENV_VAR)
-    if explicit:
-        return Path(explicit)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "softdict"
 
 
 def _export_key(model_dir: Path) -> str:

@@ -13,9 +13,9 @@ approximate backend's), so a small store on an exact backend never holds them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
 
 from softdict._config import EXACT_MAX_KEYS
 from softdict._files import FileReader, StoreFiles
@@ -25,6 +25,9 @@ from softdict.index.base import Allow
 from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
 from softdict.spelling.scores import KeyForms, spelling_similarity
 from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp  # only large stores build postings (ngrams.py imports it there)
 
 __all__ = ["CANDIDATE_POOL", "PreparedKeys", "SpellingIndex"]
 

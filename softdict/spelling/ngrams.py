@@ -20,12 +20,14 @@ nothing until their last assignments, so a store can do them before or after its
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from softdict._rows import GrowableRows
+
+if TYPE_CHECKING:
+    import scipy.sparse as sp  # imported where used: small stores never need it (0.1 s)
 
 __all__ = ["NgramCandidates"]
 
@@ -97,6 +99,8 @@ class NgramCandidates:
         an interruption leaves the rows where they were."""
         if not self._pending or not (force or self.merge_due()):
             return
+        import scipy.sparse as sp
+
         pending = len(self._pending)
         block = sp.vstack(self._pending, format="csr")
         held = sp.csr_matrix(
@@ -117,6 +121,8 @@ class NgramCandidates:
     ) -> list[np.ndarray]:
         """For each form, up to ``pool`` rows sharing its 3-grams, best first; ``admissible``
         (bool per row, or None for all) limits the rows."""
+        import scipy.sparse as sp
+
         queries = self._vectorize(forms).tocsr()
         if self._pending and self._pending_block is None:
             self._pending_block = sp.vstack(self._pending, format="csr")

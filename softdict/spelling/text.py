@@ -16,6 +16,7 @@ this, every weight of the spelling channel that found typos also broke what embe
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import unicodedata
@@ -59,12 +60,32 @@ def token_sorted(form: str) -> str:
 
 @functools.cache
 def _common_words() -> frozenset[str]:
-    """The common English words (loaded once per process, on the first query that needs it)."""
+    """The common English words, loaded once per process, on the first query that needs them.
+
+    Importing wordfreq and reading its large list took 0.3 s here, most of a fresh process's
+    first lookup, so the words are also kept as a list in the per-user cache (``_cache``),
+    named by wordfreq's version and the threshold; a cache that cannot be written is skipped."""
+    from importlib import metadata
+
+    from softdict._cache import cache_root, write_whole
+
+    name = f"{_LEXICON_LANGUAGE}-zipf{COMMON_WORD_MIN_ZIPF}-wordfreq{metadata.version('wordfreq')}"
+    path = cache_root() / "words" / f"{name}.txt"
+    header = f"softdict common words {name}"
+    try:
+        lines = path.read_text(encoding="utf-8").split("\n")
+        if lines[0] == header and lines[-1] == "end":
+            return frozenset(lines[1:-1])
+    except (OSError, UnicodeDecodeError):
+        pass  # not made yet, or unreadable: made again below
     from wordfreq import get_frequency_dict
 
     least = 10.0 ** (COMMON_WORD_MIN_ZIPF - 9)  # Zipf = log10(frequency per word) + 9
     frequencies = get_frequency_dict(_LEXICON_LANGUAGE, wordlist="large")
-    return frozenset(word for word, frequency in frequencies.items() if frequency >= least)
+    words = frozenset(word for word, frequency in frequencies.items() if frequency >= least)
+    with contextlib.suppress(OSError):  # a read-only home: every process reads wordfreq
+        write_whole(path, "\n".join([header, *sorted(words), "end"]))
+    return words
 
 
 def unknown_share(text: str) -> float:

@@ -1,0 +1,36 @@
+"""The per-user cache folder: files softdict derives once from installed packages and keeps.
+
+``$SOFTDICT_CACHE_DIR``, else ``$XDG_CACHE_HOME/softdict``, else ``~/.cache/softdict``. What is
+kept there can always be made again from the packages it came from (the bundled model's ONNX
+export, the spelling channel's common-word list), so a file is only ever put in place whole:
+written under a temporary name and renamed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["CACHE_ENV_VAR", "cache_root", "write_whole"]
+
+CACHE_ENV_VAR = "SOFTDICT_CACHE_DIR"
+
+
+def cache_root() -> Path:
+    """The per-user folder softdict keeps derived files in."""
+    explicit = os.environ.get(CACHE_ENV_VAR)
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "softdict"
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write ``path`` so that no reader ever sees part of it (raises ``OSError``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8")
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
