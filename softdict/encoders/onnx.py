@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from softdict._cache import CACHE_ENV_VAR, cache_root
+from softdict._cache import CACHE_ENV_VAR, cache_root, write_whole
 from softdict._errors import EncoderError
 
 __all__ = ["CACHE_ENV_VAR", "VARIANTS", "OnnxEncoder", "cache_root", "exported_model"]
@@ -90,8 +90,9 @@ def exported_model(model_dir: Path, variant: str = "fp32") -> Path:
             float32 = folder / _FILES["fp32"]
             if not float32.is_file():
                 _make([str(model_dir)], float32, "exporting the bundled model to ONNX")
-                (folder / "export.json").write_text(
-                    json.dumps({"model_dir": str(model_dir), "format": _EXPORT_FORMAT})
+                write_whole(
+                    folder / "export.json",
+                    json.dumps({"model_dir": str(model_dir), "format": _EXPORT_FORMAT}),
                 )
             if not target.is_file():
                 _make(["--int8", str(float32)], target, "quantising the bundled model to int8")
