@@ -23,6 +23,7 @@ the first time it is asked for.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -50,15 +51,17 @@ VARIANTS = tuple(_FILES)
 # Threads for one inference: 2 on this project's 2-core machines (more only contend).
 _THREADS = min(2, os.cpu_count() or 1)
 
-# By model folder and variant: a second store on the bundled model neither hashes its weights
-# again (to find the export) nor loads another session.
+# By model folder and variant: a second store on the bundled model does not load another session.
 _SESSIONS: dict[tuple[Path, str], tuple[Any, Any]] = {}
 _SESSION_LOCK = threading.Lock()
 
 
+@functools.cache
 def _export_key(model_dir: Path) -> str:
     """A name for the export of ``model_dir``: its weights' and tokenizer's hashes, and the
-    exporting libraries' versions (read from package metadata, without importing them)."""
+    exporting libraries' versions (read from package metadata, without importing them).
+    Computed once per process: hashing the 90 MB of weights took about 0.07 s, and a process
+    that runs both variants (``SoftDict.load(..., accept_variant=True)``) asks twice."""
     digest = hashlib.sha256(f"format {_EXPORT_FORMAT}".encode())
     for name in ("model.safetensors", "tokenizer.json"):
         part = hashlib.sha256()
