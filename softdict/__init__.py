@@ -18,6 +18,7 @@ from softdict._errors import (
     SoftDictError,
     StoreBusyError,
     StoreFormatError,
+    StoreUnavailableError,
     ValueKindError,
     ValueShapeError,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "SoftDictError",
     "StoreBusyError",
     "StoreFormatError",
+    "StoreUnavailableError",
     "ValueKind",
     "ValueKindError",
     "ValueShapeError",

@@ -15,7 +15,8 @@ written for plain dicts and arrays keeps working (``except KeyError`` catches a 
     ├── ConfigError           (ValueError)   a bad option: temperature <= 0, unknown similarity, ...
     ├── EncoderError          (ValueError)   the encoder could not be loaded or returned bad output
     ├── StoreFormatError      (ValueError)   a saved store that cannot be read
-    └── StoreBusyError        (TimeoutError) another process held a store's lock too long
+    ├── StoreBusyError        (TimeoutError) another process held a store's lock too long
+    └── StoreUnavailableError (ConnectionError) a store's server cannot be reached or failed
 
 Messages say what was wrong and what to do about it. An operation that raises leaves the store
 exactly as it was.
@@ -37,6 +38,7 @@ __all__ = [
     "SoftDictError",
     "StoreBusyError",
     "StoreFormatError",
+    "StoreUnavailableError",
     "ValueKindError",
     "ValueShapeError",
 ]
@@ -94,3 +96,8 @@ class StoreBusyError(SoftDictError, TimeoutError):
 
 class StoreFormatError(SoftDictError, ValueError):
     """A saved store is truncated, corrupted, of an unknown format version, or mismatched."""
+
+
+class StoreUnavailableError(SoftDictError, ConnectionError):
+    """A store kept by a server (``store="milvus:..."``) cannot be reached, or the server failed
+    a request. A write that raises it may have been applied in part: see the store's docs."""

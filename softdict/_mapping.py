@@ -38,12 +38,18 @@ from softdict._errors import (
 )
 from softdict._files import StoreFiles
 from softdict._learning import FitReport
-from softdict._persistence import LOCK_TIMEOUT, load_store, restore_snapshot, save_store
+from softdict._persistence import (
+    LOCK_TIMEOUT,
+    load_store,
+    matching_encoder,
+    restore_snapshot,
+    save_store,
+)
 from softdict._results import Attention
 from softdict._similarity import Similarity
 from softdict._types import NO_DEFAULT, BatchValue, Label, Mask, NoDefault, Value
 from softdict.encoders import EncoderIdentity, TextEncoder, resolve_encoder
-from softdict.store import Store, StoreState, open_store
+from softdict.store import Store, StoreState, copy_into, open_store
 
 __all__ = ["SoftDict"]
 
@@ -99,11 +105,19 @@ class SoftDict(MutableMapping[str, Value]):
         progress: draw a progress bar while encoding inserts; None draws one only for large
             inserts when stderr is a terminal.
         store: where the keys, values and vectors live: "memory" (this process, the default),
-            or "scheme:location" for a store registered with ``softdict.store.register_store``.
+            "milvus:PATH.db" (a Milvus Lite file) or "milvus:http://host:19530" (a Milvus
+            server or cluster), or "scheme:location" for a store registered with
+            ``softdict.store.register_store``.
+        collection: the collection of a store that holds several (``store="milvus:..."``). If it
+            exists, it is opened with its own options and encoder, and the options given may
+            not contradict them; otherwise it is made with these.
 
     Raises:
         ConfigError: an option is out of range or unknown.
-        EncoderError: the encoder cannot be loaded offline or is not an encoder.
+        EncoderError: the encoder cannot be loaded offline or is not an encoder, or does not
+            match the encoder of the existing store it opens.
+        StoreFormatError: the collection exists and is not a softdict store.
+        StoreUnavailableError: the store's server cannot be reached.
     """
 
     def __init__(
@@ -129,6 +143,7 @@ class SoftDict(MutableMapping[str, Value]):
         batch_size: int = 64,
         progress: bool | None = None,
         store: str = "memory",
+        collection: str | None = None,
     ) -> None:
         config = SoftDictConfig.build(
             similarity=similarity,
@@ -149,8 +164,8 @@ class SoftDict(MutableMapping[str, Value]):
             progress=progress,
         )
         # ConfigError for an unknown store, index or value kind, before the encoder loads.
-        opened = open_store(store, config)
-        self._attach(opened, resolve_encoder(encoder, query_cache_size=query_cache_size))
+        opened = open_store(store, config, collection=collection)
+        self._attach(opened, _store_encoder(opened, encoder, query_cache_size))
         if data is not None:
             self.update(data)
 
@@ -352,6 +367,32 @@ class SoftDict(MutableMapping[str, Value]):
         (nothing is encoded again), sharing the encoder. Changes to one never reach the other."""
         with self._lock:
             return type(self)._from_store(self._store.copy(), self._encoder)
+
+    def copy_to(self, store: str = "memory", *, collection: str | None = None) -> SoftDict:
+        """A copy of this SoftDict in another store: every key with its value and vector, the
+        options, the query projection and the encoder; nothing is encoded again.
+
+        ``store`` and ``collection`` are as for ``SoftDict(...)``: ``copy_to("milvus:./p.db",
+        collection="prices")`` moves an in-memory store into Milvus, and ``copy_to()`` brings a
+        Milvus store back into memory (then ``save`` it to a folder). The target must hold no
+        keys; an existing collection must have been made with the same options and encoder.
+
+        Raises:
+            ConfigError: the target holds keys, or was made with other options.
+            EncoderError: the target collection records another encoder.
+            StoreUnavailableError: the target's server cannot be reached.
+        """
+        with self._lock:
+            target = open_store(store, self._store.config, collection=collection)
+            if len(target):
+                raise ConfigError(
+                    f"copy_to writes into an empty store, and {store!r}"
+                    + (f" (collection {collection!r})" if collection else "")
+                    + f" holds {len(target):,} keys; choose a new collection, or clear it first"
+                )
+            encoder = _store_encoder(target, self._encoder, self._store.config.query_cache_size)
+            copy_into(self._store, target)
+            return type(self)._from_store(target, encoder)
 
     def __copy__(self) -> SoftDict:
         return self.copy()
@@ -847,6 +888,18 @@ class SoftDict(MutableMapping[str, Value]):
             path, encoder, float(timeout), accept_variant=bool(accept_variant)
         )
         return cls._from_store(store, text_encoder)
+
+
+def _store_encoder(store: Store, encoder: object, cache_size: int) -> TextEncoder:
+    """The encoder of a store just opened: for a store that recorded one (a collection made
+    before), the recorded one or one that embeds like it; else ``encoder``, then recorded."""
+    recorded = store.recorded_encoder()
+    if recorded is not None:
+        return matching_encoder(recorded, encoder, cache_size)
+    text_encoder = resolve_encoder(encoder, query_cache_size=cache_size)
+    if type(store).record_encoder is not Store.record_encoder:
+        store.record_encoder(text_encoder.identity())
+    return text_encoder
 
 
 def _unpickle(

@@ -72,6 +72,7 @@ __all__ = [
     "LOCK_TIMEOUT",
     "MANIFEST",
     "load_store",
+    "matching_encoder",
     "read_manifest",
     "restore_snapshot",
     "save_store",
@@ -310,7 +311,7 @@ def load_store(
         if manifest.version < 3:
             # Saved before the spelling channel: it keeps the meaning-only lookups it had.
             state = dataclasses.replace(state, config=state.config.replace(lexical=0.0))
-    text_encoder = _matching_encoder(
+    text_encoder = matching_encoder(
         identity, encoder, state.config.query_cache_size, accept_variant
     )
     try:
@@ -327,7 +328,7 @@ def restore_snapshot(
 ) -> tuple[MemoryStore, TextEncoder]:
     """A store and its encoder from a snapshot held in memory (an unpickled SoftDict): the
     encoder is loaded by its recorded name and checked against its fingerprint."""
-    text_encoder = _matching_encoder(identity, None, state.config.query_cache_size)
+    text_encoder = matching_encoder(identity, None, state.config.query_cache_size)
     return MemoryStore.restore(state, FileReader(Path("<pickle>"), dict(files))), text_encoder
 
 
@@ -421,7 +422,7 @@ def _read_format_1(
     return state, FileReader(folder, translated), identity
 
 
-def _matching_encoder(
+def matching_encoder(
     recorded: EncoderIdentity, encoder: object, cache_size: int, accept_variant: bool = False
 ) -> TextEncoder:
     """The encoder to use: the one given, checked against the store's, or the recorded one.

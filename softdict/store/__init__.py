@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from softdict._config import SoftDictConfig
 from softdict._errors import ConfigError
-from softdict.store.base import StagedWrite, Store, StoreState
+from softdict.store.base import StagedWrite, Store, StoreState, copy_into
 from softdict.store.memory import MemoryStore
 
 __all__ = [
@@ -21,18 +21,20 @@ __all__ = [
     "StagedWrite",
     "Store",
     "StoreState",
+    "copy_into",
     "open_store",
     "register_store",
     "store_schemes",
 ]
 
-# scheme -> open(location, config): "memory" needs no location.
-_SCHEMES: dict[str, Callable[[str, SoftDictConfig], Store]] = {}
+# scheme -> open(location, config, **options): "memory" needs no location and takes no options.
+_SCHEMES: dict[str, Callable[..., Store]] = {}
 _LOCK = threading.Lock()
 
 
-def register_store(scheme: str, open_store: Callable[[str, SoftDictConfig], Store]) -> None:
-    """Make ``store="scheme:location"`` open ``open_store(location, config)``."""
+def register_store(scheme: str, open_store: Callable[..., Store]) -> None:
+    """Make ``store="scheme:location"`` open ``open_store(location, config, **options)``, where
+    ``options`` are the store options given (``collection=``), if any."""
     with _LOCK:
         _SCHEMES[scheme] = open_store
 
@@ -41,8 +43,9 @@ def store_schemes() -> list[str]:
     return sorted(_SCHEMES)
 
 
-def open_store(uri: str, config: SoftDictConfig) -> Store:
-    """The store ``uri`` ("scheme" or "scheme:location") names, with these options."""
+def open_store(uri: str, config: SoftDictConfig, **options: object) -> Store:
+    """The store ``uri`` ("scheme" or "scheme:location") names, with these options, and the
+    store options that were given (None ones dropped)."""
     if not isinstance(uri, str):
         raise ConfigError(f"store must be a string such as 'memory', got {type(uri).__name__}")
     scheme, _, location = uri.partition(":")
@@ -51,7 +54,25 @@ def open_store(uri: str, config: SoftDictConfig) -> Store:
             f"store={uri!r} names no known kind of store; the known schemes are "
             f"{store_schemes()} (e.g. store='memory')"
         )
-    return _SCHEMES[scheme](location, config)
+    given = {name: value for name, value in options.items() if value is not None}
+    return _SCHEMES[scheme](location, config, **given)
 
 
-register_store("memory", lambda location, config: MemoryStore(config))
+def _open_memory(location: str, config: SoftDictConfig, **options: object) -> MemoryStore:
+    if location or options:
+        raise ConfigError(
+            f"store='memory' takes no location or store options (got {location!r}, "
+            f"{sorted(options)}); collection= is for stores such as 'milvus:...'"
+        )
+    return MemoryStore(config)
+
+
+def _open_milvus(location: str, config: SoftDictConfig, **options: object) -> Store:
+    # Imported here: pymilvus is an optional extra, and slow to import.
+    from softdict.store.milvus import open_milvus_store
+
+    return open_milvus_store(location, config, **options)
+
+
+register_store("memory", _open_memory)
+register_store("milvus", _open_milvus)

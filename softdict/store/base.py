@@ -21,18 +21,20 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from softdict._config import SoftDictConfig
+from softdict._errors import InvalidValueError, ValueShapeError
 from softdict._files import StoreFiles
 from softdict._types import Mask, Value
-from softdict.index.base import Allow, IndexBackend
+from softdict.encoders.base import EncoderIdentity
+from softdict.index.base import Allow, IndexBackend, require_vectors
 from softdict.spelling import SpellingIndex
 from softdict.values.base import ValueColumn
 
-__all__ = ["StagedWrite", "Store", "StoreState"]
+__all__ = ["StagedWrite", "Store", "StoreState", "checked_embeddings", "copy_into", "dump_files"]
 
 
 @dataclass
@@ -226,6 +228,16 @@ class Store(ABC):
 
     # -- persistence ---------------------------------------------------------------------------
 
+    def recorded_encoder(self) -> EncoderIdentity | None:
+        """The identity of the encoder a store that outlives this process recorded (a database
+        collection), which whoever opens it must match; None where nothing is recorded."""
+        return None
+
+    def record_encoder(self, identity: EncoderIdentity) -> None:
+        """Record the encoder that embeds this store's keys (a store that outlives this process
+        keeps it; ``save`` records it in the folder for the others)."""
+        return None  # held in this process: nothing to record
+
     @abstractmethod
     def copy(self) -> Store:
         """An independent store with the same options and contents (``SoftDict.copy``)."""
@@ -233,6 +245,9 @@ class Store(ABC):
     @abstractmethod
     def snapshot(self) -> tuple[StoreState, StoreFiles]:
         """The state to save, and the files of its parts (the value column and the index)."""
+
+
+StoreT = TypeVar("StoreT", bound=Store)
 
 
 def dump_files(*parts: StoreFiles) -> StoreFiles:
@@ -245,3 +260,45 @@ def dump_files(*parts: StoreFiles) -> StoreFiles:
                 raise RuntimeError(f"two parts of the store both write {name}")
             files[name] = content
     return files
+
+
+def checked_embeddings(embeddings: Any, dim: int | None, what: str) -> np.ndarray:
+    """``embeddings`` as float32 (n, d) for a store of ``dim``-dim keys (None: any d >= 1), or
+    ValueShapeError (another dimension) or InvalidValueError (NaN, infinity); ``what`` names them
+    in the message."""
+    array = np.asarray(embeddings, dtype=np.float32)
+    if array.ndim != 2 or (dim is not None and array.shape[1] != dim) or array.shape[1] == 0:
+        expected = f"(n, {dim})" if dim is not None else "(n, d) with d >= 1"
+        advice = (
+            f": this store's keys are {dim}-dim embeddings, so queries and new keys must be "
+            f"too (use the encoder the store was built with)"
+            if dim is not None
+            else ""
+        )
+        raise ValueShapeError(f"{what} have shape {array.shape}, expected {expected}{advice}")
+    if not np.all(np.isfinite(array)):
+        raise InvalidValueError(
+            f"{what} contain NaN or infinity (or values beyond float32 range); "
+            f"embeddings must be finite"
+        )
+    return array
+
+
+def copy_into(source: Store, target: StoreT, batch: int = 4096) -> StoreT:
+    """Every key of ``source`` with its value and vector, and its query projection, written
+    into the empty ``target``, in batches; nothing is encoded again. The vectors go as the source
+    prepared them (preparing them again changes nothing)."""
+    if len(source):
+        require_vectors(source.backend, "copying a store")
+    ids, keys = source.ids(), source.keys()
+    for start in range(0, len(keys), batch):
+        part_ids = ids[start : start + batch]
+        part_keys = keys[start : start + batch]
+        column, slots = source.values_of(part_ids)
+        vectors = source.backend.vectors(part_ids)
+        items = {key: column.get(int(slot)) for key, slot in zip(part_keys, slots.tolist())}
+        target.commit(target.stage(items, dict(zip(part_keys, vectors))))
+    projection = source.projection
+    if projection is not None:
+        target.projection = projection
+    return target

@@ -16,14 +16,14 @@ from typing import Any
 import numpy as np
 
 from softdict._config import SoftDictConfig
-from softdict._errors import EmptyStoreError, InvalidValueError, KeyTypeError, ValueShapeError
+from softdict._errors import EmptyStoreError, KeyTypeError, ValueShapeError
 from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows, compaction_due, positions_of
 from softdict._types import Mask, Value
 from softdict.index.base import Allow, IndexBackend, sorted_unique
 from softdict.index.registry import BackendSpec, backend_spec
 from softdict.spelling import SpellingIndex
-from softdict.store.base import StagedWrite, Store, StoreState, dump_files
+from softdict.store.base import StagedWrite, Store, StoreState, checked_embeddings, dump_files
 from softdict.values.base import ValueColumn
 from softdict.values.registry import column_class, infer_column_class
 
@@ -245,23 +245,7 @@ class MemoryStore(Store):
             )
 
     def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
-        array = np.asarray(embeddings, dtype=np.float32)
-        dim = self._dim
-        if array.ndim != 2 or (dim is not None and array.shape[1] != dim) or array.shape[1] == 0:
-            expected = f"(n, {dim})" if dim is not None else "(n, d) with d >= 1"
-            advice = (
-                f": this store's keys are {dim}-dim embeddings, so queries and new keys must be "
-                f"too (use the encoder the store was built with)"
-                if dim is not None
-                else ""
-            )
-            raise ValueShapeError(f"{what} have shape {array.shape}, expected {expected}{advice}")
-        if not np.all(np.isfinite(array)):
-            raise InvalidValueError(
-                f"{what} contain NaN or infinity (or values beyond float32 range); "
-                f"embeddings must be finite"
-            )
-        return array
+        return checked_embeddings(embeddings, self._dim, what)
 
     # -- reading for attention -----------------------------------------------------------------
 

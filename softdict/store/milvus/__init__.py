@@ -1,0 +1,10 @@
+"""A store kept in Milvus (``store="milvus:..."``): see ``store`` for the design, ``backend`` for
+searching, ``_collection`` for the rows, ``_client`` for connecting and the cluster's limits.
+
+Needs the ``milvus`` extra (pymilvus, and milvus-lite for local files).
+"""
+
+from softdict.store.milvus.backend import MilvusBackend
+from softdict.store.milvus.store import MilvusStore, key_id, open_milvus_store
+
+__all__ = ["MilvusBackend", "MilvusStore", "key_id", "open_milvus_store"]

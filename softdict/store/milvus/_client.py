@@ -1,0 +1,109 @@
+"""The pymilvus client as softdict uses it: connecting, turning its errors into softdict's, and
+keeping every request within the limits a Milvus cluster enforces (Milvus Lite 2.5 enforces
+them too, so the tests meet them where a cluster would).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from softdict._errors import ConfigError, StoreFormatError, StoreUnavailableError
+
+if TYPE_CHECKING:
+    from pymilvus import MilvusClient
+
+__all__ = [
+    "IDS_PER_REQUEST",
+    "MAX_NQ",
+    "MAX_TOPK",
+    "REQUEST_BYTES",
+    "RESULTS_PER_SEARCH",
+    "connect",
+    "is_server_uri",
+    "translated",
+]
+
+# A cluster's quota.limits.maxTopK and maxNQ: a search asks for at most this many keys per query,
+# and at most this many queries per request.
+MAX_TOPK = 16384
+MAX_NQ = 16384
+# gRPC messages are limited to 64 MB; requests are cut to stay well under it (protobuf framing,
+# JSON values of unknown size).
+REQUEST_BYTES = 32 * 2**20
+# Scores and ids one search request returns (nq x k): about 16 MB of response.
+RESULTS_PER_SEARCH = 1 << 20
+# Ids in one ``get`` or ``id in [...]`` filter: the filter's cost grows with its length, and a
+# query returns at most 16,384 rows.
+IDS_PER_REQUEST = 4096
+# pymilvus's status code for a server it cannot reach.
+_UNAVAILABLE = 2
+
+
+def is_server_uri(location: str) -> bool:
+    return location.startswith(("http://", "https://", "tcp://", "grpc://"))
+
+
+def connect(location: str) -> MilvusClient:
+    """A client for ``location``: a server's URI (``http://host:19530``) or the path of a Milvus
+    Lite file (``./prices.db``), which Milvus Lite opens in a process of its own."""
+    try:
+        from pymilvus import MilvusClient
+    except ImportError:
+        raise ConfigError(
+            "store='milvus:...' needs pymilvus and milvus-lite: pip install 'softdict[milvus]'"
+        ) from None
+    if not location:
+        raise ConfigError(
+            "store='milvus:' needs a location: a server URI (milvus:http://host:19530) or a "
+            "Milvus Lite file (milvus:./prices.db)"
+        )
+    if not is_server_uri(location):
+        path = Path(location)
+        if path.suffix != ".db":
+            raise ConfigError(
+                f"store='milvus:{location}': a Milvus Lite file name must end in .db "
+                f"(e.g. milvus:./prices.db); a server is named by its URI (milvus:http://...)"
+            )
+        if not path.parent.is_dir():
+            raise ConfigError(f"store='milvus:{location}': the folder {path.parent} does not exist")
+        location = str(path.resolve())
+    with translated(location, "connect"):
+        return MilvusClient(uri=location)
+
+
+def _message(exc: BaseException) -> str:
+    return str(getattr(exc, "message", None) or exc).strip()
+
+
+@contextmanager
+def translated(location: str, what: str) -> Iterator[None]:
+    """Turn pymilvus and gRPC errors raised inside into softdict errors that say what failed."""
+    from pymilvus.exceptions import MilvusException
+
+    try:
+        yield
+    except MilvusException as exc:
+        message = _message(exc)
+        if exc.code == _UNAVAILABLE or "connect" in message.lower():
+            raise StoreUnavailableError(
+                f"cannot {what}: the Milvus store at {location} cannot be reached ({message}); "
+                f"start the server (or check the URI) and try again"
+            ) from None
+        raise StoreUnavailableError(f"Milvus at {location} failed to {what}: {message}") from None
+    except Exception as exc:
+        # grpc.RpcError and the like: anything the transport raises.
+        if type(exc).__module__.split(".")[0] in ("grpc", "pymilvus", "milvus_lite"):
+            raise StoreUnavailableError(
+                f"cannot {what}: the Milvus store at {location} failed ({_message(exc)})"
+            ) from None
+        raise
+
+
+def schema_error(location: str, collection: str, problem: str) -> StoreFormatError:
+    return StoreFormatError(
+        f"the Milvus collection {collection!r} at {location} is not a softdict store: {problem}; "
+        f"choose another collection name"
+    )

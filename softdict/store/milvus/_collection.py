@@ -1,0 +1,310 @@
+"""The two Milvus collections of a softdict store, and every request made to them.
+
+``KeyRows`` is the store itself, one row per key::
+
+    id      INT64 primary key   softdict's id of the key (``store.key_id``: from the key's text)
+    key     VARCHAR             the key
+    order   INT64               when the key was first inserted: iteration order
+    value   JSON                {"v": the value}
+    vector  FLOAT_VECTOR(d)     the key's prepared embedding
+
+``MetaRows`` (the collection ``NAME__softdict``) holds what a store folder's manifest holds, as
+text rows by name: the options, the encoder's identity, the query projection, and one write
+counter per writing process (see ``store``). It exists from the moment the store is created; the
+key collection is made at the first insert, when the embeddings' dimension is known, and dropped
+by ``clear``.
+
+Every request stays within a cluster's limits (``_client``): at most 16,384 queries and 16,384
+results per query in one search, at most ``IDS_PER_REQUEST`` ids in one get, and requests well
+under 64 MB.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from softdict._errors import ConfigError
+from softdict._similarity import Metric
+from softdict.store.milvus._client import (
+    IDS_PER_REQUEST,
+    MAX_NQ,
+    MAX_TOPK,
+    REQUEST_BYTES,
+    RESULTS_PER_SEARCH,
+    schema_error,
+    translated,
+)
+
+if TYPE_CHECKING:
+    from pymilvus import MilvusClient
+
+__all__ = ["INDEX_TYPES", "KeyRows", "MetaRows", "meta_name"]
+
+# What ``index=`` means in a Milvus store: Milvus builds and searches the index itself. FLAT is
+# exact (every search scores every allowed key); IVF_FLAT searches the nearest of 1,024 lists.
+INDEX_TYPES = {"auto": "FLAT", "flat": "FLAT", "ivf": "IVF_FLAT"}
+_IVF_PARAMS = {"nlist": 1024}
+_IVF_SEARCH = {"nprobe": 32}
+_METRICS = {Metric.INNER_PRODUCT: "IP", Metric.L2: "L2"}
+# Milvus's longest VARCHAR, in bytes of UTF-8.
+MAX_VARCHAR = 65535
+_META_SUFFIX = "__softdict"
+_KEY_FIELDS = {"id": "INT64", "key": "VARCHAR", "order": "INT64", "value": "JSON"}
+
+
+def meta_name(collection: str) -> str:
+    return collection + _META_SUFFIX
+
+
+def index_type(option: str) -> str:
+    """The Milvus index an ``index=`` option names; ConfigError for the others."""
+    if option not in INDEX_TYPES:
+        raise ConfigError(
+            f"index={option!r} is not available in a Milvus store, which builds its own index; "
+            f"use one of {sorted(INDEX_TYPES)} ('auto' and 'flat' are exact)"
+        )
+    return INDEX_TYPES[option]
+
+
+def _chunks(n: int, size: int) -> Iterator[slice]:
+    for start in range(0, n, max(1, size)):
+        yield slice(start, start + max(1, size))
+
+
+def _ids_list(ids: np.ndarray) -> list[int]:
+    return [int(i) for i in np.asarray(ids, dtype=np.int64).ravel()]
+
+
+class _Rows:
+    """A collection of a store: the client, where it is, and its name."""
+
+    def __init__(self, client: MilvusClient, location: str, name: str) -> None:
+        self.client = client
+        self.location = location
+        self.name = name
+
+    def calling(self, what: str) -> Any:
+        return translated(self.location, f"{what} (collection {self.name!r})")
+
+    def exists(self) -> bool:
+        with self.calling("list collections"):
+            return bool(self.client.has_collection(self.name))
+
+    def drop(self) -> None:
+        with self.calling("drop the collection"):
+            self.client.drop_collection(self.name)
+
+
+class MetaRows(_Rows):
+    """Named text rows (see the module docstring)."""
+
+    def create(self) -> None:
+        from pymilvus import DataType
+
+        schema = self.client.create_schema(auto_id=False, description="softdict store metadata")
+        schema.add_field("name", DataType.VARCHAR, is_primary=True, max_length=512)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
+        # Milvus requires a vector field in every collection; this one is never searched.
+        schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)
+        params = self.client.prepare_index_params()
+        params.add_index("unused", index_type="FLAT", metric_type="L2")
+        with self.calling("create the metadata collection"):
+            if not self.client.has_collection(self.name):
+                self.client.create_collection(
+                    self.name, schema=schema, index_params=params, consistency_level="Strong"
+                )
+
+    def check_schema(self, collection: str) -> None:
+        with self.calling("describe the collection"):
+            described = self.client.describe_collection(self.name)
+        names = {field["name"] for field in described.get("fields", [])}
+        if names != {"name", "text", "unused"}:
+            raise schema_error(self.location, collection, f"{self.name!r} has other fields")
+
+    def read(self, names: Sequence[str]) -> dict[str, str]:
+        if not names:
+            return {}
+        with self.calling("read metadata"):
+            rows = self.client.get(self.name, ids=list(names), output_fields=["text"])
+        return {row["name"]: row["text"] for row in rows}
+
+    def read_prefix(self, prefix: str) -> dict[str, str]:
+        with self.calling("read metadata"):
+            rows = self.client.query(
+                self.name, filter=f"name like {json.dumps(prefix + '%')}", output_fields=["text"]
+            )
+        return {row["name"]: row["text"] for row in rows}
+
+    def write(self, texts: dict[str, str]) -> None:
+        rows = [{"name": name, "text": text, "unused": [0.0, 0.0]} for name, text in texts.items()]
+        for part in _chunks(len(rows), 256):
+            with self.calling("write metadata"):
+                self.client.upsert(self.name, rows[part])
+
+    def delete(self, names: Sequence[str]) -> None:
+        if names:
+            with self.calling("delete metadata"):
+                self.client.delete(self.name, ids=list(names))
+
+
+class KeyRows(_Rows):
+    """The rows of the keys (see the module docstring)."""
+
+    def __init__(
+        self,
+        client: MilvusClient,
+        location: str,
+        name: str,
+        dim: int,
+        metric: Metric,
+        index: str = "FLAT",
+    ) -> None:
+        super().__init__(client, location, name)
+        self.dim = dim
+        self.metric = metric
+        self.index = index
+        self._search_params: dict[str, Any] = {
+            "metric_type": _METRICS[metric],
+            "params": dict(_IVF_SEARCH) if index == "IVF_FLAT" else {},
+        }
+
+    def create(self) -> None:
+        """Create the collection, or, where another process just did, check it fits."""
+        from pymilvus import DataType
+
+        schema = self.client.create_schema(auto_id=False, description="softdict store")
+        schema.add_field("id", DataType.INT64, is_primary=True)
+        schema.add_field("key", DataType.VARCHAR, max_length=MAX_VARCHAR)
+        schema.add_field("order", DataType.INT64)
+        schema.add_field("value", DataType.JSON)
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
+        params = self.client.prepare_index_params()
+        params.add_index(
+            "vector",
+            index_type=self.index,
+            metric_type=_METRICS[self.metric],
+            params=dict(_IVF_PARAMS) if self.index == "IVF_FLAT" else {},
+        )
+        with self.calling("create the collection"):
+            if not self.client.has_collection(self.name):
+                self.client.create_collection(
+                    self.name, schema=schema, index_params=params, consistency_level="Strong"
+                )
+        self.check_schema(self.name)
+
+    def check_schema(self, collection: str) -> None:
+        """StoreFormatError unless the collection has softdict's fields and this dimension."""
+        with self.calling("describe the collection"):
+            described = self.client.describe_collection(self.name)
+        fields = {field["name"]: field for field in described.get("fields", [])}
+        kinds = {name: getattr(f["type"], "name", str(f["type"])) for name, f in fields.items()}
+        expected = {**_KEY_FIELDS, "vector": "FLOAT_VECTOR"}
+        if kinds != expected:
+            raise schema_error(
+                self.location, collection, f"its fields are {kinds}, softdict's are {expected}"
+            )
+        dim = int(fields["vector"].get("params", {}).get("dim", -1))
+        if dim != self.dim:
+            raise schema_error(
+                self.location,
+                collection,
+                f"its vectors are {dim}-dim, and its metadata says {self.dim}",
+            )
+
+    # -- rows ------------------------------------------------------------------------------------
+
+    def count(self) -> int:
+        with self.calling("count the keys"):
+            rows = self.client.query(self.name, filter="", output_fields=["count(*)"])
+        return int(rows[0]["count(*)"]) if rows else 0
+
+    def get(self, ids: np.ndarray, fields: list[str]) -> list[dict[str, Any]]:
+        """The rows of ``ids`` that exist, with ``fields`` (and ``id``), in no set order."""
+        wanted = _ids_list(ids)
+        found: list[dict[str, Any]] = []
+        for part in _chunks(len(wanted), IDS_PER_REQUEST):
+            with self.calling("read keys"):
+                found.extend(self.client.get(self.name, ids=wanted[part], output_fields=fields))
+        return found
+
+    def upsert(self, rows: list[dict[str, Any]]) -> None:
+        """Write whole rows, in requests under ``REQUEST_BYTES`` each."""
+        start, size = 0, 0
+        for i, row in enumerate(rows):
+            row_bytes = 4 * self.dim + 8 * len(row["key"]) + len(json.dumps(row["value"])) + 64
+            if size and size + row_bytes > REQUEST_BYTES:
+                self._upsert(rows[start:i])
+                start, size = i, 0
+            size += row_bytes
+        if start < len(rows):
+            self._upsert(rows[start:])
+
+    def _upsert(self, rows: list[dict[str, Any]]) -> None:
+        with self.calling(f"write {len(rows)} keys"):
+            self.client.upsert(self.name, rows)
+
+    def delete(self, ids: np.ndarray) -> None:
+        wanted = _ids_list(ids)
+        for part in _chunks(len(wanted), IDS_PER_REQUEST):
+            with self.calling("delete keys"):
+                self.client.delete(self.name, ids=wanted[part])
+
+    def scan(self, fields: list[str], batch: int = 4096) -> Iterator[list[dict[str, Any]]]:
+        """Every row, with ``fields`` (and ``id``), in batches."""
+        with self.calling("read every key"):
+            iterator = self.client.query_iterator(
+                self.name, batch_size=batch, filter="", output_fields=fields
+            )
+        try:
+            while True:
+                with self.calling("read every key"):
+                    rows = iterator.next()
+                if not rows:
+                    return
+                yield rows
+        finally:
+            iterator.close()
+
+    # -- searching -------------------------------------------------------------------------------
+
+    def search(
+        self, queries: np.ndarray, k: int, expression: str = ""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The ``k`` best rows (k <= MAX_TOPK) per prepared query that pass ``expression``:
+        float64 scores (higher is better) and int64 ids, padded with -inf and -1."""
+        m = len(queries)
+        scores = np.full((m, k), -np.inf)
+        ids = np.full((m, k), -1, dtype=np.int64)
+        per_request = min(
+            MAX_NQ, max(1, RESULTS_PER_SEARCH // max(k, 1)), max(1, REQUEST_BYTES // (4 * self.dim))
+        )
+        sign = -1.0 if self.metric is Metric.L2 else 1.0  # Milvus's L2 is the squared distance
+        for part in _chunks(m, per_request):
+            with self.calling("search"):
+                results = self.client.search(
+                    self.name,
+                    data=[row.tolist() for row in queries[part]],
+                    limit=k,
+                    filter=expression,
+                    search_params=self._search_params,
+                    anns_field="vector",
+                )
+            for i, hits in enumerate(results, start=part.start):
+                found = len(hits)
+                if found:
+                    ids[i, :found] = [hit["id"] for hit in hits]
+                    scores[i, :found] = [sign * hit["distance"] for hit in hits]
+        return scores, ids
+
+
+def limited_k(k: int) -> int:
+    if k > MAX_TOPK:
+        raise ConfigError(
+            f"a Milvus store returns at most {MAX_TOPK:,} keys per query, and {k:,} were asked "
+            f"for; use top_k (and max_k) of at most {MAX_TOPK:,}"
+        )
+    return k

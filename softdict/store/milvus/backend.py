@@ -1,0 +1,187 @@
+"""``MilvusBackend``: the index backend of a Milvus store, where Milvus holds and searches the
+vectors and this process holds none of them.
+
+An ``Allow`` becomes the cheapest filter Milvus offers for it: a handful of ids is scored here
+from their vectors (one get, no filter), a mask that allows most keys becomes ``id not in`` its
+complement, and any other becomes ``id in`` its ids (a filter's cost grows with its length). A k
+beyond Milvus's 16,384 results per query is searched in rounds, each excluding the keys found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from softdict._errors import StoreUnavailableError
+from softdict._files import FileReader
+from softdict._similarity import metric_scores
+from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
+from softdict.store.milvus._client import MAX_TOPK
+from softdict.store.milvus._collection import KeyRows
+
+__all__ = ["CLIENT_SIDE_MAX", "MilvusBackend"]
+
+# Up to this many allowed keys, a masked search fetches their vectors and scores them here: one
+# get by primary key is cheaper than a filtered search, and exact.
+CLIENT_SIDE_MAX = 64
+
+
+def _ids_expression(operator: str, ids: np.ndarray) -> str:
+    return f"id {operator} [{', '.join(str(int(i)) for i in ids)}]"
+
+
+class MilvusBackend(IndexBackend):
+    """Vectors in the Milvus collection ``rows`` (see the module docstring).
+
+    ``held_ids`` lists every id held, increasing; by default by reading every row's id, and a
+    store passes its own cached list.
+    """
+
+    def __init__(
+        self,
+        rows: KeyRows,
+        held_ids: Callable[[], np.ndarray] | None = None,
+    ) -> None:
+        super().__init__(rows.dim, rows.metric)
+        self.rows = rows
+        self._held_ids = held_ids or self._scan_ids
+
+    def _scan_ids(self) -> np.ndarray:
+        if not self.rows.exists():
+            return np.zeros(0, dtype=np.int64)
+        found = [row["id"] for batch in self.rows.scan(["id"]) for row in batch]
+        return np.sort(np.asarray(found, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return self.rows.count()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(exact=self.rows.index == "FLAT", returns_vectors=True)
+
+    def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        # Only where the backend is used alone (the store writes whole rows itself).
+        self.rows.upsert(
+            [
+                {"id": int(i), "key": "", "order": int(i), "value": {"v": None}, "vector": v}
+                for i, v in zip(np.asarray(ids).tolist(), np.asarray(vectors, np.float32))
+            ]
+        )
+
+    def remove(self, ids: np.ndarray) -> None:
+        self.rows.delete(np.asarray(ids, dtype=np.int64))
+
+    def ids(self) -> np.ndarray:
+        return self._held_ids()
+
+    def search(
+        self, queries: np.ndarray, k: int, allow: Allow | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        queries = np.asarray(queries, dtype=np.float32)
+        if allow is not None and len(allow) <= CLIENT_SIDE_MAX:
+            return self._scored_here(queries, k, allow.ids)
+        expression = self._expression(allow)
+        if k <= MAX_TOPK:
+            return self.rows.search(queries, k, expression)
+        return self._search_in_rounds(queries, k, expression)
+
+    def _expression(self, allow: Allow | None) -> str:
+        if allow is None:
+            return ""
+        held = self.ids()
+        if len(allow) > len(held) // 2:
+            return _ids_expression("not in", np.setdiff1d(held, allow.ids, assume_unique=True))
+        return _ids_expression("in", allow.ids)
+
+    def _scored_here(
+        self, queries: np.ndarray, k: int, ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        held, vectors = self._vectors_found(ids)
+        scores = metric_scores(queries, vectors, self.metric)
+        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        padded_scores = np.full((len(queries), k), -np.inf)
+        padded_ids = np.full((len(queries), k), -1, dtype=np.int64)
+        width = order.shape[1]
+        padded_scores[:, :width] = np.take_along_axis(scores, order, axis=1)
+        padded_ids[:, :width] = held[order]
+        return padded_scores, padded_ids
+
+    def _search_in_rounds(
+        self, queries: np.ndarray, k: int, expression: str
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """More than ``MAX_TOPK`` keys per query: each round excludes what earlier ones found."""
+        scores = np.full((len(queries), k), -np.inf)
+        ids = np.full((len(queries), k), -1, dtype=np.int64)
+        for i in range(len(queries)):
+            found = 0
+            while found < k:
+                excluded = _ids_expression("not in", ids[i, :found]) if found else ""
+                both = " and ".join(f"({e})" for e in (expression, excluded) if e)
+                width = min(MAX_TOPK, k - found)
+                part_scores, part_ids = self.rows.search(queries[i : i + 1], width, both)
+                got = int((part_ids[0] >= 0).sum())
+                scores[i, found : found + got] = part_scores[0, :got]
+                ids[i, found : found + got] = part_ids[0, :got]
+                found += got
+                if got < width:
+                    break
+        return scores, ids
+
+    def score_all(
+        self, queries: np.ndarray, allow: Allow | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        columns = allow.ids if allow is not None else self.ids()
+        queries = np.asarray(queries, dtype=np.float32)
+        if len(columns) <= MAX_TOPK:
+            # Milvus scores them (FLAT: every allowed key), and only scores come back.
+            scores, found = self.search(queries, len(columns), allow)
+            result = np.full((len(queries), len(columns)), -np.inf)
+            for i in range(len(queries)):
+                hit = found[i] >= 0
+                positions = np.searchsorted(columns, found[i, hit])
+                result[i, positions] = scores[i, hit]
+        else:
+            result = metric_scores(queries, self.vectors(columns), self.metric)
+        if not np.all(np.isfinite(result)):
+            raise changed_during_lookup()
+        return result, columns
+
+    def _vectors_found(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.rows.get(ids, ["vector"])
+        held = np.asarray([row["id"] for row in rows], dtype=np.int64)
+        vectors = np.asarray([row["vector"] for row in rows], dtype=np.float32)
+        return held, vectors.reshape(len(rows), self.dim)
+
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64)
+        held, vectors = self._vectors_found(np.unique(ids))
+        order = np.argsort(held)
+        held, vectors = held[order], vectors[order]
+        positions = np.searchsorted(held, ids)
+        if len(held) < len(np.unique(ids)):
+            raise changed_during_lookup()
+        return vectors[positions]
+
+    def describe(self) -> str:
+        kind = "exact" if self.rows.index == "FLAT" else self.rows.index.lower()
+        return f"milvus {kind} (collection {self.rows.name!r} at {self.rows.location})"
+
+    def memory_bytes(self) -> int:
+        return 0  # the vectors are in Milvus
+
+    def dump(self) -> BackendDump:
+        return BackendDump({"milvus_collection": self.rows.name}, {})
+
+    def restore(self, meta: dict[str, Any], files: FileReader) -> None:
+        # The vectors never left Milvus: restoring is finding the collection again.
+        if meta.get("milvus_collection") != self.rows.name or not self.rows.exists():
+            raise files.error("manifest.json", f"names no Milvus collection {self.rows.name!r}")
+
+
+def changed_during_lookup() -> StoreUnavailableError:
+    return StoreUnavailableError(
+        "the Milvus store changed during the lookup (keys were deleted by another process); "
+        "try again"
+    )

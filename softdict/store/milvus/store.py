@@ -1,0 +1,706 @@
+"""``MilvusStore``: a store kept in a Milvus collection, shared by every process that opens it.
+
+Milvus holds everything (``_collection``): the keys, values and prepared vectors in one row per
+key, and the options, encoder identity and query projection in the metadata collection. This
+process holds no row. Exact access goes to Milvus every time: ``sd[key]`` is a get by primary
+key, ``len`` a count, so each call sees every write another process has finished (the
+collections are read with Strong consistency).
+
+**Ids.** A key's id is a 63-bit hash of its text (``key_id``), so two processes inserting the
+same key write the same row, and Milvus's primary key keeps one row per key. Two keys whose
+hashes collide (about once in 10^19 pairs) are told apart by hashing again with a counter.
+
+**What is cached, and how it stays right.** Lookups that need every key at once (the spelling
+channel's forms, sampling the tail, masks given as predicates, iteration) read the keys into a
+``_Directory``, kept until the store changes. Every process that writes keeps a counter row in
+the metadata (``writer:<uuid>``) and raises it after each write; a process reuses its directory
+only while every counter is as it was when the directory was read, which one small query tells.
+
+**Writes.** ``stage`` validates the whole write (values, embeddings, key lengths) before anything
+is sent, so bad input changes nothing. ``commit`` then upserts whole rows, in requests under 32
+MB. Milvus applies each request or rejects it; if the server fails between requests, a
+``StoreUnavailableError`` is raised and the earlier requests' keys are written. Writes are
+upserts by id, so repeating the update completes it. Nothing a returned call reported as
+written is lost (tests kill the server mid-update).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from softdict._config import SoftDictConfig
+from softdict._errors import (
+    ConfigError,
+    EmptyStoreError,
+    InvalidValueError,
+    KeyTypeError,
+    StoreFormatError,
+    ValueShapeError,
+)
+from softdict._files import StoreFiles
+from softdict._manifest import EncoderEntry
+from softdict._types import Mask, Value
+from softdict.encoders import EncoderIdentity
+from softdict.index.base import Allow, IndexBackend
+from softdict.spelling import SpellingIndex
+from softdict.store.base import StagedWrite, Store, StoreState, checked_embeddings, copy_into
+from softdict.store.memory import MemoryStore
+from softdict.store.milvus._client import connect, schema_error
+from softdict.store.milvus._collection import MAX_VARCHAR, KeyRows, MetaRows, index_type, meta_name
+from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
+from softdict.values.base import ValueColumn
+from softdict.values.registry import column_class, infer_column_class
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MilvusStore", "key_id", "open_milvus_store"]
+
+FORMAT_NAME = "softdict-milvus"
+FORMAT_VERSION = 1
+_MANIFEST = "manifest"
+_WRITER = "writer:"
+_PROJECTION = "projection:"
+# Base64 characters per projection row (a VARCHAR holds 65,535 bytes).
+_CHUNK = 60_000
+_ID_MASK = (1 << 63) - 1
+_MAX_PROBES = 8
+# Options a store keeps from its creation (they decide how its rows were written).
+_FIXED = ("similarity", "index", "value_kind")
+
+
+def key_id(key: str, attempt: int = 0) -> int:
+    """The id of ``key`` (non-negative, below 2^63); ``attempt`` > 0 after a collision."""
+    salt = attempt.to_bytes(8, "little")
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8, salt=salt).digest()
+    return int.from_bytes(digest, "little") & _ID_MASK
+
+
+class _Manifest(BaseModel):
+    """The metadata row ``manifest``: what a store folder's manifest.json holds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    format: str
+    format_version: int
+    config: SoftDictConfig
+    dim: int | None = None
+    value_kind: str | None = None
+    # The first value ever stored: a column made for it checks new values (a vector's length).
+    exemplar: dict[str, Any] | None = None
+    encoder: EncoderEntry | None = None
+    projection: dict[str, Any] | None = None  # {"shape": [d, d], "chunks": n, "sha256": ...}
+
+
+@dataclass
+class _Directory:
+    """Every key, read at one moment: ids increasing and their keys, and the iteration order."""
+
+    generation: dict[str, str]
+    ids: np.ndarray
+    keys: list[str]
+    by_order: np.ndarray  # positions in ``ids`` in iteration order
+    spelling: SpellingIndex | None = field(default=None)
+
+
+def _json_value(value: object) -> object:
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class MilvusStore(Store):
+    """A store in the Milvus collection ``collection`` at ``location`` (see the module
+    docstring). Opening an existing one keeps its options; ``config`` then only may not
+    contradict them (``adopted_config``)."""
+
+    def __init__(self, location: str, collection: str, config: SoftDictConfig) -> None:
+        if not isinstance(collection, str) or not collection:
+            raise ConfigError(
+                "a Milvus store needs a collection name: SoftDict(store='milvus:...', "
+                "collection='prices')"
+            )
+        self._location = location
+        self._collection = collection
+        self._client = connect(location)
+        self._meta = MetaRows(self._client, location, meta_name(collection))
+        self._writer = _WRITER + uuid.uuid4().hex
+        self._writes = 0
+        self._last_order = 0
+        self._directory: _Directory | None = None
+        if self._meta.exists():
+            self._meta.check_schema(collection)
+            manifest = self._read_manifest()
+            self._manifest = manifest.model_copy(
+                update={"config": adopted_config(manifest.config, config, collection)}
+            )
+        else:
+            if KeyRows(self._client, location, collection, 1, config.similarity.metric).exists():
+                raise schema_error(location, collection, "it has no softdict metadata")
+            index_type(config.index)  # ConfigError before anything is created
+            self._manifest = _Manifest(
+                format=FORMAT_NAME, format_version=FORMAT_VERSION, config=config
+            )
+            self._meta.create()
+            self._write_manifest()
+        self._index = index_type(self._manifest.config.index)
+        self._rows: KeyRows | None = None
+        self._open_rows()
+
+    # -- metadata --------------------------------------------------------------------------------
+
+    def _read_manifest(self) -> _Manifest:
+        text = self._meta.read([_MANIFEST]).get(_MANIFEST)
+        where = f"the Milvus collection {self._collection!r} at {self._location}"
+        if text is None:
+            raise StoreFormatError(f"{where} lacks its softdict manifest (metadata row)")
+        try:
+            manifest = _Manifest.model_validate(json.loads(text))
+        except (ValueError, ValidationError) as exc:
+            raise StoreFormatError(f"{where} has a damaged manifest ({exc})") from None
+        if manifest.format != FORMAT_NAME:
+            raise schema_error(self._location, self._collection, "its metadata is not softdict's")
+        if manifest.format_version > FORMAT_VERSION:
+            raise StoreFormatError(
+                f"{where} is in softdict-milvus format {manifest.format_version}, newer than "
+                f"this softdict reads ({FORMAT_VERSION}); upgrade softdict"
+            )
+        return manifest
+
+    def _write_manifest(self, **changes: Any) -> None:
+        manifest = self._manifest.model_copy(update=changes)
+        self._meta.write({_MANIFEST: json.dumps(manifest.model_dump(mode="json"))})
+        self._manifest = manifest
+
+    def _refresh_manifest(self) -> None:
+        """Another process may have made the key collection (dim, kind) or cleared it."""
+        stored = self._read_manifest()
+        self._manifest = self._manifest.model_copy(
+            update={
+                "dim": stored.dim,
+                "value_kind": stored.value_kind,
+                "exemplar": stored.exemplar,
+                "projection": stored.projection,
+                "encoder": stored.encoder,
+            }
+        )
+        self._open_rows()
+
+    def _open_rows(self) -> None:
+        dim = self._manifest.dim
+        if dim is None:
+            self._rows = None
+            return
+        rows = KeyRows(
+            self._client,
+            self._location,
+            self._collection,
+            dim,
+            self._manifest.config.similarity.metric,
+            self._index,
+        )
+        self._rows = rows if rows.exists() else None
+        if self._rows is not None:
+            self._rows.check_schema(self._collection)
+
+    def recorded_encoder(self) -> EncoderIdentity | None:
+        entry = self._manifest.encoder
+        if entry is None:
+            return None
+        return EncoderIdentity(
+            entry.name,
+            entry.dim,
+            entry.loadable_by_name,
+            entry.probe_text,
+            tuple(entry.fingerprint),
+        )
+
+    def record_encoder(self, identity: EncoderIdentity) -> None:
+        entry = EncoderEntry(
+            name=identity.name,
+            dim=identity.dim,
+            loadable_by_name=identity.loadable_by_name,
+            probe_text=identity.probe_text,
+            fingerprint=list(identity.fingerprint),
+        )
+        self._write_manifest(encoder=entry)
+
+    def _bump(self) -> None:
+        """Tell other processes (and this one's directory) that the store changed."""
+        self._writes += 1
+        self._directory = None
+        self._meta.write({self._writer: str(self._writes)})
+
+    # -- options and shape ------------------------------------------------------------------------
+
+    @property
+    def config(self) -> SoftDictConfig:
+        return self._manifest.config
+
+    @config.setter
+    def config(self, config: SoftDictConfig) -> None:
+        if any(getattr(config, name) != getattr(self.config, name) for name in _FIXED):
+            raise ValueError("index, value_kind and similarity are fixed when a store is made")
+        self._write_manifest(config=config)
+
+    @property
+    def dim(self) -> int | None:
+        if self._manifest.dim is None:
+            self._refresh_manifest()
+        return self._manifest.dim
+
+    @property
+    def value_kind(self) -> str | None:
+        if self._manifest.value_kind is None and self._manifest.config.value_kind is None:
+            self._refresh_manifest()
+        return self._manifest.value_kind or self._manifest.config.value_kind
+
+    @property
+    def projection(self) -> np.ndarray | None:
+        info = self._manifest.projection
+        if info is None:
+            return None
+        names = [f"{_PROJECTION}{i}" for i in range(int(info["chunks"]))]
+        texts = self._meta.read(names)
+        data = base64.b64decode("".join(texts.get(name, "") for name in names))
+        if hashlib.sha256(data).hexdigest() != info["sha256"]:
+            raise StoreFormatError(
+                f"the query projection of the Milvus collection {self._collection!r} fails its "
+                f"checksum (another process may be writing it); try again"
+            )
+        return np.frombuffer(data, dtype=np.float32).reshape(info["shape"]).copy()
+
+    @projection.setter
+    def projection(self, projection: np.ndarray | None) -> None:
+        if projection is None:
+            self._write_manifest(projection=None)
+            self._bump()
+            return
+        array = np.ascontiguousarray(projection, dtype=np.float32)
+        data = array.tobytes()
+        text = base64.b64encode(data).decode("ascii")
+        chunks = [text[i : i + _CHUNK] for i in range(0, len(text), _CHUNK)]
+        self._meta.write({f"{_PROJECTION}{i}": chunk for i, chunk in enumerate(chunks)})
+        info = {
+            "shape": list(array.shape),
+            "chunks": len(chunks),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+        self._write_manifest(projection=info)
+        self._bump()
+
+    def describe_index(self) -> str:
+        kind = "exact" if self._index == "FLAT" else self._index.lower()
+        return f"milvus {kind} (collection {self._collection!r} at {self._location})"
+
+    def index_memory_bytes(self) -> int:
+        return 0
+
+    # -- the exact mapping ------------------------------------------------------------------------
+
+    def _key_rows(self) -> KeyRows | None:
+        if self._rows is None or self._manifest.dim is None:
+            self._refresh_manifest()
+        return self._rows
+
+    def __len__(self) -> int:
+        rows = self._key_rows()
+        return rows.count() if rows is not None else 0
+
+    def _found(
+        self, keys: list[str], fields: list[str]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
+        """The rows of ``keys`` that exist (key -> row with ``fields``), and for the others the
+        id a new row would take."""
+        rows = self._key_rows()
+        found: dict[str, dict[str, Any]] = {}
+        free: dict[str, int] = {}
+        pending = {key: key_id(key) for key in dict.fromkeys(keys)}
+        for attempt in range(_MAX_PROBES):
+            if not pending:
+                break
+            held = (
+                {}
+                if rows is None
+                else {
+                    row["id"]: row
+                    for row in rows.get(
+                        np.array(list(pending.values()), np.int64), ["key", *fields]
+                    )
+                }
+            )
+            taken: dict[str, int] = {}
+            for key, id_ in pending.items():
+                row = held.get(id_)
+                if row is None:
+                    free[key] = id_
+                elif row["key"] == key:
+                    found[key] = row
+                else:
+                    taken[key] = key_id(key, attempt + 1)
+            pending = taken
+        if pending:
+            raise InvalidValueError(f"no free id for the key {next(iter(pending))!r}")
+        return found, free
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and key in self._found([key], [])[0]
+
+    def keys(self) -> list[str]:
+        directory = self._current_directory()
+        return [directory.keys[i] for i in directory.by_order.tolist()]
+
+    def get(self, key: str) -> Value:
+        found, _ = self._found([key], ["value"])
+        if key not in found:
+            raise KeyError(key)
+        column = self._column_of([found[key]["value"]["v"]], [key])
+        return column.get(0)
+
+    def newest_key(self) -> str:
+        directory = self._current_directory()
+        if not directory.keys:
+            raise KeyError("the store is empty")
+        return directory.keys[int(directory.by_order[-1])]
+
+    # -- values -----------------------------------------------------------------------------------
+
+    def _empty_column(self) -> ValueColumn[Any] | None:
+        kind = self.value_kind
+        exemplar = self._manifest.exemplar
+        if kind is None:
+            return None
+        if exemplar is not None:
+            column = column_class(kind).for_first_value(exemplar["key"], exemplar["value"])
+        else:
+            column = column_class(kind)()
+        return column
+
+    def _column_of(self, values: list[object], keys: list[str]) -> ValueColumn[Any]:
+        column = self._empty_column()
+        if column is None:
+            raise changed_during_lookup()
+        column.append(column.stage(values, keys))
+        return column
+
+    # -- writing ----------------------------------------------------------------------------------
+
+    def stage(
+        self,
+        items: Mapping[str, object],
+        vectors: Mapping[str, np.ndarray] | None = None,
+        *,
+        replace_vectors: bool = False,
+    ) -> StagedWrite:
+        keys = list(items)
+        for key in keys:
+            if len(key.encode("utf-8")) > MAX_VARCHAR:
+                raise InvalidValueError(
+                    f"the key {key[:40]!r}... is {len(key.encode('utf-8')):,} bytes of UTF-8; a "
+                    f"Milvus store keeps keys of up to {MAX_VARCHAR:,} bytes"
+                )
+        column = self._empty_column()
+        fixed = self._manifest.config.value_kind
+        if column is None:
+            first_key, first_value = next(iter(items.items()))
+            kind = column_class(fixed) if fixed else infer_column_class(first_value)
+            column = kind.for_first_value(first_key, first_value)
+        staged = column.stage([items[key] for key in keys], keys)
+        if fixed is None:
+            for key in keys:
+                if infer_column_class(items[key]) is not type(column):
+                    raise column.kind_error(key, items[key])
+        found, free = self._found(keys, ["order"])
+        fresh = keys if replace_vectors else [key for key in keys if key not in found]
+        kept = [key for key in keys if key in found and key not in fresh]
+        vectors = vectors or {}
+        missing = [key for key in fresh if key not in vectors]
+        details: dict[str, Any] = {"found": found, "free": free}
+        if fresh and not missing:
+            raw = self.checked_embeddings(
+                np.stack([vectors[key] for key in fresh]), "key embeddings"
+            )
+            projection = self._manifest.projection
+            if projection is not None and projection["shape"] != [raw.shape[1]] * 2:
+                raise ValueShapeError(
+                    f"this store keeps a query projection (W_q, from fit) for "
+                    f"{projection['shape'][0]}-dim queries, and the new keys are "
+                    f"{raw.shape[1]}-dim; set sd.query_projection = None to drop it first"
+                )
+            details["prepared"] = dict(
+                zip(fresh, self._manifest.config.similarity.prepare_keys(raw))
+            )
+            details["dim"] = raw.shape[1]
+        if kept:
+            rows = self._key_rows()
+            assert rows is not None
+            ids = np.array([found[key]["id"] for key in kept], np.int64)
+            held = {row["id"]: row["vector"] for row in rows.get(ids, ["vector"])}
+            details["kept_vectors"] = {key: held.get(found[key]["id"]) for key in kept}
+        # The values as Milvus will hold them: as a column of the store's kind gives them back.
+        echo = type(column).for_first_value(keys[0], items[keys[0]])
+        echo.append(staged)
+        details["values"] = {key: _json_value(echo.get(i)) for i, key in enumerate(keys)}
+        details["exemplar"] = {"key": keys[0], "value": details["values"][keys[0]]}
+        details["kind"] = column.kind
+        return StagedWrite(fresh, kept, missing, details)
+
+    def _next_orders(self, n: int) -> np.ndarray:
+        """Orders for ``n`` new keys: microseconds since the epoch, increasing in this process."""
+        start = max(time.time_ns() // 1000, self._last_order + 1)
+        self._last_order = start + n - 1
+        return np.arange(start, start + n, dtype=np.int64)
+
+    def commit(self, staged: StagedWrite) -> None:
+        if staged.missing:
+            raise ValueError(f"{len(staged.missing)} new keys have no embedding; stage them again")
+        details = staged.details
+        found, free, values = details["found"], details["free"], details["values"]
+        if staged.fresh and self._key_rows() is None:
+            self._create_rows(details["dim"], details["kind"], details["exemplar"])
+        rows = self._key_rows()
+        assert rows is not None
+        orders = iter(self._next_orders(sum(key not in found for key in staged.fresh)).tolist())
+        written = []
+        for key in staged.fresh:
+            row = found.get(key)
+            written.append(
+                {
+                    "id": row["id"] if row else free[key],
+                    "key": key,
+                    "order": row["order"] if row else next(orders),
+                    "value": {"v": values[key]},
+                    "vector": details["prepared"][key],
+                }
+            )
+        for key in staged.kept:
+            vector = details["kept_vectors"][key]
+            if vector is None:
+                raise changed_during_lookup()
+            row = found[key]
+            written.append(
+                {
+                    "id": row["id"],
+                    "key": key,
+                    "order": row["order"],
+                    "value": {"v": values[key]},
+                    "vector": vector,
+                }
+            )
+        try:
+            rows.upsert(written)
+        finally:
+            self._bump()
+
+    def _create_rows(self, dim: int, kind: str, exemplar: dict[str, Any]) -> None:
+        rows = KeyRows(
+            self._client,
+            self._location,
+            self._collection,
+            dim,
+            self._manifest.config.similarity.metric,
+            self._index,
+        )
+        rows.create()  # checks the schema where another process made it first
+        stored = self._read_manifest()
+        if stored.dim is not None and stored.dim != dim:
+            raise ValueShapeError(
+                f"the store's keys are {stored.dim}-dim embeddings (written by another process), "
+                f"and these are {dim}-dim"
+            )
+        self._write_manifest(
+            dim=dim, value_kind=stored.value_kind or kind, exemplar=stored.exemplar or exemplar
+        )
+        self._rows = rows
+
+    def remove(self, key: str) -> None:
+        found, _ = self._found([key], [])
+        if key not in found:
+            raise KeyError(key)
+        rows = self._key_rows()
+        assert rows is not None
+        try:
+            rows.delete(np.array([found[key]["id"]], np.int64))
+        finally:
+            self._bump()
+
+    def compact(self) -> None:
+        """Milvus compacts its segments on its own."""
+
+    def clear(self) -> None:
+        rows = self._key_rows()
+        try:
+            if rows is not None:
+                rows.drop()
+            self._rows = None
+            self._write_manifest(dim=None, value_kind=None, exemplar=None)
+        finally:
+            self._bump()
+
+    # -- reading for attention ---------------------------------------------------------------------
+
+    def _current_directory(self) -> _Directory:
+        generation = self._meta.read_prefix(_WRITER)
+        directory = self._directory
+        if directory is not None and directory.generation == generation:
+            return directory
+        rows = self._key_rows()
+        ids: list[int] = []
+        keys: list[str] = []
+        orders: list[int] = []
+        if rows is not None:
+            for batch in rows.scan(["key", "order"]):
+                for row in batch:
+                    ids.append(row["id"])
+                    keys.append(row["key"])
+                    orders.append(row["order"])
+        id_array = np.asarray(ids, dtype=np.int64)
+        by_id = np.argsort(id_array)
+        id_array = id_array[by_id]
+        keys = [keys[i] for i in by_id.tolist()]
+        order_array = np.asarray(orders, dtype=np.int64)[by_id]
+        by_order = np.lexsort((id_array, order_array))
+        self._directory = _Directory(generation, id_array, keys, by_order)
+        return self._directory
+
+    @property
+    def value_column(self) -> ValueColumn[Any] | None:
+        return self._empty_column()
+
+    @property
+    def backend(self) -> IndexBackend:
+        rows = self._key_rows()
+        if rows is None:
+            raise EmptyStoreError("the store holds no keys, so it has no index to search")
+        return MilvusBackend(rows, lambda: self._current_directory().ids)
+
+    @property
+    def spelling(self) -> SpellingIndex:
+        directory = self._current_directory()
+        if directory.spelling is None:
+            spelling = SpellingIndex()
+            if len(directory.ids):
+                spelling.add(directory.ids, directory.keys)
+                spelling.maintain()
+            directory.spelling = spelling
+        return directory.spelling
+
+    def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
+        return checked_embeddings(embeddings, self.dim, what)
+
+    def prepare_queries(self, embeddings: np.ndarray) -> np.ndarray:
+        checked = self.checked_embeddings(embeddings, "query embeddings")
+        projection = self.projection
+        if projection is not None:
+            checked = checked @ projection.T
+        return self.config.similarity.prepare_queries(checked)
+
+    def allow(self, mask: Mask) -> Allow | None:
+        if mask is None:
+            return None
+        if callable(mask):
+            predicate: Callable[[str], bool] = mask
+            directory = self._current_directory()
+            ids = directory.ids[[i for i, key in enumerate(directory.keys) if predicate(key)]]
+        elif isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
+            raise KeyTypeError(
+                f"mask must be an iterable of keys or a predicate key -> bool, got "
+                f"{type(mask).__name__}; to allow one key, pass [key]"
+            )
+        else:
+            found, _ = self._found([key for key in mask if isinstance(key, str)], [])
+            ids = np.array([row["id"] for row in found.values()], np.int64)
+        if not len(ids):
+            raise EmptyStoreError(
+                f"the mask allows none of the {len(self)} stored keys; a soft lookup needs at "
+                f"least one key to attend to"
+            )
+        return Allow.of(ids)
+
+    def values_of(self, ids: np.ndarray) -> tuple[ValueColumn[Any], np.ndarray]:
+        wanted = np.unique(ids[ids >= 0])
+        rows = self._key_rows()
+        found = (
+            {} if rows is None else {row["id"]: row for row in rows.get(wanted, ["key", "value"])}
+        )
+        if len(found) < len(wanted):
+            raise changed_during_lookup()
+        column = self._column_of(
+            [found[i]["value"]["v"] for i in wanted.tolist()],
+            [found[i]["key"] for i in wanted.tolist()],
+        )
+        slots = np.searchsorted(wanted, np.maximum(ids, 0)).clip(0, max(len(wanted) - 1, 0))
+        return column, slots
+
+    def present_slots(self, column: ValueColumn[Any]) -> np.ndarray:
+        # Every stored value joins the column (a label store's explanation lists its labels).
+        rows = self._key_rows()
+        start = len(column)
+        if rows is not None:
+            for batch in rows.scan(["key", "value"]):
+                values = [row["value"]["v"] for row in batch]
+                column.append(column.stage(values, [row["key"] for row in batch]))
+        return np.arange(start, len(column))
+
+    def keys_of(self, ids: np.ndarray) -> list[str]:
+        rows = self._key_rows()
+        found = {} if rows is None else {row["id"]: row["key"] for row in rows.get(ids, ["key"])}
+        try:
+            return [found[i] for i in np.asarray(ids).tolist()]
+        except KeyError:
+            raise changed_during_lookup() from None
+
+    def ids(self) -> np.ndarray:
+        directory = self._current_directory()
+        return directory.ids[directory.by_order]
+
+    # -- persistence ------------------------------------------------------------------------------
+
+    def to_memory(self) -> MemoryStore:
+        """Everything in this store, copied into a ``MemoryStore``."""
+        return copy_into(self, MemoryStore(self.config))
+
+    def copy(self) -> Store:
+        """An in-memory copy (``SoftDict.copy`` of a Milvus store is a local snapshot; use
+        ``SoftDict.copy_to`` for another collection)."""
+        return self.to_memory()
+
+    def snapshot(self) -> tuple[StoreState, StoreFiles]:
+        return self.to_memory().snapshot()
+
+
+def adopted_config(
+    stored: SoftDictConfig, given: SoftDictConfig, collection: str
+) -> SoftDictConfig:
+    """The options of an existing store opened with ``given``: its own, unless ``given`` sets
+    one to another value than its default, and then it must be the stored one."""
+    defaults = SoftDictConfig()
+    conflicts = [
+        f"{name}={getattr(given, name)!r} (it has {getattr(stored, name)!r})"
+        for name in SoftDictConfig.model_fields
+        if getattr(given, name) != getattr(defaults, name)
+        and getattr(given, name) != getattr(stored, name)
+    ]
+    if conflicts:
+        raise ConfigError(
+            f"the collection {collection!r} already holds a store with other options: "
+            f"{', '.join(conflicts)}; open it without them (it keeps its own), or change the "
+            f"settable ones afterwards (sd.temperature = ...)"
+        )
+    return stored
+
+
+def open_milvus_store(location: str, config: SoftDictConfig, **options: Any) -> MilvusStore:
+    unknown = sorted(set(options) - {"collection"})
+    if unknown:
+        raise ConfigError(f"a Milvus store takes the option collection=, not {unknown}")
+    return MilvusStore(location, options.get("collection"), config)  # type: ignore[arg-type]
