@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _plugins  # noqa: F401  (registers the plug-ins the tests define)
 import pytest
+from _milvus import MILVUS_KINDS, milvus_location
 from _support import FakeEncoder
 
 from softdict import SoftDict
@@ -46,3 +47,30 @@ def without_scan(monkeypatch: pytest.MonkeyPatch) -> None:
         return policy.top_k is None and _retrieval.scores_every_key(capabilities, n_allowed)
 
     monkeypatch.setattr(_retrieval, "scans_every_key", within_exact_max)
+
+
+# -- Milvus (tests marked milvus) ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def milvus_lite_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One Milvus Lite file for the session's embedded tests (each test its own collection)."""
+    import pymilvus  # noqa: F401  (the milvus extra: an ImportError here says it is missing)
+
+    return str(tmp_path_factory.mktemp("milvus") / "lite.db")
+
+
+@pytest.fixture(scope="session")
+def milvus_server(tmp_path_factory: pytest.TempPathFactory):
+    """milvus-lite's server binary on a loopback port, for the session's served tests."""
+    from _milvus import MilvusServer
+
+    server = MilvusServer(tmp_path_factory.mktemp("milvus-served") / "served.db").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=MILVUS_KINDS)
+def milvus_store_location(request: pytest.FixtureRequest) -> str:
+    """Each Milvus store kind in turn (a test asking for it runs twice)."""
+    return milvus_location(request, request.param)

@@ -135,13 +135,15 @@ class MilvusBackend(IndexBackend):
         columns = allow.ids if allow is not None else self.ids()
         queries = np.asarray(queries, dtype=np.float32)
         if len(columns) <= MAX_TOPK:
-            # Milvus scores them (FLAT: every allowed key), and only scores come back.
+            # Milvus scores them (FLAT: every allowed key), and only scores come back. An
+            # allowed id that is not held comes back from no query, and is no column.
             scores, found = self.search(queries, len(columns), allow)
             result = np.full((len(queries), len(columns)), -np.inf)
             for i in range(len(queries)):
                 hit = found[i] >= 0
-                positions = np.searchsorted(columns, found[i, hit])
-                result[i, positions] = scores[i, hit]
+                result[i, np.searchsorted(columns, found[i, hit])] = scores[i, hit]
+            held = np.isfinite(result).any(axis=0)
+            result, columns = result[:, held], columns[held]
         else:
             result = metric_scores(queries, self.vectors(columns), self.metric)
         if not np.all(np.isfinite(result)):
@@ -175,9 +177,15 @@ class MilvusBackend(IndexBackend):
         return BackendDump({"milvus_collection": self.rows.name}, {})
 
     def restore(self, meta: dict[str, Any], files: FileReader) -> None:
-        # The vectors never left Milvus: restoring is finding the collection again.
-        if meta.get("milvus_collection") != self.rows.name or not self.rows.exists():
-            raise files.error("manifest.json", f"names no Milvus collection {self.rows.name!r}")
+        # The vectors never left Milvus: restoring is finding their collection again.
+        name = meta.get("milvus_collection")
+        rows = self.rows
+        if not isinstance(name, str):
+            raise files.error("manifest.json", "names no Milvus collection")
+        restored = KeyRows(rows.client, rows.location, name, rows.dim, rows.metric, rows.index)
+        if not restored.exists():
+            raise files.error("manifest.json", f"names the Milvus collection {name!r}, absent")
+        self.rows = restored
 
 
 def changed_during_lookup() -> StoreUnavailableError:
