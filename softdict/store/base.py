@@ -216,7 +216,9 @@ class Store(ABC):
 
     @abstractmethod
     def present_slots(self, column: ValueColumn[Any]) -> np.ndarray:
-        """The slots of ``column`` (from ``values_of``) that hold every stored key's value."""
+        """The slots of ``column`` (from ``values_of``) that hold every stored key's value. A
+        store whose ``values_of`` returns only the values asked for appends the rest to
+        ``column`` first."""
 
     @abstractmethod
     def keys_of(self, ids: np.ndarray) -> list[str]:

@@ -99,7 +99,9 @@ class CategoricalColumn(ValueColumn[list[str]]):
         self, weights: np.ndarray, slots: np.ndarray, present: Callable[[], np.ndarray]
     ) -> list[Distribution | None]:
         # Every stored label is listed, those no attended key holds with probability 0.
-        stored = np.unique(self._codes.view[present()])
+        # present() first: a remote store appends the stored values to this column there.
+        present_slots = present()
+        stored = np.unique(self._codes.view[present_slots])
         explained: list[Distribution | None] = []
         for mass in self._label_mass(weights, slots):
             order = stored[np.argsort(-mass[stored], kind="stable")]
