@@ -6,6 +6,9 @@
                   [--min-score S] [--temperature T] [--lexical W]
     softdict info STORE
 
+STORE is a store folder, or a store in Milvus, ``milvus:PATH.db`` (a Milvus Lite file) or
+``milvus:http://host:19530``, with ``--collection NAME``.
+
 The input file is read and checked (``_tables``) before the encoder loads, so a bad file fails in
 a moment with a message that names the line. Exit status: 0 ok, 1 error, 2 usage, 3 no match.
 No input, however broken, ends in a traceback.
@@ -48,14 +51,23 @@ def _build(args: argparse.Namespace) -> int:
     )
     if not read.items:
         raise InputError(f"{path}: every row was left out ({read.skipped[0]}); nothing to build")
+    remote = _remote(args.output, args.collection)
     sd = SoftDict(
         encoder=args.encoder,
         index=args.index,
         value_kind=args.value_kind,
         progress=True if sys.stderr.isatty() else None,
+        store=remote.get("store", "memory"),
+        collection=remote.get("collection"),
     )
+    if remote and len(sd):
+        raise InputError(
+            f"{args.output} already holds a store of {len(sd)} keys in the collection "
+            f"{args.collection!r}; build into a new collection"
+        )
     sd.update(read.items)
-    sd.save(args.output)
+    if not remote:
+        sd.save(args.output)
     kind = sd.value_kind
     kind_name = kind.value if isinstance(kind, ValueKind) else kind  # a plug-in kind is a str
     print(
@@ -75,6 +87,29 @@ def _build(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _remote(store: str, collection: str | None) -> dict[str, str]:
+    """The SoftDict options of a store kept in a database (``milvus:...``), or {} for a folder."""
+    if store.startswith("milvus:"):
+        if not collection:
+            raise InputError(f"{store} is a Milvus store: name its collection with --collection")
+        return {"store": store, "collection": collection}
+    if collection:
+        raise InputError(
+            f"--collection names a collection of a Milvus store (milvus:...), and {store} is a "
+            f"store folder"
+        )
+    return {}
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from softdict import SoftDict
+
+    remote = _remote(args.store, args.collection)
+    if remote:
+        return SoftDict.open(remote["store"], collection=remote["collection"])
+    return SoftDict.load(args.store)
 
 
 def _query_texts(args: argparse.Namespace) -> list[str]:
@@ -177,10 +212,8 @@ def _report(
 
 
 def _query(args: argparse.Namespace) -> int:
-    from softdict import SoftDict
-
     texts = _query_texts(args)
-    sd = SoftDict.load(args.store)
+    sd = _open(args)
     if args.temperature is not None:
         sd.temperature = args.temperature  # ConfigError for a bad one
     if args.lexical is not None:
@@ -190,9 +223,27 @@ def _query(args: argparse.Namespace) -> int:
     return 0 if all(matched) else NO_MATCH
 
 
+def _info_remote(args: argparse.Namespace) -> int:
+    from softdict.store.milvus.store import FORMAT_NAME, FORMAT_VERSION
+
+    sd = _open(args)
+    kind = sd.value_kind
+    print(f"store        {args.store}, collection {args.collection}")
+    print(f"format       {FORMAT_NAME} version {FORMAT_VERSION}")
+    print(f"keys         {len(sd)}")
+    print(f"values       {getattr(kind, 'value', kind) or '-'}")
+    print(f"encoder      {sd.encoder.name} ({sd.encoder.dim} dims)")
+    print(f"similarity   {sd.similarity.value}, temperature {sd.temperature:g}")
+    print(f"index        {sd.index_description}")
+    print(f"spelling     lexical {sd.lexical:g}, known words keep {sd.lexical_known:g}")
+    return 0
+
+
 def _info(args: argparse.Namespace) -> int:
     from softdict._manifest import FORMAT_NAME, MANIFEST, read_manifest
 
+    if _remote(args.store, args.collection):
+        return _info_remote(args)
     folder = Path(args.store)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such store folder")
@@ -229,7 +280,9 @@ def _parser() -> argparse.ArgumentParser:
         action="append",
         help="the value column; repeat it to make vector values",
     )
-    build.add_argument("-o", "--output", required=True, help="the store folder to write")
+    build.add_argument(
+        "-o", "--output", required=True, help="the store folder to write, or milvus:URI"
+    )
     build.add_argument("--format", choices=["csv", "json", "jsonl"], help="default: by extension")
     build.add_argument(
         "--encoder",
@@ -249,6 +302,7 @@ def _parser() -> argparse.ArgumentParser:
         default="last",
         help="a key given twice keeps its last value (default, as a dict), its first, or fails",
     )
+    build.add_argument("--collection", default=None, help="the collection of a milvus:... store")
     build.set_defaults(run=_build)
 
     query = commands.add_parser("query", help="look texts up in a store")
@@ -266,10 +320,12 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="the spelling channel's weight, instead of the store's (0: meaning alone)",
     )
+    query.add_argument("--collection", default=None, help="the collection of a milvus:... store")
     query.set_defaults(run=_query)
 
     info = commands.add_parser("info", help="describe a store")
     info.add_argument("store")
+    info.add_argument("--collection", default=None, help="the collection of a milvus:... store")
     info.set_defaults(run=_info)
     return parser
 

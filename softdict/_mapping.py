@@ -858,6 +858,34 @@ class SoftDict(MutableMapping[str, Value]):
             save_store(self._store, self._encoder, path, float(timeout))
 
     @classmethod
+    def open(
+        cls,
+        store: str,
+        *,
+        collection: str | None = None,
+        encoder: object = None,
+        query_cache_size: int = 1024,
+    ) -> SoftDict:
+        """Open an existing store kept outside this process (``store="milvus:..."``) with its
+        own options and encoder; unlike ``SoftDict(store=..., collection=...)``, never make one.
+
+        Args:
+            store: "milvus:PATH.db" or "milvus:http://host:19530".
+            collection: the collection that holds it.
+            encoder: the encoder to use; it must embed like the store's. None loads the
+                recorded one.
+            query_cache_size: how many query embeddings to keep in this process.
+
+        Raises:
+            StoreFormatError: no softdict store is there, or the collection is not one.
+            EncoderError: the encoder does not match the store's.
+            StoreUnavailableError: the store's server cannot be reached.
+        """
+        config = SoftDictConfig.build(query_cache_size=query_cache_size)
+        opened = open_store(store, config, collection=collection, create=False)
+        return cls._from_store(opened, _store_encoder(opened, encoder, query_cache_size))
+
+    @classmethod
     def load(
         cls,
         path: str | os.PathLike[str],

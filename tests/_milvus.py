@@ -62,7 +62,9 @@ class MilvusServer:
             except Exception:
                 if self.process.poll() is not None or time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"milvus-lite's server did not start on {self.uri}")
+                    raise RuntimeError(
+                        f"milvus-lite's server did not start on {self.uri}"
+                    ) from None
                 time.sleep(0.1)
 
     def stop(self, sig: int = signal.SIGTERM) -> None:

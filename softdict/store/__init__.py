@@ -59,6 +59,11 @@ def open_store(uri: str, config: SoftDictConfig, **options: object) -> Store:
 
 
 def _open_memory(location: str, config: SoftDictConfig, **options: object) -> MemoryStore:
+    if options.pop("create", True) is False:
+        raise ConfigError(
+            "there is no memory store to open: it lives inside one SoftDict; load a saved one "
+            "with SoftDict.load(path)"
+        )
     if location or options:
         raise ConfigError(
             f"store='memory' takes no location or store options (got {location!r}, "

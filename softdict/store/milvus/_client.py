@@ -6,6 +6,7 @@ them too, so the tests meet them where a cluster would).
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -75,6 +76,17 @@ def connect(location: str) -> MilvusClient:
         if not path.parent.is_dir():
             raise ConfigError(f"store='milvus:{location}': the folder {path.parent} does not exist")
         location = str(path.resolve())
+        with warnings.catch_warnings():
+            # milvus-lite 2.5.1 imports pkg_resources, which warns that it is deprecated on
+            # every import; that is milvus-lite's to fix, and says nothing to our users.
+            warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
+            try:
+                import milvus_lite  # noqa: F401
+            except ImportError:
+                raise ConfigError(
+                    f"store='milvus:{location}' is a Milvus Lite file, which needs milvus-lite: "
+                    f"pip install 'softdict[milvus]'"
+                ) from None
     # Milvus Lite does not report a read timestamp, and pymilvus logs a warning on every
     # read of all rows that it falls back on its own clock, which is right for one file.
     logging.getLogger("pymilvus.client.iterator.query_iterator").addFilter(_without_mvcc_warning)

@@ -74,6 +74,8 @@ _ID_MASK = (1 << 63) - 1
 _MAX_PROBES = 8
 # Options a store keeps from its creation (they decide how its rows were written).
 _FIXED = ("similarity", "index", "value_kind")
+# Options of one process's use of a store: each process that opens it gives its own.
+_PER_PROCESS = ("query_cache_size", "batch_size", "progress")
 
 
 def key_id(key: str, attempt: int = 0) -> int:
@@ -123,7 +125,9 @@ class MilvusStore(Store):
     docstring). Opening an existing one keeps its options; ``config`` then only may not
     contradict them (``adopted_config``)."""
 
-    def __init__(self, location: str, collection: str, config: SoftDictConfig) -> None:
+    def __init__(
+        self, location: str, collection: str, config: SoftDictConfig, *, create: bool = True
+    ) -> None:
         if not isinstance(collection, str) or not collection:
             raise ConfigError(
                 "a Milvus store needs a collection name: SoftDict(store='milvus:...', "
@@ -146,6 +150,11 @@ class MilvusStore(Store):
         else:
             if KeyRows(self._client, location, collection, 1, config.similarity.metric).exists():
                 raise schema_error(location, collection, "it has no softdict metadata")
+            if not create:
+                raise StoreFormatError(
+                    f"there is no softdict store in the collection {collection!r} at {location}; "
+                    f"build one first (SoftDict(store=..., collection=...) makes it)"
+                )
             index_type(config.index)  # ConfigError before anything is created
             self._manifest = _Manifest(
                 format=FORMAT_NAME, format_version=FORMAT_VERSION, config=config
@@ -682,12 +691,14 @@ def adopted_config(
     stored: SoftDictConfig, given: SoftDictConfig, collection: str
 ) -> SoftDictConfig:
     """The options of an existing store opened with ``given``: its own, unless ``given`` sets
-    one to another value than its default, and then it must be the stored one."""
+    one to another value than its default, and then it must be the stored one. The options of
+    this process alone (``_PER_PROCESS``) are the ones given."""
     defaults = SoftDictConfig()
     conflicts = [
         f"{name}={getattr(given, name)!r} (it has {getattr(stored, name)!r})"
         for name in SoftDictConfig.model_fields
-        if getattr(given, name) != getattr(defaults, name)
+        if name not in _PER_PROCESS
+        and getattr(given, name) != getattr(defaults, name)
         and getattr(given, name) != getattr(stored, name)
     ]
     if conflicts:
@@ -696,11 +707,21 @@ def adopted_config(
             f"{', '.join(conflicts)}; open it without them (it keeps its own), or change the "
             f"settable ones afterwards (sd.temperature = ...)"
         )
-    return stored
+    return stored.replace(**{name: getattr(given, name) for name in _PER_PROCESS})
 
 
 def open_milvus_store(location: str, config: SoftDictConfig, **options: Any) -> MilvusStore:
-    unknown = sorted(set(options) - {"collection"})
+    """``store="milvus:LOCATION"`` with the store options ``collection`` (required) and
+    ``create`` (False: only an existing store)."""
+    unknown = sorted(set(options) - {"collection", "create"})
     if unknown:
-        raise ConfigError(f"a Milvus store takes the option collection=, not {unknown}")
-    return MilvusStore(location, options.get("collection"), config)  # type: ignore[arg-type]
+        raise ConfigError(
+            f"a Milvus store takes the options collection= and create=, not {unknown}"
+        )
+    collection = options.get("collection")
+    if not isinstance(collection, str):
+        raise ConfigError(
+            "a Milvus store needs a collection name: SoftDict(store='milvus:...', "
+            f"collection='prices'), got {collection!r}"
+        )
+    return MilvusStore(location, collection, config, create=bool(options.get("create", True)))
