@@ -1,0 +1,378 @@
+"""The Milvus store (``store="milvus:..."``) against the in-memory store and the naive formula,
+on Milvus Lite embedded and served by its binary on 127.0.0.1 (``tests/_milvus.py``): lookups of
+every kind, masks in each of their filter forms, the spelling channel, fit, calibrate, copying
+both ways, reopening, errors, cluster limits, the command line, two processes sharing a served
+store, and a server killed in the middle of an update.
+
+Keys are real names (pycountry's countries); the fast tests embed them with the seeded fake
+encoder, and one integration test with the bundled model.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pycountry
+import pytest
+from _milvus import MilvusServer, fresh_collection
+from _support import FAKE_DIM, FakeEncoder, same_value
+
+from softdict import (
+    ConfigError,
+    EncoderError,
+    SoftDict,
+    StoreFormatError,
+    StoreUnavailableError,
+)
+from softdict._cli import main
+from softdict.store.milvus import _collection, backend
+
+pytestmark = pytest.mark.milvus
+
+COUNTRIES = sorted(country.name for country in pycountry.countries)[:150]
+# Values of each kind, from the same real data: a number, a vector, a label.
+NUMERIC = {country.name: int(country.numeric) for country in pycountry.countries}
+QUERIES = ["republic of korea", "united states", "guinea", "island", "saint kitts", "kingdom"]
+
+
+def items_of(kind: str) -> dict[str, object]:
+    if kind == "scalar":
+        return {name: NUMERIC[name] for name in COUNTRIES}
+    if kind == "vector":
+        return {name: [NUMERIC[name] / 100.0, len(name)] for name in COUNTRIES}
+    return {name: name[0] for name in COUNTRIES}  # categorical: the first letter
+
+
+def twins(location: str, kind: str = "scalar", **options) -> tuple[SoftDict, SoftDict]:
+    """The same store in memory and in Milvus."""
+    encoder = FakeEncoder()
+    items = items_of(kind)
+    memory = SoftDict(items, encoder=encoder, **options)
+    milvus = SoftDict(
+        items, encoder=encoder, store=location, collection=fresh_collection(), **options
+    )
+    return memory, milvus
+
+
+def assert_same_values(a: object, b: object) -> None:
+    if isinstance(a, (list, tuple)) and a and not isinstance(a[0], float):
+        assert a == b
+    else:
+        np.testing.assert_allclose(np.asarray(a, float), np.asarray(b, float), rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["scalar", "vector", "categorical"])
+def test_lookups_match_the_memory_store(milvus_store_location: str, kind: str) -> None:
+    memory, milvus = twins(milvus_store_location, kind)
+    assert list(milvus) == list(memory) and len(milvus) == len(memory)
+    assert all(same_value(milvus[key], memory[key]) for key in COUNTRIES)
+    assert_same_values(milvus.lookup(QUERIES), memory.lookup(QUERIES))
+    mine, theirs = milvus.attend(QUERIES[0]), memory.attend(QUERIES[0])
+    assert mine.keys == theirs.keys and mine.k == theirs.k == len(COUNTRIES)
+    np.testing.assert_allclose(mine.weights, theirs.weights, atol=1e-6)
+    mine_near, their_near = milvus.nearest(QUERIES[1], k=4), memory.nearest(QUERIES[1], k=4)
+    assert [key for key, _ in mine_near] == [key for key, _ in their_near]
+    assert [s for _, s in mine_near] == pytest.approx([s for _, s in their_near], abs=1e-6)
+
+
+def test_lookups_match_the_naive_formula(milvus_store_location: str) -> None:
+    """softmax(q·K/T)·V with cosine, computed here from the encoder's embeddings."""
+    _, milvus = twins(milvus_store_location, lexical=0.0)
+    encoder = FakeEncoder()
+    keys = encoder.encode(COUNTRIES).astype(np.float64)
+    queries = encoder.encode(QUERIES).astype(np.float64)
+    keys /= np.linalg.norm(keys, axis=1, keepdims=True)
+    queries /= np.linalg.norm(queries, axis=1, keepdims=True)
+    logits = queries @ keys.T / milvus.temperature
+    weights = np.exp(logits - logits.max(axis=1, keepdims=True))
+    weights /= weights.sum(axis=1, keepdims=True)
+    expected = weights @ np.array([NUMERIC[name] for name in COUNTRIES], dtype=float)
+    np.testing.assert_allclose(milvus.lookup(QUERIES), expected, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "mask",
+    [
+        COUNTRIES[:3],  # a handful: scored here from their vectors
+        COUNTRIES[:40],  # "id in [...]"
+        COUNTRIES[5:],  # most keys: "id not in" the complement
+        lambda key: key.startswith("B"),  # a predicate over every key
+    ],
+    ids=["few", "in", "not-in", "predicate"],
+)
+def test_masks_in_each_filter_form(milvus_store_location: str, mask) -> None:
+    memory, milvus = twins(milvus_store_location, top_k=10)
+    for query in QUERIES[:3]:
+        mine, theirs = milvus.attend(query, mask=mask), memory.attend(query, mask=mask)
+        assert mine.keys == theirs.keys
+        np.testing.assert_allclose(mine.weights, theirs.weights, atol=1e-6)
+
+
+def test_min_score_top_k_and_the_estimated_tail(milvus_store_location: str) -> None:
+    memory, milvus = twins(milvus_store_location, top_k=5)
+    assert milvus.lookup("zzzz qqqq", min_score=0.99, default=None) is None
+    assert_same_values(milvus.lookup(QUERIES), memory.lookup(QUERIES))
+    assert milvus.attend(QUERIES[0]).k == 5
+    # Above EXACT_MAX_KEYS the tail is sampled; here the store is small, so force the head.
+    memory, milvus = twins(milvus_store_location, max_k=16, lexical=0.0)
+    assert_same_values(milvus.lookup(QUERIES), memory.lookup(QUERIES))
+
+
+def test_a_misspelt_query_finds_its_key_through_spelling(milvus_store_location: str) -> None:
+    memory, milvus = twins(milvus_store_location)
+    for typo, meant in [("Grmany", "Germany"), ("Austrailia", "Australia"), ("Brazl", "Brazil")]:
+        if meant not in COUNTRIES:
+            continue
+        assert milvus.attend(typo).keys[0] == memory.attend(typo).keys[0] == meant
+
+
+def test_fit_and_calibrate_as_in_memory(milvus_store_location: str) -> None:
+    memory, milvus = twins(milvus_store_location)
+    pairs = [(name.lower(), name) for name in COUNTRIES[::3]]
+    for sd in (memory, milvus):
+        sd.fit(pairs, max_steps=50)
+    np.testing.assert_allclose(milvus.query_projection, memory.query_projection, atol=1e-4)
+    assert_same_values(milvus.lookup(QUERIES), memory.lookup(QUERIES))
+    assert milvus.calibrate(sample_size=100) == pytest.approx(memory.calibrate(sample_size=100))
+
+
+def test_copy_to_milvus_and_back_keeps_everything(milvus_store_location: str) -> None:
+    encoder = FakeEncoder()
+    memory = SoftDict(items_of("vector"), encoder=encoder, temperature=0.1, lexical=0.5)
+    memory.query_projection = np.eye(FAKE_DIM, dtype=np.float32)[::-1]
+    collection = fresh_collection()
+    milvus = memory.copy_to(milvus_store_location, collection=collection)
+    back = SoftDict.open(milvus_store_location, collection=collection, encoder=encoder).copy_to()
+    for sd in (milvus, back):
+        assert list(sd) == list(memory)
+        assert all(np.array_equal(sd[key], memory[key]) for key in COUNTRIES)
+        np.testing.assert_array_equal(sd.query_projection, memory.query_projection)
+        assert (sd.temperature, sd.lexical) == (0.1, 0.5)
+        assert_same_values(sd.lookup(QUERIES), memory.lookup(QUERIES))
+    with pytest.raises(ConfigError, match="empty store"):
+        memory.copy_to(milvus_store_location, collection=collection)
+
+
+def test_reopening_sees_the_store_with_its_options(milvus_store_location: str) -> None:
+    encoder = FakeEncoder()
+    collection = fresh_collection()
+    first = SoftDict(
+        {"apple": 1.0},
+        encoder=encoder,
+        store=milvus_store_location,
+        collection=collection,
+        temperature=0.2,
+    )
+    again = SoftDict(encoder=encoder, store=milvus_store_location, collection=collection)
+    assert dict(again) == {"apple": 1.0} and again.temperature == 0.2
+    again["pear"] = 2.0
+    assert list(first) == ["apple", "pear"] and first["pear"] == 2.0 and len(first) == 2
+    del first["apple"]
+    assert "apple" not in again and again.nearest("apple", k=5)[0][0] == "pear"
+    with pytest.raises(ConfigError, match=r"temperature=0\.5"):
+        SoftDict(
+            encoder=encoder, store=milvus_store_location, collection=collection, temperature=0.5
+        )
+
+
+class _OtherEncoder(FakeEncoder):
+    name = "another-encoder"
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return -super().encode(texts)
+
+
+def test_another_encoder_or_schema_is_refused(milvus_store_location: str) -> None:
+    collection = fresh_collection()
+    SoftDict(
+        {"apple": 1.0}, encoder=FakeEncoder(), store=milvus_store_location, collection=collection
+    )
+    with pytest.raises(EncoderError, match="embeds the probe text differently"):
+        SoftDict.open(milvus_store_location, collection=collection, encoder=_OtherEncoder())
+    from pymilvus import MilvusClient
+
+    client = MilvusClient(milvus_store_location.removeprefix("milvus:"))
+    foreign = fresh_collection("foreign")
+    client.create_collection(foreign, dimension=8)
+    with pytest.raises(StoreFormatError, match="not a softdict store"):
+        SoftDict(encoder=FakeEncoder(), store=milvus_store_location, collection=foreign)
+    with pytest.raises(StoreFormatError, match="no softdict store"):
+        SoftDict.open(milvus_store_location, collection=fresh_collection())
+
+
+def test_a_server_that_is_down_is_a_softdict_error() -> None:
+    with pytest.raises(StoreUnavailableError, match="cannot be reached"):
+        SoftDict(encoder=FakeEncoder(), store="milvus:http://127.0.0.1:9", collection="x")
+    with pytest.raises(ConfigError, match=r"must end in \.db"):
+        SoftDict(encoder=FakeEncoder(), store="milvus:./prices", collection="x")
+    with pytest.raises(ConfigError, match="collection"):
+        SoftDict(encoder=FakeEncoder(), store="milvus:./prices.db")
+
+
+def test_requests_stay_within_the_cluster_limits(
+    milvus_store_location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the limits made tiny, every search and get keeps to them, and the answers stay."""
+    memory, milvus = twins(milvus_store_location, top_k=20, lexical=0.0)
+    expected = memory.lookup(QUERIES * 3)
+    monkeypatch.setattr(backend, "MAX_TOPK", 7)
+    monkeypatch.setattr(_collection, "RESULTS_PER_SEARCH", 20)
+    monkeypatch.setattr(_collection, "MAX_NQ", 2)
+    monkeypatch.setattr(_collection, "IDS_PER_REQUEST", 5)
+    client = milvus._store._client  # the test looks at the requests themselves
+    searches, gets = [], []
+    search, get = client.search, client.get
+
+    def counted_search(*args, **kwargs):
+        searches.append((len(kwargs["data"]), kwargs["limit"]))
+        return search(*args, **kwargs)
+
+    def counted_get(*args, **kwargs):
+        gets.append(len(kwargs["ids"]))
+        return get(*args, **kwargs)
+
+    monkeypatch.setattr(client, "search", counted_search)
+    monkeypatch.setattr(client, "get", counted_get)
+    assert_same_values(milvus.lookup(QUERIES * 3), expected)
+    assert searches and all(nq <= 2 and k <= 7 and nq * k <= 20 for nq, k in searches)
+    assert gets and max(gets) <= 5
+
+
+def test_command_line_builds_queries_and_describes(
+    milvus_lite_file: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = tmp_path / "prices.csv"
+    table.write_text("name,price\napple,10\nbanana,5\nchair,2\n")
+    store = "milvus:" + milvus_lite_file
+    collection = fresh_collection()
+    assert (
+        main(
+            [
+                "build",
+                str(table),
+                "--key",
+                "name",
+                "--value",
+                "price",
+                "-o",
+                store,
+                "--collection",
+                collection,
+            ]
+        )
+        == 0
+    )
+    assert main(["query", store, "fruit", "--collection", collection, "--json"]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.splitlines()[-1])["keys"][0]["key"] == "banana"
+    assert main(["info", store, "--collection", collection]) == 0
+    assert "keys         3" in capsys.readouterr().out
+    assert main(["query", store, "fruit"]) == 1  # no --collection
+    assert "--collection" in capsys.readouterr().err
+
+
+# -- several processes -----------------------------------------------------------------------
+
+_CHILD = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    from _support import FakeEncoder
+    from softdict import SoftDict
+
+    sd = SoftDict(encoder=FakeEncoder(), store={store!r}, collection={collection!r})
+    for i in range({count}):
+        sd.update({{f"{prefix} {{i}} " + str(j): float(i) for j in range({batch})}})
+        print(i, flush=True)
+    print("done", len(sd), flush=True)
+    """
+)
+
+
+def _child(store: str, collection: str, prefix: str, count: int, batch: int = 1):
+    code = _CHILD.format(
+        tests=str(Path(__file__).parent),
+        store=store,
+        collection=collection,
+        prefix=prefix,
+        count=count,
+        batch=batch,
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def test_two_processes_share_a_served_store(milvus_server: MilvusServer) -> None:
+    store, collection = "milvus:" + milvus_server.uri, fresh_collection()
+    mine = SoftDict(encoder=FakeEncoder(), store=store, collection=collection)
+    child = _child(store, collection, "child", 20)
+    for i in range(20):
+        mine[f"parent {i} 0"] = float(i)
+    _, err = child.communicate(timeout=300)
+    assert child.returncode == 0, err
+    keys = set(mine)
+    assert {f"child {i} 0" for i in range(20)} <= keys and {
+        f"parent {i} 0" for i in range(20)
+    } <= keys
+    assert len(mine) == 40
+    # The other process's keys are found by meaning and by spelling.
+    assert mine.attend("child 7 0", mask=lambda key: key.startswith("child")).keys[0] == "child 7 0"
+    assert mine.attend("chlid 7 0").keys[0] == "child 7 0"
+
+
+def test_a_server_killed_mid_update_loses_nothing_reported_written(tmp_path: Path) -> None:
+    server = MilvusServer(tmp_path / "killed.db").start()
+    store, collection = "milvus:" + server.uri, fresh_collection()
+    child = _child(store, collection, "key", 1000, batch=50)
+    reported = []
+    try:
+        assert child.stdout is not None
+        while len(reported) < 5:
+            reported.append(int(child.stdout.readline()))
+        server.stop(signal.SIGKILL)
+        child.wait(timeout=120)
+        assert child.returncode != 0  # its next update failed: the server was gone
+        assert "StoreUnavailableError" in child.stderr.read()  # type: ignore[union-attr]
+        # Everything a returned update reported (and perhaps part of the one in flight).
+        server = MilvusServer(tmp_path / "killed.db", server.port).start()
+        sd = _reopened(store, collection)
+        for i in reported:
+            for j in range(50):
+                assert sd[f"key {i} {j}"] == float(i)
+    finally:
+        child.kill()
+        server.stop()
+
+
+def _reopened(store: str, collection: str) -> SoftDict:
+    """The store after its server restarted. pymilvus keeps one connection per URI and
+    recovers it on the first call that fails, so the first open may fail: softdict says so
+    (StoreUnavailableError, "try again"), and the caller tries again."""
+    for _ in range(5):
+        try:
+            return SoftDict.open(store, collection=collection, encoder=FakeEncoder())
+        except StoreUnavailableError:
+            time.sleep(1)
+    return SoftDict.open(store, collection=collection, encoder=FakeEncoder())
+
+
+@pytest.mark.integration
+def test_bundled_encoder_on_real_names(milvus_lite_file: str, bundled_encoder) -> None:
+    """The bundled model on pycountry's subdivisions: Milvus answers as memory does."""
+    names = sorted({sub.name for sub in pycountry.subdivisions})[:2000]
+    items = {name: float(i) for i, name in enumerate(names)}
+    memory = SoftDict(items, encoder=bundled_encoder)
+    milvus = memory.copy_to("milvus:" + milvus_lite_file, collection=fresh_collection())
+    queries = ["bavaria", "cornwal", "province of quebec", "tokyo prefecture"]
+    assert_same_values(milvus.lookup(queries), memory.lookup(queries))
+    assert [milvus.attend(q).keys[:3] for q in queries] == [
+        memory.attend(q).keys[:3] for q in queries
+    ]
