@@ -176,9 +176,17 @@ def test_reopening_sees_the_store_with_its_options(milvus_store_location: str) -
     assert list(first) == ["apple", "pear"] and first["pear"] == 2.0 and len(first) == 2
     del first["apple"]
     assert "apple" not in again and again.nearest("apple", k=5)[0][0] == "pear"
-    with pytest.raises(ConfigError, match=r"temperature=0\.5"):
+    # Options given when opening are this process's; the ones a store is made with are fixed.
+    hotter = SoftDict(
+        encoder=encoder, store=milvus_store_location, collection=collection, temperature=0.5
+    )
+    assert hotter.temperature == 0.5 and again.temperature == 0.2
+    hotter.lexical = 0.25  # set: written to the store for whoever opens it next
+    later = SoftDict.open(milvus_store_location, collection=collection, encoder=encoder)
+    assert (later.temperature, later.lexical) == (0.2, 0.25)
+    with pytest.raises(ConfigError, match="similarity"):
         SoftDict(
-            encoder=encoder, store=milvus_store_location, collection=collection, temperature=0.5
+            encoder=encoder, store=milvus_store_location, collection=collection, similarity="dot"
         )
 
 

@@ -74,8 +74,6 @@ _ID_MASK = (1 << 63) - 1
 _MAX_PROBES = 8
 # Options a store keeps from its creation (they decide how its rows were written).
 _FIXED = ("similarity", "index", "value_kind")
-# Options of one process's use of a store: each process that opens it gives its own.
-_PER_PROCESS = ("query_cache_size", "batch_size", "progress")
 
 
 def key_id(key: str, attempt: int = 0) -> int:
@@ -122,8 +120,8 @@ def _json_value(value: object) -> object:
 
 class MilvusStore(Store):
     """A store in the Milvus collection ``collection`` at ``location`` (see the module
-    docstring). Opening an existing one keeps its options; ``config`` then only may not
-    contradict them (``adopted_config``)."""
+    docstring). Opening an existing one keeps its options, and ``config`` only changes this
+    process's use of it (``adopted_config``)."""
 
     def __init__(
         self, location: str, collection: str, config: SoftDictConfig, *, create: bool = True
@@ -141,12 +139,11 @@ class MilvusStore(Store):
         self._writes = 0
         self._last_order = 0
         self._directory: _Directory | None = None
+        self._projection: np.ndarray | None = None
         if self._meta.exists():
             self._meta.check_schema(collection)
-            manifest = self._read_manifest()
-            self._manifest = manifest.model_copy(
-                update={"config": adopted_config(manifest.config, config, collection)}
-            )
+            self._manifest = self._read_manifest()
+            self._config = adopted_config(self._manifest.config, config, collection)
         else:
             if KeyRows(self._client, location, collection, 1, config.similarity.metric).exists():
                 raise schema_error(location, collection, "it has no softdict metadata")
@@ -159,8 +156,9 @@ class MilvusStore(Store):
             self._manifest = _Manifest(
                 format=FORMAT_NAME, format_version=FORMAT_VERSION, config=config
             )
+            self._config = config
             self._meta.create()
-            self._write_manifest()
+            self._write_manifest(fresh=True)
         self._index = index_type(self._manifest.config.index)
         self._rows: KeyRows | None = None
         self._open_rows()
@@ -185,8 +183,11 @@ class MilvusStore(Store):
             )
         return manifest
 
-    def _write_manifest(self, **changes: Any) -> None:
-        manifest = self._manifest.model_copy(update=changes)
+    def _write_manifest(self, *, fresh: bool = False, **changes: Any) -> None:
+        """Write ``changes`` into the stored manifest (read again first, so that what other
+        processes wrote since this one opened the store stays), or this one's when ``fresh``."""
+        base = self._manifest if fresh else self._read_manifest()
+        manifest = base.model_copy(update=changes)
         self._meta.write({_MANIFEST: json.dumps(manifest.model_dump(mode="json"))})
         self._manifest = manifest
 
@@ -198,7 +199,6 @@ class MilvusStore(Store):
                 "dim": stored.dim,
                 "value_kind": stored.value_kind,
                 "exemplar": stored.exemplar,
-                "projection": stored.projection,
                 "encoder": stored.encoder,
             }
         )
@@ -253,13 +253,21 @@ class MilvusStore(Store):
 
     @property
     def config(self) -> SoftDictConfig:
-        return self._manifest.config
+        return self._config
 
     @config.setter
     def config(self, config: SoftDictConfig) -> None:
         if any(getattr(config, name) != getattr(self.config, name) for name in _FIXED):
             raise ValueError("index, value_kind and similarity are fixed when a store is made")
-        self._write_manifest(config=config)
+        # Only the options changed now are written: others this process was opened with stay
+        # its own.
+        changes = {
+            name: getattr(config, name)
+            for name in SoftDictConfig.model_fields
+            if getattr(config, name) != getattr(self._config, name)
+        }
+        self._write_manifest(config=self._manifest.config.replace(**changes))
+        self._config = config
 
     @property
     def dim(self) -> int | None:
@@ -275,21 +283,14 @@ class MilvusStore(Store):
 
     @property
     def projection(self) -> np.ndarray | None:
-        info = self._manifest.projection
-        if info is None:
-            return None
-        names = [f"{_PROJECTION}{i}" for i in range(int(info["chunks"]))]
-        texts = self._meta.read(names)
-        data = base64.b64decode("".join(texts.get(name, "") for name in names))
-        if hashlib.sha256(data).hexdigest() != info["sha256"]:
-            raise StoreFormatError(
-                f"the query projection of the Milvus collection {self._collection!r} fails its "
-                f"checksum (another process may be writing it); try again"
-            )
-        return np.frombuffer(data, dtype=np.float32).reshape(info["shape"]).copy()
+        # Read once, like the options: a lookup should not cost a request more for it.
+        if self._projection is None and self._manifest.projection is not None:
+            self._projection = self._read_projection(self._manifest.projection)
+        return self._projection
 
     @projection.setter
     def projection(self, projection: np.ndarray | None) -> None:
+        self._projection = None
         if projection is None:
             self._write_manifest(projection=None)
             self._bump()
@@ -305,7 +306,19 @@ class MilvusStore(Store):
             "sha256": hashlib.sha256(data).hexdigest(),
         }
         self._write_manifest(projection=info)
+        self._projection = array.copy()
         self._bump()
+
+    def _read_projection(self, info: dict[str, Any]) -> np.ndarray:
+        names = [f"{_PROJECTION}{i}" for i in range(int(info["chunks"]))]
+        texts = self._meta.read(names)
+        data = base64.b64decode("".join(texts.get(name, "") for name in names))
+        if hashlib.sha256(data).hexdigest() != info["sha256"]:
+            raise StoreFormatError(
+                f"the query projection of the Milvus collection {self._collection!r} fails its "
+                f"checksum (another process may be writing it); open the store again"
+            )
+        return np.frombuffer(data, dtype=np.float32).reshape(info["shape"]).copy()
 
     def describe_index(self) -> str:
         kind = "exact" if self._index == "FLAT" else self._index.lower()
@@ -690,24 +703,27 @@ class MilvusStore(Store):
 def adopted_config(
     stored: SoftDictConfig, given: SoftDictConfig, collection: str
 ) -> SoftDictConfig:
-    """The options of an existing store opened with ``given``: its own, unless ``given`` sets
-    one to another value than its default, and then it must be the stored one. The options of
-    this process alone (``_PER_PROCESS``) are the ones given."""
+    """The options of an existing store opened with ``given``: its own, and those ``given``
+    sets to another value than their default, for this process. ``_FIXED`` options decide how
+    the rows were written: one given must be the store's (ConfigError)."""
     defaults = SoftDictConfig()
-    conflicts = [
-        f"{name}={getattr(given, name)!r} (it has {getattr(stored, name)!r})"
+    changed = {
+        name: getattr(given, name)
         for name in SoftDictConfig.model_fields
-        if name not in _PER_PROCESS
-        and getattr(given, name) != getattr(defaults, name)
+        if getattr(given, name) != getattr(defaults, name)
         and getattr(given, name) != getattr(stored, name)
+    }
+    conflicts = [
+        f"{name}={changed[name]!r} (it has {getattr(stored, name)!r})"
+        for name in _FIXED
+        if name in changed
     ]
     if conflicts:
         raise ConfigError(
-            f"the collection {collection!r} already holds a store with other options: "
-            f"{', '.join(conflicts)}; open it without them (it keeps its own), or change the "
-            f"settable ones afterwards (sd.temperature = ...)"
+            f"the collection {collection!r} holds a store made with other options: "
+            f"{', '.join(conflicts)}; open it without them (a store keeps them for good)"
         )
-    return stored.replace(**{name: getattr(given, name) for name in _PER_PROCESS})
+    return stored.replace(**changed)
 
 
 def open_milvus_store(location: str, config: SoftDictConfig, **options: Any) -> MilvusStore:

