@@ -318,6 +318,15 @@ def _child(store: str, collection: str, prefix: str, count: int, batch: int = 1)
     )
 
 
+def test_a_lite_file_open_in_another_process_is_refused_clearly(tmp_path: Path) -> None:
+    store = f"milvus:{tmp_path / 'held.db'}"
+    SoftDict({"apple": 1.0}, encoder=FakeEncoder(), store=store, collection="c")
+    child = _child(store, "c", "other", 1)
+    _, err = child.communicate(timeout=300)
+    assert child.returncode != 0
+    assert "StoreUnavailableError" in err and "one process at a time" in err
+
+
 def test_two_processes_share_a_served_store(milvus_server: MilvusServer) -> None:
     store, collection = "milvus:" + milvus_server.uri, fresh_collection()
     mine = SoftDict(encoder=FakeEncoder(), store=store, collection=collection)

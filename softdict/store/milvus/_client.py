@@ -90,8 +90,16 @@ def connect(location: str) -> MilvusClient:
     # Milvus Lite does not report a read timestamp, and pymilvus logs a warning on every
     # read of all rows that it falls back on its own clock, which is right for one file.
     logging.getLogger("pymilvus.client.iterator.query_iterator").addFilter(_without_mvcc_warning)
-    with translated(location, "connect"):
-        return MilvusClient(uri=location)
+    try:
+        with translated(location, "connect"):
+            return MilvusClient(uri=location)
+    except StoreUnavailableError as exc:
+        if is_server_uri(location):
+            raise
+        raise StoreUnavailableError(
+            f"{exc}. A Milvus Lite file is opened by one process at a time: if another has it "
+            f"open, close it there, or share the store through a Milvus server"
+        ) from None
 
 
 def _message(exc: BaseException) -> str:

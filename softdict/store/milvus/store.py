@@ -442,8 +442,11 @@ class MilvusStore(Store):
                 if infer_column_class(items[key]) is not type(column):
                     raise column.kind_error(key, items[key])
         found, free = self._found(keys, ["order"])
-        fresh = keys if replace_vectors else [key for key in keys if key not in found]
-        kept = [key for key in keys if key in found and key not in fresh]
+        if replace_vectors:
+            fresh, kept = keys, []
+        else:
+            fresh = [key for key in keys if key not in found]
+            kept = [key for key in keys if key in found]
         vectors = vectors or {}
         missing = [key for key in fresh if key not in vectors]
         details: dict[str, Any] = {"found": found, "free": free}
