@@ -17,7 +17,7 @@ the metadata (``writer:<uuid>``) and raises it after each write; a process reuse
 only while every counter is as it was when the directory was read, which one small query tells.
 
 **Writes.** ``stage`` validates the whole write (values, embeddings, key lengths) before anything
-is sent, so bad input changes nothing. ``commit`` then upserts whole rows, in requests under 32
+is sent, so bad input changes nothing. ``commit`` then upserts whole rows, in requests under 4
 MB. Milvus applies each request or rejects it; if the server fails between requests, a
 ``StoreUnavailableError`` is raised and the earlier requests' keys are written. Writes are
 upserts by id, so repeating the update completes it. Nothing a returned call reported as
@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from softdict._config import SoftDictConfig
+from softdict._config import EXACT_MAX_KEYS, SoftDictConfig
 from softdict._errors import (
     ConfigError,
     EmptyStoreError,
@@ -107,6 +107,10 @@ class _Directory:
     ids: np.ndarray
     keys: list[str]
     by_order: np.ndarray  # positions in ``ids`` in iteration order
+    # Every value, aligned with ``ids``, in a store small enough for lookups to attend to every
+    # key (``EXACT_MAX_KEYS``): such a lookup needs all of them, and fetching them each time
+    # costs more than the search.
+    column: ValueColumn[Any] | None = None
     spelling: SpellingIndex | None = field(default=None)
 
 
@@ -582,19 +586,26 @@ class MilvusStore(Store):
         ids: list[int] = []
         keys: list[str] = []
         orders: list[int] = []
+        values: list[object] = []
+        small = rows is not None and rows.count() <= EXACT_MAX_KEYS
         if rows is not None:
-            for batch in rows.scan(["key", "order"]):
+            for batch in rows.scan(["key", "order", "value"] if small else ["key", "order"]):
                 for row in batch:
                     ids.append(row["id"])
                     keys.append(row["key"])
                     orders.append(row["order"])
+                    if small:
+                        values.append(row["value"]["v"])
         id_array = np.asarray(ids, dtype=np.int64)
         by_id = np.argsort(id_array)
         id_array = id_array[by_id]
         keys = [keys[i] for i in by_id.tolist()]
         order_array = np.asarray(orders, dtype=np.int64)[by_id]
         by_order = np.lexsort((id_array, order_array))
-        self._directory = _Directory(generation, id_array, keys, by_order)
+        column = None
+        if small and ids:
+            column = self._column_of([values[i] for i in by_id.tolist()], keys)
+        self._directory = _Directory(generation, id_array, keys, by_order, column)
         return self._directory
 
     @property
@@ -652,6 +663,13 @@ class MilvusStore(Store):
         return Allow.of(ids)
 
     def values_of(self, ids: np.ndarray) -> tuple[ValueColumn[Any], np.ndarray]:
+        if self._directory is not None and self._directory.column is not None:
+            directory = self._current_directory()  # one request: whether it is still current
+            if directory.column is not None and len(directory.ids):
+                wanted = np.maximum(ids, 0)  # padding (-1) points at any slot: its weight is 0
+                slots = np.searchsorted(directory.ids, wanted).clip(0, len(directory.ids) - 1)
+                if np.all((directory.ids[slots] == wanted) | (ids < 0)):
+                    return directory.column, slots
         wanted = np.unique(ids[ids >= 0])
         rows = self._key_rows()
         found = (
@@ -667,6 +685,8 @@ class MilvusStore(Store):
         return column, slots
 
     def present_slots(self, column: ValueColumn[Any]) -> np.ndarray:
+        if self._directory is not None and column is self._directory.column:
+            return np.arange(len(column))  # the directory's column holds every value
         # Every stored value joins the column (a label store's explanation lists its labels).
         rows = self._key_rows()
         start = len(column)
