@@ -27,12 +27,14 @@ from _support import FAKE_DIM, FakeEncoder, same_value
 from softdict import (
     ConfigError,
     EncoderError,
+    InvalidValueError,
     SoftDict,
     StoreFormatError,
     StoreUnavailableError,
 )
 from softdict._cli import main
 from softdict.store.milvus import _collection, backend
+from softdict.store.milvus import store as milvus_store
 
 pytestmark = pytest.mark.milvus
 
@@ -213,6 +215,24 @@ def test_another_encoder_or_schema_is_refused(milvus_store_location: str) -> Non
         SoftDict(encoder=FakeEncoder(), store=milvus_store_location, collection=foreign)
     with pytest.raises(StoreFormatError, match="no softdict store"):
         SoftDict.open(milvus_store_location, collection=fresh_collection())
+
+
+def test_a_hash_collision_is_refused_and_changes_nothing(
+    milvus_store_location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sd = SoftDict(
+        {"apple": 1.0},
+        encoder=FakeEncoder(),
+        store=milvus_store_location,
+        collection=fresh_collection(),
+    )
+    real = milvus_store.key_id
+    monkeypatch.setattr(
+        milvus_store, "key_id", lambda key: real("apple") if key == "pear" else real(key)
+    )
+    with pytest.raises(InvalidValueError, match="same id"):
+        sd.update({"plum": 3.0, "pear": 2.0})
+    assert dict(sd) == {"apple": 1.0} and "pear" not in sd
 
 
 def test_a_server_that_is_down_is_a_softdict_error() -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from softdict._errors import ConfigError
+from softdict._errors import ConfigError, StoreUnavailableError
 from softdict._similarity import Metric
 from softdict.store.milvus._client import (
     IDS_PER_REQUEST,
@@ -94,6 +94,19 @@ class _Rows:
         with self.calling("list collections"):
             return bool(self.client.has_collection(self.name))
 
+    def _create(self, schema: Any, params: Any, what: str) -> None:
+        """Create the collection unless it exists; another process creating it at the same
+        moment is no error (the caller checks what it made)."""
+        try:
+            with self.calling(what):
+                if not self.client.has_collection(self.name):
+                    self.client.create_collection(
+                        self.name, schema=schema, index_params=params, consistency_level="Strong"
+                    )
+        except StoreUnavailableError:
+            if not self.exists():
+                raise
+
     def drop(self) -> None:
         with self.calling("drop the collection"):
             self.client.drop_collection(self.name)
@@ -112,11 +125,7 @@ class MetaRows(_Rows):
         schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)
         params = self.client.prepare_index_params()
         params.add_index("unused", index_type="FLAT", metric_type="L2")
-        with self.calling("create the metadata collection"):
-            if not self.client.has_collection(self.name):
-                self.client.create_collection(
-                    self.name, schema=schema, index_params=params, consistency_level="Strong"
-                )
+        self._create(schema, params, "create the metadata collection")
 
     def check_schema(self, collection: str) -> None:
         with self.calling("describe the collection"):
@@ -189,11 +198,7 @@ class KeyRows(_Rows):
             metric_type=_METRICS[self.metric],
             params=dict(_IVF_PARAMS) if self.index == "IVF_FLAT" else {},
         )
-        with self.calling("create the collection"):
-            if not self.client.has_collection(self.name):
-                self.client.create_collection(
-                    self.name, schema=schema, index_params=params, consistency_level="Strong"
-                )
+        self._create(schema, params, "create the collection")
         self.check_schema(self.name)
 
     def check_schema(self, collection: str) -> None:
