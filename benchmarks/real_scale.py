@@ -524,7 +524,7 @@ def cpu_model() -> str:
     return platform.machine()
 
 
-def write(path: Path, sections: dict[str, str], command: str) -> None:
+def write(path: Path, sections: dict[str, str], command: str, header: str = HEADER) -> None:
     """Write ``sections`` into ``path``, keeping sections of other corpora and sizes there."""
     kept: dict[str, str] = {}
     if path.exists():
@@ -538,7 +538,7 @@ def write(path: Path, sections: dict[str, str], command: str) -> None:
             f"## {title}\n\nCommand: `python {command}`, run {date.today().isoformat()} on "
             f"{machine} (Python {platform.python_version()}).\n\n{body}"
         )
-    path.write_text(HEADER + "\n" + "\n".join(kept.values()))
+    path.write_text(header + "\n" + "\n".join(kept.values()))
 
 
 if __name__ == "__main__":
