@@ -110,7 +110,8 @@ class _Directory:
     by_order: np.ndarray  # positions in ``ids`` in iteration order
     # Every value and vector, aligned with ``ids``, in a store small enough for lookups to
     # attend to every key (``EXACT_MAX_KEYS``): such a lookup needs every score and value, and
-    # fetching them from Milvus each time cost 25 ms a lookup at 10^4 keys (the benchmark).
+    # fetching them from Milvus each time took 25 ms of a lookup at 10^4 keys (a run of
+    # benchmarks/milvus_store.py before this; 7 ms with it).
     column: ValueColumn[Any] | None = None
     vectors: np.ndarray | None = None
     spelling: SpellingIndex | None = field(default=None)
