@@ -109,8 +109,9 @@ class SoftDict(MutableMapping[str, Value]):
             server or cluster), or "scheme:location" for a store registered with
             ``softdict.store.register_store``.
         collection: the collection of a store that holds several (``store="milvus:..."``). If it
-            exists, it is opened with its own options and encoder, and the options given may
-            not contradict them; otherwise it is made with these.
+            exists, it is opened with its own options and encoder: options given here apply to
+            this SoftDict, except similarity, index and value_kind, which must be the store's.
+            Otherwise it is made with these options.
 
     Raises:
         ConfigError: an option is out of range or unknown.

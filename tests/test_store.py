@@ -194,3 +194,14 @@ def test_a_snapshot_holds_everything(fruit: Store, tmp_path: Path) -> None:
     query = fruit.prepare_queries(ENCODER.encode(["key 7"]))
     found = [store.backend.search(query, 5)[1][0] for store in (restored, fruit)]
     assert restored.keys_of(found[0]) == fruit.keys_of(found[1])
+
+
+def test_memory_stores_take_no_location_or_collection() -> None:
+    from softdict import ConfigError, SoftDict
+
+    with pytest.raises(ConfigError, match="collection= is for stores such as"):
+        SoftDict(encoder=ENCODER, collection="prices")
+    with pytest.raises(ConfigError, match="no location"):
+        SoftDict(encoder=ENCODER, store="memory:somewhere")
+    with pytest.raises(ConfigError, match=r"SoftDict\.load"):
+        SoftDict.open("memory")
