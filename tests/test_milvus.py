@@ -52,6 +52,15 @@ def items_of(kind: str) -> dict[str, object]:
     return {name: name[0] for name in COUNTRIES}  # categorical: the first letter
 
 
+@pytest.fixture(params=["kept", "in-milvus"])
+def vectors_where(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where a small store's vectors are scored: kept in this process (the default up to
+    10,000 keys), or in Milvus, as in a large store (the search, filters and limits)."""
+    if request.param == "in-milvus":
+        monkeypatch.setattr(milvus_store, "EXACT_MAX_KEYS", 0)
+    return request.param
+
+
 def twins(location: str, kind: str = "scalar", **options) -> tuple[SoftDict, SoftDict]:
     """The same store in memory and in Milvus."""
     encoder = FakeEncoder()
@@ -71,7 +80,9 @@ def assert_same_values(a: object, b: object) -> None:
 
 
 @pytest.mark.parametrize("kind", ["scalar", "vector", "categorical"])
-def test_lookups_match_the_memory_store(milvus_store_location: str, kind: str) -> None:
+def test_lookups_match_the_memory_store(
+    milvus_store_location: str, kind: str, vectors_where: str
+) -> None:
     memory, milvus = twins(milvus_store_location, kind)
     assert list(milvus) == list(memory) and len(milvus) == len(memory)
     assert all(same_value(milvus[key], memory[key]) for key in COUNTRIES)
@@ -109,7 +120,7 @@ def test_lookups_match_the_naive_formula(milvus_store_location: str) -> None:
     ],
     ids=["few", "in", "not-in", "predicate"],
 )
-def test_masks_in_each_filter_form(milvus_store_location: str, mask) -> None:
+def test_masks_in_each_filter_form(milvus_store_location: str, mask, vectors_where: str) -> None:
     memory, milvus = twins(milvus_store_location, top_k=10)
     for query in QUERIES[:3]:
         mine, theirs = milvus.attend(query, mask=mask), memory.attend(query, mask=mask)
@@ -117,7 +128,9 @@ def test_masks_in_each_filter_form(milvus_store_location: str, mask) -> None:
         np.testing.assert_allclose(mine.weights, theirs.weights, atol=1e-6)
 
 
-def test_min_score_top_k_and_the_estimated_tail(milvus_store_location: str) -> None:
+def test_min_score_top_k_and_the_estimated_tail(
+    milvus_store_location: str, vectors_where: str
+) -> None:
     memory, milvus = twins(milvus_store_location, top_k=5)
     assert milvus.lookup("zzzz qqqq", min_score=0.99, default=None) is None
     assert_same_values(milvus.lookup(QUERIES), memory.lookup(QUERIES))
@@ -248,6 +261,7 @@ def test_requests_stay_within_the_cluster_limits(
     milvus_store_location: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the limits made tiny, every search and get keeps to them, and the answers stay."""
+    monkeypatch.setattr(milvus_store, "EXACT_MAX_KEYS", 0)  # scored in Milvus, not here
     memory, milvus = twins(milvus_store_location, top_k=20, lexical=0.0)
     expected = memory.lookup(QUERIES * 3)
     monkeypatch.setattr(backend, "MAX_TOPK", 7)

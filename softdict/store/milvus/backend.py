@@ -1,6 +1,6 @@
 """``MilvusBackend``: the index backend of a Milvus store, where Milvus holds and searches the
 vectors. This process holds none of them, except where the store keeps a small store's vectors
-(``local_vectors``): then scoring every key is one matrix product here.
+(``local_vectors``): then searching and scoring every key are done here, exactly, by numpy.
 
 An ``Allow`` becomes the cheapest filter Milvus offers for it: a handful of ids is scored here
 from their vectors (one get, no filter), a mask that allows most keys becomes ``id not in`` its
@@ -35,6 +35,18 @@ def _rows_of(held: np.ndarray, ids: np.ndarray) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     rows = np.searchsorted(held, ids).clip(0, len(held) - 1)
     return rows[held[rows] == ids]
+
+
+def _best(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best of ``scores`` (m, c) over the columns' ``ids``, best first, padded with
+    -inf and -1 as a search pads them."""
+    order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+    padded_scores = np.full((len(scores), k), -np.inf)
+    padded_ids = np.full((len(scores), k), -1, dtype=np.int64)
+    width = order.shape[1]
+    padded_scores[:, :width] = np.take_along_axis(scores, order, axis=1)
+    padded_ids[:, :width] = ids[order]
+    return padded_scores, padded_ids
 
 
 def _ids_expression(operator: str, ids: np.ndarray) -> str:
@@ -93,6 +105,11 @@ class MilvusBackend(IndexBackend):
         self, queries: np.ndarray, k: int, allow: Allow | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         queries = np.asarray(queries, dtype=np.float32)
+        local = self._local_vectors()
+        if local is not None:  # a small store's vectors, kept here: an exact search here
+            held, vectors = local
+            rows = _rows_of(held, allow.ids) if allow is not None else np.arange(len(held))
+            return _best(metric_scores(queries, vectors[rows], self.metric), held[rows], k)
         if allow is not None and len(allow) <= CLIENT_SIDE_MAX:
             return self._scored_here(queries, k, allow.ids)
         expression = self._expression(allow)
@@ -105,21 +122,15 @@ class MilvusBackend(IndexBackend):
             return ""
         held = self.ids()
         if len(allow) > len(held) // 2:
-            return _ids_expression("not in", np.setdiff1d(held, allow.ids, assume_unique=True))
+            rest = np.setdiff1d(held, allow.ids, assume_unique=True)
+            return _ids_expression("not in", rest) if len(rest) else ""
         return _ids_expression("in", allow.ids)
 
     def _scored_here(
         self, queries: np.ndarray, k: int, ids: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         held, vectors = self._vectors_found(ids)
-        scores = metric_scores(queries, vectors, self.metric)
-        order = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        padded_scores = np.full((len(queries), k), -np.inf)
-        padded_ids = np.full((len(queries), k), -1, dtype=np.int64)
-        width = order.shape[1]
-        padded_scores[:, :width] = np.take_along_axis(scores, order, axis=1)
-        padded_ids[:, :width] = held[order]
-        return padded_scores, padded_ids
+        return _best(metric_scores(queries, vectors, self.metric), held, k)
 
     def _search_in_rounds(
         self, queries: np.ndarray, k: int, expression: str
