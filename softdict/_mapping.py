@@ -606,7 +606,7 @@ class SoftDict(MutableMapping[str, Value]):
         """Like ``lookup``, for query embeddings: (n, d) gives n results, (d,) gives one."""
         check_min_score(min_score)
         array, single = self._query_array(queries)
-        with self._lock:
+        with self._lock, self._store.reading():
             self._check_lookup(default, single)
             return _lookup.lookup_values(self._store, array, mask, None, single, min_score, default)
 
@@ -629,7 +629,7 @@ class SoftDict(MutableMapping[str, Value]):
     ) -> Attention | list[Attention]:
         """``attend`` for query embeddings: (n, d) gives a list of n ``Attention``, (d,) one."""
         array, single = self._query_array(queries)
-        with self._lock:
+        with self._lock, self._store.reading():
             self._require_keys()
             found = _lookup.attentions(self._store, array, mask, None)
         return found[0] if single else found
@@ -665,7 +665,7 @@ class SoftDict(MutableMapping[str, Value]):
         with self._lock:
             check()
         embeddings = self._encode_queries(texts)
-        with self._lock:
+        with self._lock, self._store.reading():
             check()
             yield embeddings
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -208,6 +209,12 @@ class Store(ABC):
             KeyTypeError: the mask is neither an iterable of keys nor a predicate.
             EmptyStoreError: the mask allows no stored key.
         """
+
+    def reading(self) -> AbstractContextManager[None]:
+        """A context a lookup runs in (the façade enters it, holding its lock). A store shared
+        with other processes may read one view of itself for its duration, rather than check
+        for their writes at every call; by default nothing happens."""
+        return nullcontext()
 
     @abstractmethod
     def values_of(self, ids: np.ndarray) -> tuple[ValueColumn[Any], np.ndarray]:

@@ -34,7 +34,8 @@ import hashlib
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +102,14 @@ class _Manifest(BaseModel):
 
 
 @dataclass
+class _View:
+    """What one lookup read of the store (``reading``): the directory it checked, or the count."""
+
+    directory: _Directory | None = None
+    count: int | None = None
+
+
+@dataclass
 class _Directory:
     """Every key, read at one moment: ids increasing and their keys, and the iteration order."""
 
@@ -146,6 +155,7 @@ class MilvusStore(Store):
         self._writes = 0
         self._last_order = 0
         self._directory: _Directory | None = None
+        self._view: _View | None = None
         self._projection: np.ndarray | None = None
         if self._meta.exists():
             self._meta.check_schema(collection)
@@ -349,8 +359,34 @@ class MilvusStore(Store):
         return self._rows
 
     def __len__(self) -> int:
+        view = self._view
+        if view is not None:
+            small = self._directory is not None and self._directory.vectors is not None
+            if view.directory is None and small:
+                self._current_directory()  # one request checks it, and it serves the lookup
+            if view.directory is not None:
+                return len(view.directory.ids)
+            if view.count is None:
+                view.count = self._count()
+            return view.count
+        return self._count()
+
+    def _count(self) -> int:
         rows = self._key_rows()
         return rows.count() if rows is not None else 0
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """One lookup reads one view: the key directory is checked against the writers'
+        counters once (not at every call), and the count is taken once."""
+        if self._view is not None:
+            yield
+            return
+        self._view = _View()
+        try:
+            yield
+        finally:
+            self._view = None
 
     def _found(
         self, keys: list[str], fields: list[str], *, writing: bool = False
@@ -581,6 +617,15 @@ class MilvusStore(Store):
     # -- reading for attention ---------------------------------------------------------------------
 
     def _current_directory(self) -> _Directory:
+        view = self._view
+        if view is not None and view.directory is not None:
+            return view.directory
+        directory = self._checked_directory()
+        if view is not None:
+            view.directory = directory
+        return directory
+
+    def _checked_directory(self) -> _Directory:
         generation = self._meta.read_prefix(_WRITER)
         directory = self._directory
         if directory is not None and directory.generation == generation:
