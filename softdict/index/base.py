@@ -187,14 +187,22 @@ class IndexBackend(ABC):
         ids = np.asarray(ids, dtype=np.int64)
         if self.capabilities.returns_vectors:
             return metric_scores(queries, self.vectors(ids), self.metric)
+        columns, result = self.scores_by_search(queries, ids)
+        # Back to the order asked for (the columns are sorted).
+        return result[:, np.searchsorted(columns, ids)]
+
+    def scores_by_search(
+        self, queries: np.ndarray, ids: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The distinct ``ids``, increasing (c,), and the scores (m, c) a search limited to them
+        gives each prepared query; -inf for an id no search returned (one not held)."""
         allow = Allow.of(ids)
         scores, found = self.search(queries, len(allow), allow)
-        result = np.full((len(queries), len(ids)), -np.inf)
+        result = np.full((len(queries), len(allow)), -np.inf)
         for i in range(len(queries)):
             hit = found[i] >= 0
             result[i, np.searchsorted(allow.ids, found[i, hit])] = scores[i, hit]
-        # Back to the order asked for (Allow sorted them).
-        return result[:, np.searchsorted(allow.ids, ids)]
+        return allow.ids, result
 
     @abstractmethod
     def describe(self) -> str:

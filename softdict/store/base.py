@@ -19,7 +19,7 @@ cannot fail on bad input. Commit a staged write in the same critical section as 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -34,8 +34,19 @@ from softdict.encoders.base import EncoderIdentity
 from softdict.index.base import Allow, IndexBackend, require_vectors
 from softdict.spelling import SpellingIndex
 from softdict.values.base import ValueColumn
+from softdict.values.registry import infer_column_class
 
-__all__ = ["StagedWrite", "Store", "StoreState", "checked_embeddings", "copy_into", "dump_files"]
+__all__ = [
+    "StagedWrite",
+    "Store",
+    "StoreState",
+    "check_inferred_kind",
+    "check_projection_fits",
+    "checked_embeddings",
+    "copy_into",
+    "dump_files",
+    "write_column",
+]
 
 
 @dataclass
@@ -311,3 +322,42 @@ def copy_into(source: Store, target: StoreT, batch: int = 4096) -> StoreT:
     if projection is not None:
         target.projection = projection
     return target
+
+
+def write_column(
+    column: ValueColumn[Any] | None,
+    fixed_kind: type[ValueColumn[Any]] | None,
+    items: Mapping[str, object],
+) -> ValueColumn[Any]:
+    """The column a write of ``items`` goes into: the store's ``column``, or for a store that
+    holds no value yet, one of the kind ``value_kind=`` fixed, else of the first value's kind."""
+    if column is not None:
+        return column
+    first_key, first_value = next(iter(items.items()))
+    kind = fixed_kind or infer_column_class(first_value)
+    return kind.for_first_value(first_key, first_value)
+
+
+def check_inferred_kind(
+    column: ValueColumn[Any],
+    fixed_kind: type[ValueColumn[Any]] | None,
+    items: Iterable[tuple[str, object]],
+) -> None:
+    """ValueKindError for a value of another kind than ``column``'s in a store whose kind was
+    inferred: any JSON value could be a label, but a number or a vector would have made a scalar
+    or vector store. (Called after the column staged the values, whose errors come first.)"""
+    if fixed_kind is None:
+        for key, value in items:
+            if infer_column_class(value) is not type(column):
+                raise column.kind_error(key, value)
+
+
+def check_projection_fits(projection_shape: tuple[int, ...] | None, dim: int) -> None:
+    """A projection kept through ``clear()`` must fit new keys of another dimension
+    (ValueShapeError)."""
+    if projection_shape is not None and tuple(projection_shape) != (dim, dim):
+        raise ValueShapeError(
+            f"this store keeps a query projection (W_q, from fit) for "
+            f"{projection_shape[0]}-dim queries, and the new keys are {dim}-dim; set "
+            f"sd.query_projection = None to drop it before inserting them"
+        )

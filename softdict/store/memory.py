@@ -16,16 +16,25 @@ from typing import Any
 import numpy as np
 
 from softdict._config import SoftDictConfig
-from softdict._errors import EmptyStoreError, KeyTypeError, ValueShapeError
+from softdict._errors import EmptyStoreError, KeyTypeError
 from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows, compaction_due, positions_of
 from softdict._types import Mask, Value
 from softdict.index.base import Allow, IndexBackend, sorted_unique
 from softdict.index.registry import BackendSpec, backend_spec
 from softdict.spelling import SpellingIndex
-from softdict.store.base import StagedWrite, Store, StoreState, checked_embeddings, dump_files
+from softdict.store.base import (
+    StagedWrite,
+    Store,
+    StoreState,
+    check_inferred_kind,
+    check_projection_fits,
+    checked_embeddings,
+    dump_files,
+    write_column,
+)
 from softdict.values.base import ValueColumn
-from softdict.values.registry import column_class, infer_column_class
+from softdict.values.registry import column_class
 
 __all__ = ["MemoryStore"]
 
@@ -121,11 +130,7 @@ class MemoryStore(Store):
         *,
         replace_vectors: bool = False,
     ) -> StagedWrite:
-        column = self._column
-        if column is None:
-            first_key, first_value = next(iter(items.items()))
-            kind = self._fixed_kind or infer_column_class(first_value)
-            column = kind.for_first_value(first_key, first_value)
+        column = write_column(self._column, self._fixed_kind, items)
         if replace_vectors:
             fresh, kept = list(items), []
         else:
@@ -133,12 +138,9 @@ class MemoryStore(Store):
             kept = [key for key in items if key in self._slot_of]
         staged_fresh = column.stage([items[key] for key in fresh], fresh)
         staged_kept = column.stage([items[key] for key in kept], kept)
-        if self._fixed_kind is None:
-            # Any JSON value could be a label, but a number or a vector would have made a scalar
-            # or vector store: in a store whose kind was inferred it is a value of another kind.
-            for key in (*fresh, *kept):
-                if infer_column_class(items[key]) is not type(column):
-                    raise column.kind_error(key, items[key])
+        check_inferred_kind(
+            column, self._fixed_kind, ((key, items[key]) for key in (*fresh, *kept))
+        )
         vectors = vectors or {}
         missing = [key for key in fresh if key not in vectors]
         details: dict[str, Any] = {
@@ -150,7 +152,9 @@ class MemoryStore(Store):
             raw = self.checked_embeddings(
                 np.stack([vectors[key] for key in fresh]), "key embeddings"
             )
-            self._check_projection_fits(raw.shape[1])
+            check_projection_fits(
+                None if self._projection is None else self._projection.shape, raw.shape[1]
+            )
             details["prepared"] = self._config.similarity.prepare_keys(raw)
             if self._backend is None:
                 # May raise ConfigError (a factory string that does not fit d): nothing changed.
@@ -234,15 +238,6 @@ class MemoryStore(Store):
         for slot, key in enumerate(self._key_of_slot):
             assert key is not None
             self._slot_of[key] = slot  # reassigning keeps the dict's (insertion) order
-
-    def _check_projection_fits(self, dim: int) -> None:
-        """A projection kept through ``clear()`` must fit new keys of another dimension."""
-        if self._projection is not None and self._projection.shape != (dim, dim):
-            raise ValueShapeError(
-                f"this store keeps a query projection (W_q, from fit) for "
-                f"{self._projection.shape[0]}-dim queries, and the new keys are {dim}-dim; set "
-                f"sd.query_projection = None to drop it before inserting them"
-            )
 
     def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
         return checked_embeddings(embeddings, self._dim, what)

@@ -32,7 +32,6 @@ from softdict._similarity import Metric
 from softdict.store.milvus._client import (
     IDS_PER_REQUEST,
     MAX_NQ,
-    MAX_TOPK,
     REQUEST_BYTES,
     RESULTS_PER_SEARCH,
     schema_error,
@@ -279,7 +278,7 @@ class KeyRows(_Rows):
     def search(
         self, queries: np.ndarray, k: int, expression: str = ""
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The ``k`` best rows (k <= MAX_TOPK) per prepared query that pass ``expression``:
+        """The ``k`` best rows (k <= _client.MAX_TOPK) per prepared query that pass ``expression``:
         float64 scores (higher is better) and int64 ids, padded with -inf and -1."""
         m = len(queries)
         scores = np.full((m, k), -np.inf)
@@ -304,12 +303,3 @@ class KeyRows(_Rows):
                     ids[i, :found] = [hit["id"] for hit in hits]
                     scores[i, :found] = [sign * hit["distance"] for hit in hits]
         return scores, ids
-
-
-def limited_k(k: int) -> int:
-    if k > MAX_TOPK:
-        raise ConfigError(
-            f"a Milvus store returns at most {MAX_TOPK:,} keys per query, and {k:,} were asked "
-            f"for; use top_k (and max_k) of at most {MAX_TOPK:,}"
-        )
-    return k

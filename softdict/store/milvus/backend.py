@@ -166,11 +166,7 @@ class MilvusBackend(IndexBackend):
         if len(columns) <= MAX_TOPK:
             # Milvus scores them (FLAT: every allowed key), and only scores come back. An
             # allowed id that is not held comes back from no query, and is no column.
-            scores, found = self.search(queries, len(columns), allow)
-            result = np.full((len(queries), len(columns)), -np.inf)
-            for i in range(len(queries)):
-                hit = found[i] >= 0
-                result[i, np.searchsorted(columns, found[i, hit])] = scores[i, hit]
+            columns, result = self.scores_by_search(queries, columns)
             held = np.isfinite(result).any(axis=0)
             result, columns = result[:, held], columns[held]
         else:
@@ -181,20 +177,14 @@ class MilvusBackend(IndexBackend):
 
     def score_ids(self, queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64)
-        wanted = np.unique(ids)
-        if self._local_vectors() is not None or not 0 < len(wanted) <= MAX_TOPK:
+        if self._local_vectors() is not None or not 0 < len(np.unique(ids)) <= MAX_TOPK:
             return super().score_ids(queries, ids)
         # Milvus scores them where the vectors are: a search limited to these ids returns
         # scores alone, where fetching 4,096 vectors of 384 dims took most of a lookup.
-        queries = np.asarray(queries, dtype=np.float32)
-        scores, found = self.rows.search(queries, len(wanted), _ids_expression("in", wanted))
-        result = np.full((len(queries), len(wanted)), -np.inf)
-        for i in range(len(queries)):
-            hit = found[i] >= 0
-            result[i, np.searchsorted(wanted, found[i, hit])] = scores[i, hit]
+        columns, result = self.scores_by_search(np.asarray(queries, dtype=np.float32), ids)
         if not np.all(np.isfinite(result)):
             raise changed_during_lookup()
-        return result[:, np.searchsorted(wanted, ids)]
+        return result[:, np.searchsorted(columns, ids)]
 
     def _vectors_found(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = self.rows.get(ids, ["vector"])

@@ -57,13 +57,22 @@ from softdict._types import Mask, Value
 from softdict.encoders import EncoderIdentity
 from softdict.index.base import Allow, IndexBackend
 from softdict.spelling import SpellingIndex
-from softdict.store.base import StagedWrite, Store, StoreState, checked_embeddings, copy_into
+from softdict.store.base import (
+    StagedWrite,
+    Store,
+    StoreState,
+    check_inferred_kind,
+    check_projection_fits,
+    checked_embeddings,
+    copy_into,
+    write_column,
+)
 from softdict.store.memory import MemoryStore
 from softdict.store.milvus._client import connect, schema_error
 from softdict.store.milvus._collection import MAX_VARCHAR, KeyRows, MetaRows, index_type, meta_name
 from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
 from softdict.values.base import ValueColumn
-from softdict.values.registry import column_class, infer_column_class
+from softdict.values.registry import column_class
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MilvusStore", "key_id", "open_milvus_store"]
 
@@ -224,12 +233,9 @@ class MilvusStore(Store):
         )
         self._open_rows()
 
-    def _open_rows(self) -> None:
-        dim = self._manifest.dim
-        if dim is None:
-            self._rows = None
-            return
-        rows = KeyRows(
+    def _key_rows_of(self, dim: int) -> KeyRows:
+        """The key collection of this store, for ``dim``-dim vectors (whether it exists or not)."""
+        return KeyRows(
             self._client,
             self._location,
             self._collection,
@@ -237,6 +243,13 @@ class MilvusStore(Store):
             self._manifest.config.similarity.metric,
             self._index,
         )
+
+    def _open_rows(self) -> None:
+        dim = self._manifest.dim
+        if dim is None:
+            self._rows = None
+            return
+        rows = self._key_rows_of(dim)
         self._rows = rows if rows.exists() else None
         if self._rows is not None:
             self._rows.check_schema(self._collection)
@@ -473,17 +486,11 @@ class MilvusStore(Store):
                     f"the key {key[:40]!r}... is {len(key.encode('utf-8')):,} bytes of UTF-8; a "
                     f"Milvus store keeps keys of up to {MAX_VARCHAR:,} bytes"
                 )
-        column = self._empty_column()
         fixed = self._manifest.config.value_kind
-        if column is None:
-            first_key, first_value = next(iter(items.items()))
-            kind = column_class(fixed) if fixed else infer_column_class(first_value)
-            column = kind.for_first_value(first_key, first_value)
+        fixed_kind = column_class(fixed) if fixed else None
+        column = write_column(self._empty_column(), fixed_kind, items)
         staged = column.stage([items[key] for key in keys], keys)
-        if fixed is None:
-            for key in keys:
-                if infer_column_class(items[key]) is not type(column):
-                    raise column.kind_error(key, items[key])
+        check_inferred_kind(column, fixed_kind, items.items())
         found, free = self._found(keys, ["order"], writing=True)
         if replace_vectors:
             fresh, kept = keys, []
@@ -498,12 +505,9 @@ class MilvusStore(Store):
                 np.stack([vectors[key] for key in fresh]), "key embeddings"
             )
             projection = self._manifest.projection
-            if projection is not None and projection["shape"] != [raw.shape[1]] * 2:
-                raise ValueShapeError(
-                    f"this store keeps a query projection (W_q, from fit) for "
-                    f"{projection['shape'][0]}-dim queries, and the new keys are "
-                    f"{raw.shape[1]}-dim; set sd.query_projection = None to drop it first"
-                )
+            check_projection_fits(
+                None if projection is None else tuple(projection["shape"]), raw.shape[1]
+            )
             details["prepared"] = dict(
                 zip(fresh, self._manifest.config.similarity.prepare_keys(raw))
             )
@@ -570,14 +574,7 @@ class MilvusStore(Store):
             self._bump()
 
     def _create_rows(self, dim: int, kind: str, exemplar: dict[str, Any]) -> None:
-        rows = KeyRows(
-            self._client,
-            self._location,
-            self._collection,
-            dim,
-            self._manifest.config.similarity.metric,
-            self._index,
-        )
+        rows = self._key_rows_of(dim)
         rows.create()  # checks the schema where another process made it first
         stored = self._read_manifest()
         if stored.dim is not None and stored.dim != dim:
