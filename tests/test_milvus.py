@@ -257,6 +257,23 @@ def test_a_server_that_is_down_is_a_softdict_error() -> None:
         SoftDict(encoder=FakeEncoder(), store="milvus:./prices.db")
 
 
+@pytest.mark.parametrize(
+    "name", ['c"; drop', "it's", "two words", "2prices", "prices-eu", "prix_é", "p" * 256]
+)
+def test_an_invalid_collection_name_is_refused_before_any_request(
+    name: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The name is checked against Milvus's rule first: the server below does not exist, so a
+    request sent would be a StoreUnavailableError, not a ConfigError naming the rule."""
+    for store in ("milvus:http://127.0.0.1:9", "milvus:./never-made.db"):
+        with pytest.raises(ConfigError, match="start with a letter or an underscore"):
+            SoftDict(encoder=FakeEncoder(), store=store, collection=name)
+    with pytest.raises(ConfigError, match="letters, digits and underscores"):
+        SoftDict(encoder=FakeEncoder()).copy_to("milvus:http://127.0.0.1:9", collection=name)
+    assert not Path("never-made.db").exists()
+    assert capfd.readouterr().err == ""
+
+
 def test_requests_stay_within_the_cluster_limits(
     milvus_store_location: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

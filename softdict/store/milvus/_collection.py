@@ -22,6 +22,7 @@ under 64 MB.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +42,7 @@ from softdict.store.milvus._client import (
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
 
-__all__ = ["INDEX_TYPES", "KeyRows", "MetaRows", "meta_name"]
+__all__ = ["INDEX_TYPES", "KeyRows", "MetaRows", "check_collection_name", "meta_name"]
 
 # What ``index=`` means in a Milvus store: Milvus builds and searches the index itself. FLAT is
 # exact (every search scores every allowed key); IVF_FLAT searches the nearest of 1,024 lists.
@@ -52,7 +53,29 @@ _METRICS = {Metric.INNER_PRODUCT: "IP", Metric.L2: "L2"}
 # Milvus's longest VARCHAR, in bytes of UTF-8.
 MAX_VARCHAR = 65535
 _META_SUFFIX = "__softdict"
+# Milvus's rule for a collection name: a letter or underscore, then letters, digits and
+# underscores, 255 characters at most; the metadata collection's suffix takes 10 of them.
+_COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+MAX_COLLECTION_NAME = 255 - len(_META_SUFFIX)
 _KEY_FIELDS = {"id": "INT64", "key": "VARCHAR", "order": "INT64", "value": "JSON"}
+
+
+def check_collection_name(collection: object) -> str:
+    """``collection`` if Milvus accepts it as the name of a softdict store, else ConfigError,
+    before any request is sent (Milvus would refuse it only after logging a traceback)."""
+    if not isinstance(collection, str) or not collection:
+        raise ConfigError(
+            "a Milvus store needs a collection name: SoftDict(store='milvus:...', "
+            f"collection='prices'), got {collection!r}"
+        )
+    if not _COLLECTION_NAME.fullmatch(collection) or len(collection) > MAX_COLLECTION_NAME:
+        raise ConfigError(
+            f"collection={collection[:80]!r}{'...' if len(collection) > 80 else ''} is not a "
+            f"Milvus collection name: it must start with a letter or an underscore, hold only "
+            f"ASCII letters, digits and underscores, and be at most {MAX_COLLECTION_NAME} "
+            f"characters long ({len(collection)} given); e.g. collection='city_prices'"
+        )
+    return collection
 
 
 def meta_name(collection: str) -> str:

@@ -69,7 +69,14 @@ from softdict.store.base import (
 )
 from softdict.store.memory import MemoryStore
 from softdict.store.milvus._client import connect, schema_error
-from softdict.store.milvus._collection import MAX_VARCHAR, KeyRows, MetaRows, index_type, meta_name
+from softdict.store.milvus._collection import (
+    MAX_VARCHAR,
+    KeyRows,
+    MetaRows,
+    check_collection_name,
+    index_type,
+    meta_name,
+)
 from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
 from softdict.values.base import ValueColumn
 from softdict.values.registry import column_class
@@ -151,11 +158,7 @@ class MilvusStore(Store):
     def __init__(
         self, location: str, collection: str, config: SoftDictConfig, *, create: bool = True
     ) -> None:
-        if not isinstance(collection, str) or not collection:
-            raise ConfigError(
-                "a Milvus store needs a collection name: SoftDict(store='milvus:...', "
-                "collection='prices')"
-            )
+        check_collection_name(collection)
         self._location = location
         self._collection = collection
         self._client = connect(location)
@@ -811,10 +814,5 @@ def open_milvus_store(location: str, config: SoftDictConfig, **options: Any) -> 
         raise ConfigError(
             f"a Milvus store takes the options collection= and create=, not {unknown}"
         )
-    collection = options.get("collection")
-    if not isinstance(collection, str):
-        raise ConfigError(
-            "a Milvus store needs a collection name: SoftDict(store='milvus:...', "
-            f"collection='prices'), got {collection!r}"
-        )
+    collection = check_collection_name(options.get("collection"))
     return MilvusStore(location, collection, config, create=bool(options.get("create", True)))
