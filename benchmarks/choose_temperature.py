@@ -1,6 +1,6 @@
 """Measure which softmax temperature suits the bundled encoder; the default comes from this table.
 
-Run:  python benchmarks/choose_temperature.py
+Run:  python benchmarks/choose_temperature.py [--encoder NAME]
 
 Data (benchmarks/categories.py): 16 categories of real words, 12 members each (192 keys), plus 64
 held-out queries that are category names or paraphrases ("something to sit on"). For each
@@ -61,7 +61,9 @@ def main() -> None:
     member_category = np.array([c for _, c in members])
     query_category = np.array([c for _, c in queries])
 
-    sd = SoftDict()
+    # --encoder NAME: another encoder= (e.g. bundled-static) instead of the default.
+    name = sys.argv[sys.argv.index("--encoder") + 1] if "--encoder" in sys.argv else None
+    sd = SoftDict(encoder=name)
     keys_emb = sd.encoder.encode_keys([w for w, _ in members])
     query_emb = sd.encoder.encode_queries([t for t, _ in queries])
     query_scores = Similarity.COSINE.scores(query_emb, keys_emb)

@@ -223,10 +223,18 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=400, help="queries per task")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-match", action="store_true", help="the min_score study")
+    parser.add_argument(
+        "--encoder",
+        action="append",
+        default=None,
+        help="an encoder= name for the softdict rows (repeat for several; default: the default)",
+    )
     args = parser.parse_args()
-    encoder = resolve_encoder(None, query_cache_size=0)
+    names = args.encoder or [None]
+    encoders = {name: resolve_encoder(name, query_cache_size=0) for name in names}
     if args.no_match:
-        no_match_study(encoder, args.part, args.queries, args.out)
+        for encoder in encoders.values():
+            no_match_study(encoder, args.part, args.queries, args.out)
         return
     dev = tasks("dev", args.queries) if args.part == "test" else None
     report = tasks(args.part, args.queries)
@@ -238,9 +246,12 @@ def main() -> None:
         best = max(
             RAPIDFUZZ_SCORERS, key=lambda s: accuracy(rapidfuzz_scorer(s)(tuning), tuning.targets)
         )
-        methods: dict[str, Ranker] = {
-            "softdict": softdict_ranker(encoder, 1.0),
-            "softdict, dense only": softdict_ranker(encoder, 0.0),
+        methods: dict[str, Ranker] = {}
+        for name, encoder in encoders.items():
+            label = f" [{name}]" if name is not None else ""
+            methods[f"softdict{label}"] = softdict_ranker(encoder, 1.0)
+            methods[f"softdict, dense only{label}"] = softdict_ranker(encoder, 0.0)
+        methods |= {
             f"rapidfuzz cdist ({best})": rapidfuzz_scorer(best),
             "char 2-4-gram TF-IDF": tfidf,
         }

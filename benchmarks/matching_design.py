@@ -2,6 +2,7 @@
 spelling channel (issue: "Spelling and meaning in one lookup").
 
 Run:  pip install -e '.[bench]' && python benchmarks/matching_design.py [--query-dependent]
+      [--encoder NAME]
 
 For each rule score(q, k) = cosine(q, k) + w · f(spelling(q, k)), with f(s) = (max(0, s - tau) /
 (1 - tau)) ** p and spelling one of rapidfuzz's normalised scores (ratio; the larger of ratio
@@ -153,7 +154,9 @@ def query_dependent_rules(encoder, matching, meaning_sets) -> None:
 
 
 def main() -> None:
-    encoder = resolve_encoder(None, query_cache_size=0)
+    # --encoder NAME: another encoder= (e.g. bundled-static) instead of the default.
+    name = sys.argv[sys.argv.index("--encoder") + 1] if "--encoder" in sys.argv else None
+    encoder = resolve_encoder(name, query_cache_size=0)
     matching = []
     queries_keys = []
     for task in tasks("dev", 400):

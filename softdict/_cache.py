@@ -8,10 +8,13 @@ written under a temporary name and renamed.
 
 from __future__ import annotations
 
+import hashlib
 import os
+from collections.abc import Iterable
+from importlib import metadata
 from pathlib import Path
 
-__all__ = ["CACHE_ENV_VAR", "cache_root", "write_whole"]
+__all__ = ["CACHE_ENV_VAR", "cache_root", "file_digest", "source_key", "write_whole"]
 
 CACHE_ENV_VAR = "SOFTDICT_CACHE_DIR"
 
@@ -34,3 +37,28 @@ def write_whole(path: Path, text: str) -> None:
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+def file_digest(path: Path) -> bytes:
+    """The SHA-256 of a file's bytes, read in blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.digest()
+
+
+def source_key(label: str, files: Iterable[Path], packages: Iterable[str]) -> str:
+    """A folder name for what is derived from ``files`` by ``packages``: a hash of ``label``
+    (which says what is made and in which format), the files' bytes and the packages' versions
+    (read from package metadata, without importing them). A new version of any of them makes a
+    new name, so an old derived file is never taken for a new one."""
+    digest = hashlib.sha256(label.encode())
+    for path in files:
+        digest.update(file_digest(path))
+    for package in packages:
+        try:
+            digest.update(f"{package} {metadata.version(package)}".encode())
+        except metadata.PackageNotFoundError:
+            digest.update(f"{package} absent".encode())
+    return digest.hexdigest()[:20]

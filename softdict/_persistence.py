@@ -453,6 +453,13 @@ def matching_encoder(
     saved = np.asarray(recorded.fingerprint, dtype=np.float64)
     if variant and fingerprint.shape == saved.shape:
         return text_encoder
+    if variant:
+        raise EncoderError(
+            f"this store's keys were embedded by {recorded.name!r} in {recorded.dim} dims, and "
+            f"{text_encoder.name!r} embeds in {fingerprint.shape[0]}: a variant with another "
+            f"dimension cannot answer for them, even with accept_variant=True. Load without "
+            f"encoder= to use {recorded.name!r}, or build the store again on {text_encoder.name!r}"
+        )
     if fingerprint.shape != saved.shape or not np.allclose(
         fingerprint, saved, atol=_FINGERPRINT_TOLERANCE
     ):

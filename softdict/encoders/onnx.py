@@ -24,19 +24,17 @@ the first time it is asked for.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import subprocess
 import sys
 import threading
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from softdict._cache import CACHE_ENV_VAR, cache_root, write_whole
+from softdict._cache import CACHE_ENV_VAR, cache_root, source_key, write_whole
 from softdict._errors import EncoderError
 
 __all__ = ["CACHE_ENV_VAR", "VARIANTS", "OnnxEncoder", "cache_root", "exported_model"]
@@ -59,22 +57,11 @@ _SESSION_LOCK = threading.Lock()
 @functools.cache
 def _export_key(model_dir: Path) -> str:
     """A name for the export of ``model_dir``: its weights' and tokenizer's hashes, and the
-    exporting libraries' versions (read from package metadata, without importing them).
-    Computed once per process: hashing the 90 MB of weights took about 0.07 s, and a process
-    that runs both variants (``SoftDict.load(..., accept_variant=True)``) asks twice."""
-    digest = hashlib.sha256(f"format {_EXPORT_FORMAT}".encode())
-    for name in ("model.safetensors", "tokenizer.json"):
-        part = hashlib.sha256()
-        with open(model_dir / name, "rb") as file:
-            for block in iter(lambda: file.read(1 << 20), b""):
-                part.update(block)
-        digest.update(part.digest())
-    for package in _EXPORTERS:
-        try:
-            digest.update(f"{package} {metadata.version(package)}".encode())
-        except metadata.PackageNotFoundError:
-            digest.update(f"{package} absent".encode())
-    return digest.hexdigest()[:20]
+    exporting libraries' versions. Computed once per process: hashing the 90 MB of weights took
+    about 0.07 s, and a process that runs both variants (``SoftDict.load(...,
+    accept_variant=True)``) asks twice."""
+    files = [model_dir / "model.safetensors", model_dir / "tokenizer.json"]
+    return source_key(f"format {_EXPORT_FORMAT}", files, _EXPORTERS)
 
 
 def exported_model(model_dir: Path, variant: str = "fp32") -> Path:

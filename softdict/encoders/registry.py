@@ -3,8 +3,9 @@
 Resolution order: the ``encoder`` argument; for ``encoder=None`` the ``SOFTDICT_MODEL``
 environment variable, then the bundled model. A name or path goes to a registered name first
 (the bundled model's hub name loads the bundled package), then to the name fallbacks
-(sentence-transformers, from disk only). An object goes to the first registered wrapper that
-recognises it (a SentenceTransformer), else it is used as it is if it has ``.encode``.
+(a model2vec folder, then sentence-transformers, from disk only). An object goes to the first
+registered wrapper that recognises it (a SentenceTransformer, a model2vec StaticModel), else it
+is used as it is if it has ``.encode``.
 """
 
 from __future__ import annotations
@@ -118,5 +119,6 @@ def _by_name(name: str, query_cache_size: int) -> TextEncoder:
             except EncoderError as exc:
                 errors.append(exc)
         else:
-            raise errors[0] if errors else EncoderError(f"no encoder is registered as {name!r}")
+            # The last way of reading a name (a sentence-transformers model) says most.
+            raise errors[-1] if errors else EncoderError(f"no encoder is registered as {name!r}")
     return TextEncoder(loaded, name, query_cache_size, loadable_by_name=True)
