@@ -249,6 +249,7 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
                 tail_bound=_optional(bound),
                 sampled=0 if chosen.n_sampled is None else int(chosen.n_sampled[i]),
                 value_stderr=stderrs[i],
+                weight_error=0.0 if chosen.weight_error is None else float(chosen.weight_error[i]),
             )
         )
     return results

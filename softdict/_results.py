@@ -49,8 +49,13 @@ class Attention:
         meaning_scores: the keys' similarity by embedding (cosine by default).
         spelling_scores: the keys' spelling similarity in [0, 1] (1: spelled the same, ignoring
             case, accents and punctuation), or None when the spelling channel was off (a query
-            given as an embedding, or ``lexical=0``).
+            given as an embedding, or ``lexical=0``). NaN for a key whose spelling was not
+            scored: it is spelled too unlike the query to add anything, or its score is too far
+            below the best for its spelling to matter (``weight_error`` bounds what it could
+            change; ``softdict.spelling.bounded``).
         spelling_weight: what a spelling term of 1 adds to this query's score (0 when off).
+        weight_error: an upper bound on the total variation distance between ``weights`` and
+            the weights that scoring every key's spelling would give (0: they are those).
     """
 
     query: str | None
@@ -68,6 +73,7 @@ class Attention:
     tail_bound: float | None = None
     sampled: int = 0
     value_stderr: float | np.ndarray | None = None
+    weight_error: float = 0.0
 
     def top(self, n: int = 5) -> list[tuple[str, float]]:
         """The ``n`` keys with the largest weights, as (key, weight) pairs."""

@@ -53,6 +53,7 @@ from softdict._sampling import (
 )
 from softdict.index.base import Allow, Capabilities, IndexBackend
 from softdict.spelling import SIMILARITY_FLOOR, SpellingIndex, SpellingQueries, spelling_term
+from softdict.spelling.bounded import bounded_scores
 
 __all__ = [
     "SPELLING_CANDIDATES",
@@ -150,6 +151,9 @@ class Selection:
         z: the normal quantile of the interval's confidence.
         n_draws: (m,) how many draws each query's sample was kept from (those that fell in the
             head were dropped; ``softdict._sampling``); 0 where the rest was scored whole.
+        weight_error: (m,) a bound on the total variation between ``weights`` and those of
+            every key's exact combined score, from spelling left unscored
+            (``spelling.bounded``); None where every score is exact.
     """
 
     scores: np.ndarray
@@ -166,6 +170,7 @@ class Selection:
     tail_stderr: np.ndarray | None = None
     z: float = 1.96
     n_draws: np.ndarray | None = None
+    weight_error: np.ndarray | None = None
 
     def tail_interval(self) -> np.ndarray:
         """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]."""
@@ -281,17 +286,30 @@ def _every_key_with_spelling(
     n_allowed: int,
     spelling: SpellingRequest,
 ) -> Selection:
-    """Both channels over every allowed key; a fixed k keeps the k best combined scores."""
+    """Both channels over every allowed key, spelling scored where it can matter
+    (``spelling.bounded``); a fixed k keeps the k best combined scores."""
     meaning, ids = backend.score_all(queries, allow)
-    similarity = spelling.index.similarity(spelling.queries, ids)
-    combined = _combined(meaning, similarity, spelling.weights)
     m, temperature = len(queries), policy.temperature
+    combined = np.empty(meaning.shape)
+    similarity = np.empty(meaning.shape)
+    error = np.zeros(m)
+    keep = 1 if policy.top_k is None else policy.top_k
+    for i, ceiling in enumerate(spelling.index.ceilings(spelling.queries, ids)):
+        query = spelling.queries.row(i)
+
+        def exact(positions: np.ndarray, query: SpellingQueries = query) -> np.ndarray:
+            return spelling.index.similarity(query, ids[positions])[0]
+
+        row = bounded_scores(
+            meaning[i], ceiling, float(spelling.weights[i]), temperature, exact, keep=keep
+        )
+        combined[i], similarity[i], error[i] = row.combined, row.similarity, row.error
     if policy.top_k is None:
         weights = softmax(combined, temperature)
         zeros = np.zeros(m)
         return Selection(
             combined, ids, weights, np.full(m, len(ids)), zeros, zeros, meaning, similarity,
-            spelling.weights,
+            spelling.weights, weight_error=error,
         )  # fmt: skip
     best, columns = top_of_scores(combined, min(policy.top_k, n_allowed))
     found = columns >= 0
@@ -310,6 +328,7 @@ def _every_key_with_spelling(
         gather(meaning, -np.inf),
         gather(similarity, np.nan),
         spelling.weights,
+        weight_error=error,
     )
 
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import unicodedata
 
 import numpy as np
+from rapidfuzz import fuzz
+from rapidfuzz.distance import OSA
 
 FAKE_DIM = 16
 
@@ -54,3 +57,25 @@ def same_value(a: object, b: object) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.array_equal(np.asarray(a, dtype=float), np.asarray(b, dtype=float))
     return a == b and type(a) is type(b)
+
+
+# -- the spelling similarity, naively (softdict.spelling.scores) ------------------------------
+
+
+def naive_form(text: str) -> str:
+    bare = "".join(
+        ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch)
+    )
+    return " ".join("".join(ch if ch.isalnum() else " " for ch in bare.casefold()).split())
+
+
+def naive_spelling(query: str, key: str) -> float:
+    """(the better Indel similarity of the forms and their sorted words + OSA similarity) / 2,
+    pair by pair with rapidfuzz's plain scorers; 0 when either form is empty."""
+    q, k = naive_form(query), naive_form(key)
+    if not q or not k:
+        return 0.0
+    indel = max(
+        fuzz.ratio(q, k), fuzz.ratio(" ".join(sorted(q.split())), " ".join(sorted(k.split())))
+    )
+    return (indel / 100 + OSA.normalized_similarity(q, k)) / 2

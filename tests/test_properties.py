@@ -8,7 +8,8 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from _support import FakeEncoder, same_value
+import pycountry
+from _support import FakeEncoder, naive_spelling, same_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -216,3 +217,76 @@ def test_any_table_builds_or_fails_with_a_clear_error(header, rows, fmt, extra) 
         assert code in (0, 1)
         if code == 1:
             assert message.startswith("softdict: error:") and "internal error" not in message
+
+
+# -- spelling scored where it can matter (softdict.spelling.bounds, .bounded) -----------------
+
+# Letters, digits, the space, accented and non-Latin letters, punctuation: what people type.
+_TYPED = st.text(alphabet="aabeinorstuyz AEGR19éüßİ日本-'.", max_size=14)
+
+
+@given(query=_TYPED, keys=st.lists(_TYPED, min_size=1, max_size=12))
+@settings(max_examples=300, deadline=None)
+def test_the_character_count_ceiling_bounds_the_spelling_similarity(
+    query: str, keys: list[str]
+) -> None:
+    from softdict.spelling import spelling_form
+    from softdict.spelling.bounds import character_counts, similarity_ceiling
+
+    forms = [spelling_form(key) for key in keys]
+    query_form = spelling_form(query)
+    ceiling = similarity_ceiling(
+        character_counts([query_form])[0],
+        len(query_form),
+        character_counts(forms),
+        np.array([len(form) for form in forms]),
+    )
+    exact = np.array([naive_spelling(query, key) for key in keys])
+    assert np.all(ceiling >= exact - 1e-9), (query_form, forms, ceiling, exact)
+
+
+_NAMES = sorted(c.name for c in pycountry.countries)
+
+
+def _typo(name: str, position: int, edit: int) -> str:
+    i = position % max(len(name), 1)
+    return [name[:i] + name[i + 1 :], name[:i] + "x" + name[i + 1 :], name[:i] + name[i:]][edit]
+
+
+@given(
+    picked=st.lists(st.sampled_from(_NAMES), min_size=2, max_size=60, unique=True),
+    target=st.integers(0, 10_000),
+    position=st.integers(0, 40),
+    edit=st.integers(0, 2),
+    top_k=st.sampled_from([None, 1, 3]),
+)
+@settings(max_examples=60, deadline=None)
+def test_spelling_scored_where_it_matters_answers_as_scoring_every_key(
+    picked: list[str], target: int, position: int, edit: int, top_k: int | None
+) -> None:
+    """Against every key's exact combined score, computed naively: the same best key (and the
+    same k best under top_k), and weights within the reported bound, itself under 1e-4."""
+    values = np.arange(len(picked), dtype=float)
+    sd = SoftDict(dict(zip(picked, values)), encoder=FakeEncoder(), temperature=0.05, top_k=top_k)
+    query = _typo(picked[target % len(picked)], position, edit)
+    encoder = FakeEncoder()
+    q, K = encoder.encode([query])[0], encoder.encode(picked)
+    cosine = K @ q / (np.linalg.norm(K, axis=1) * np.linalg.norm(q) + 1e-300)
+    spelled = np.array([naive_spelling(query, key) for key in picked])
+    combined = cosine + sd.attend(query).spelling_weight * np.maximum(spelled - 0.4, 0) / 0.6
+    attention = sd.attend(query)
+    order = np.argsort(-combined, kind="stable")
+    ties = np.isclose(combined, combined[order[0]], rtol=0, atol=1e-6)
+    assert attention.keys[0] in {picked[i] for i in np.flatnonzero(ties)}
+    if top_k is not None:
+        k = min(top_k, len(picked))
+        kth = combined[order[k - 1]]
+        assert {picked[i] for i in order[:k] if combined[i] > kth + 1e-6} <= set(attention.keys)
+        return
+    assert attention.weight_error <= 1e-4
+    column = {key: i for i, key in enumerate(picked)}
+    exact = np.exp((combined - combined.max()) / 0.05)
+    exact /= exact.sum()
+    mine = np.zeros(len(picked))
+    mine[[column[key] for key in attention.keys]] = attention.weights
+    assert np.abs(mine - exact).sum() / 2 <= attention.weight_error + 1e-6

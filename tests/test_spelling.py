@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import functools
 import json
-import unicodedata
 from pathlib import Path
 
 import numpy as np
 import pycountry
 import pytest
-from _support import FakeEncoder
+from _support import FakeEncoder, naive_form, naive_spelling
 from rapidfuzz import fuzz
 from rapidfuzz.distance import OSA
 
@@ -55,25 +54,6 @@ def typo_queries(names: list[str], n: int) -> dict[str, str]:
 
 
 # -- the formula, naively ---------------------------------------------------------------------
-
-
-def naive_form(text: str) -> str:
-    bare = "".join(
-        ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch)
-    )
-    return " ".join("".join(ch if ch.isalnum() else " " for ch in bare.casefold()).split())
-
-
-def naive_spelling(query: str, key: str) -> float:
-    """(the better Indel similarity of the forms and their sorted words + OSA similarity) / 2,
-    pair by pair with rapidfuzz's plain scorers; 0 when either form is empty."""
-    q, k = naive_form(query), naive_form(key)
-    if not q or not k:
-        return 0.0
-    indel = max(
-        fuzz.ratio(q, k), fuzz.ratio(" ".join(sorted(q.split())), " ".join(sorted(k.split())))
-    )
-    return (indel / 100 + OSA.normalized_similarity(q, k)) / 2
 
 
 def naive_weight(unknown: float, lexical: float = 1.0, known: float = 1 / 16) -> float:
@@ -115,14 +95,23 @@ def test_lookup_is_softmax_of_meaning_plus_weighted_spelling(query: str, unknown
     assert attention.spelling_weight == pytest.approx(naive_weight(unknown))
     column = {key: i for i, key in enumerate(COUNTRIES)}
     order = [column[key] for key in attention.keys]
-    np.testing.assert_allclose(attention.scores, combined[order], rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(attention.weights, weights[order], rtol=1e-5, atol=1e-9)
+    # Spelling is scored where it can matter (softdict.spelling.bounded): elsewhere the score is
+    # the meaning, the similarity NaN, and the weights are within the reported bound.
     spelled = np.array([naive_spelling(query, key) for key in attention.keys])
-    np.testing.assert_allclose(attention.spelling_scores, spelled, atol=1e-6)
+    scored = ~np.isnan(attention.spelling_scores)
+    assert scored[0] and attention.keys[0] == COUNTRIES[int(np.argmax(combined))]
+    np.testing.assert_allclose(attention.spelling_scores[scored], spelled[scored], atol=1e-6)
     np.testing.assert_allclose(
-        attention.scores,
-        attention.meaning_scores
-        + attention.spelling_weight * np.maximum(attention.spelling_scores - 0.4, 0) / 0.6,
+        attention.scores[scored], combined[order][scored], rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(attention.scores[~scored], attention.meaning_scores[~scored])
+    total_variation = np.abs(attention.weights - weights[order]).sum() / 2
+    assert total_variation <= attention.weight_error + 1e-6
+    assert attention.weight_error <= 1e-4
+    np.testing.assert_allclose(
+        attention.scores[scored],
+        attention.meaning_scores[scored]
+        + attention.spelling_weight * np.maximum(attention.spelling_scores[scored] - 0.4, 0) / 0.6,
         rtol=1e-6,
         atol=1e-6,
     )

@@ -22,6 +22,7 @@ from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows
 from softdict.index._ids import IdRows
 from softdict.index.base import Allow
+from softdict.spelling.bounds import BUCKETS, character_counts, similarity_ceiling
 from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
 from softdict.spelling.scores import KeyForms, spelling_similarity
 from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
@@ -67,6 +68,8 @@ class SpellingIndex:
         # to nothing), for short queries' neighbours.
         self._first = GrowableRows((), np.int32)
         self._length = GrowableRows((), np.int32)
+        # Each form's character counts, for the ceiling on its spelling similarity (``bounds``).
+        self._counts = GrowableRows((BUCKETS,), np.uint8)
         self._multiword_rows = 0  # rows (tombstones included) whose form has several words
         self._empty_rows = 0
         self._ngrams: NgramCandidates | None = None
@@ -98,6 +101,7 @@ class SpellingIndex:
         self._sorted_forms.append(sorted_forms)
         self._first.append(first)
         self._length.append(length)
+        self._counts.append(character_counts(prepared.forms))
         self._multiword_rows += multiword
         self._empty_rows += int(np.count_nonzero(length == 0))
         if self._ngrams is not None:
@@ -128,7 +132,7 @@ class SpellingIndex:
             return
         live = self._rows.live_rows()
         self._rows.keep(live)
-        for column in (self._forms, self._sorted_forms, self._first, self._length):
+        for column in (self._forms, self._sorted_forms, self._first, self._length, self._counts):
             column.keep(live)
         self._multiword_rows = int(
             sum(a is not b for a, b in zip(self._forms.view, self._sorted_forms.view))
@@ -175,6 +179,23 @@ class SpellingIndex:
                 raise KeyError("the spelling index was asked for ids it does not hold")
             result[i, found] = spelling_similarity(queries.row(i), self._key_forms(rows))[0]
         return result
+
+    def ceilings(self, queries: SpellingQueries, ids: np.ndarray) -> np.ndarray:
+        """(m, c) float64: an upper bound on each query's spelling similarity with the keys of
+        ``ids`` (c,), all held, from character counts alone (``bounds``)."""
+        rows = self._rows_of_held(np.asarray(ids, dtype=np.int64))
+        counts = self._counts.view if rows is None else self._counts.view[rows]
+        lengths = self._length.view if rows is None else self._length.view[rows]
+        return (
+            np.stack(
+                [
+                    similarity_ceiling(queries.counts[i], len(form), counts, lengths)
+                    for i, form in enumerate(queries.forms)
+                ]
+            )
+            if len(queries)
+            else np.zeros((0, len(lengths)))
+        )
 
     def candidates(
         self, queries: SpellingQueries, n: int, allow: Allow | None
@@ -226,7 +247,7 @@ class SpellingIndex:
             sys.getsizeof(s) for s, form in zip(self._sorted_forms.view, forms) if s is not form
         )
         arrays = forms.nbytes + self._sorted_forms.view.nbytes
-        arrays += self._first.view.nbytes + self._length.view.nbytes
+        arrays += self._first.view.nbytes + self._length.view.nbytes + self._counts.view.nbytes
         ngrams = self._ngrams.nbytes() if self._ngrams is not None else 0
         return int(strings + arrays + self._rows.nbytes() + ngrams)
 

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from softdict.spelling.bounds import character_counts
+
 __all__ = ["SpellingQueries", "spelling_form", "token_sorted", "unknown_share"]
 
 # A word is common when wordfreq's English list gives it a Zipf frequency of at least this
@@ -114,11 +116,13 @@ class SpellingQueries:
         forms: each query's spelling form.
         sorted_forms: each form with its words sorted.
         unknown: (m,) each query's unknown share (see ``unknown_share``).
+        counts: (m, 64) each form's character counts (``bounds.character_counts``).
     """
 
     forms: list[str]
     sorted_forms: list[str]
     unknown: np.ndarray
+    counts: np.ndarray
 
     @classmethod
     def of(cls, texts: list[str]) -> SpellingQueries:
@@ -127,6 +131,7 @@ class SpellingQueries:
             forms,
             [token_sorted(form) for form in forms],
             np.array([unknown_share(text) for text in texts], dtype=np.float64),
+            character_counts(forms),
         )
 
     def __len__(self) -> int:
@@ -143,4 +148,5 @@ class SpellingQueries:
             [self.forms[i] for i in picked],
             [self.sorted_forms[i] for i in picked],
             self.unknown[picked],
+            self.counts[picked],
         )
