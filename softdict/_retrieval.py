@@ -53,7 +53,6 @@ from softdict._sampling import (
 )
 from softdict.index.base import Allow, Capabilities, IndexBackend
 from softdict.spelling import SIMILARITY_FLOOR, SpellingIndex, SpellingQueries, spelling_term
-from softdict.spelling.bounded import bounded_scores
 
 __all__ = [
     "SPELLING_CANDIDATES",
@@ -290,20 +289,10 @@ def _every_key_with_spelling(
     (``spelling.bounded``); a fixed k keeps the k best combined scores."""
     meaning, ids = backend.score_all(queries, allow)
     m, temperature = len(queries), policy.temperature
-    combined = np.empty(meaning.shape)
-    similarity = np.empty(meaning.shape)
-    error = np.zeros(m)
     keep = 1 if policy.top_k is None else policy.top_k
-    for i, ceiling in enumerate(spelling.index.ceilings(spelling.queries, ids)):
-        query = spelling.queries.row(i)
-
-        def exact(positions: np.ndarray, query: SpellingQueries = query) -> np.ndarray:
-            return spelling.index.similarity(query, ids[positions])[0]
-
-        row = bounded_scores(
-            meaning[i], ceiling, float(spelling.weights[i]), temperature, exact, keep=keep
-        )
-        combined[i], similarity[i], error[i] = row.combined, row.similarity, row.error
+    combined, similarity, error = spelling.index.bounded_scores(
+        spelling.queries, ids, meaning, spelling.weights, temperature, keep
+    )
     if policy.top_k is None:
         weights = softmax(combined, temperature)
         zeros = np.zeros(m)

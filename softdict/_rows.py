@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GrowableRows", "compaction_due", "positions_of"]
+__all__ = ["GrowableColumns", "GrowableRows", "compaction_due", "positions_of"]
 
 # Deleted rows are dropped once they outnumber live ones (and are at least this many), so a scan
 # never covers more than about twice the live rows, and the cost of compacting is amortised over
@@ -60,3 +60,39 @@ class GrowableRows:
         self._data = np.zeros((max(16, len(kept)), *self._data.shape[1:]), self._data.dtype)
         self._data[: len(kept)] = kept
         self._size = len(kept)
+
+
+class GrowableColumns:
+    """Like ``GrowableRows`` of (width,) rows, held column by column: ``view`` is (width, n),
+    so the rows' values of one column are contiguous. Reading a few columns of every row (the
+    spelling channel reads the query's letters of every key) then reads a few contiguous runs
+    instead of touching every row."""
+
+    def __init__(self, width: int, dtype: type | np.dtype) -> None:
+        self._data = np.zeros((width, 16), dtype=dtype)
+        self._size = 0
+
+    def __len__(self) -> int:
+        return self._size
+
+    @property
+    def view(self) -> np.ndarray:
+        return self._data[:, : self._size]
+
+    def append(self, rows: np.ndarray) -> None:
+        """Append (k, width) rows."""
+        needed = self._size + len(rows)
+        if needed > self._data.shape[1]:
+            grown = np.zeros(
+                (self._data.shape[0], max(needed, 2 * self._data.shape[1])), self._data.dtype
+            )
+            grown[:, : self._size] = self._data[:, : self._size]
+            self._data = grown
+        self._data[:, self._size : needed] = np.asarray(rows).T
+        self._size = needed
+
+    def keep(self, rows: np.ndarray) -> None:
+        kept = self._data[:, rows]
+        self._data = np.zeros((self._data.shape[0], max(16, kept.shape[1])), self._data.dtype)
+        self._data[:, : kept.shape[1]] = kept
+        self._size = kept.shape[1]

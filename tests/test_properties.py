@@ -238,11 +238,14 @@ def test_the_character_count_ceiling_bounds_the_spelling_similarity(
     ceiling = similarity_ceiling(
         character_counts([query_form])[0],
         len(query_form),
-        character_counts(forms),
-        np.array([len(form) for form in forms]),
+        character_counts(forms).T,
+        np.array([len(form) for form in forms], dtype=np.float32),
     )
     exact = np.array([naive_spelling(query, key) for key in keys])
-    assert np.all(ceiling >= exact - 1e-9), (query_form, forms, ceiling, exact)
+    # A few forms are counted in Python, many in numpy: the same counts.
+    few = character_counts(forms[:8])
+    np.testing.assert_array_equal(few, character_counts(forms[:8] * 9)[: len(few)])
+    assert np.all(ceiling >= exact - 1e-6), (query_form, forms, ceiling, exact)  # float32
 
 
 _NAMES = sorted(c.name for c in pycountry.countries)

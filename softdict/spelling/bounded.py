@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softdict.spelling.scores import spelling_term
+from softdict.spelling.scores import SIMILARITY_FLOOR, spelling_term
 
 __all__ = ["FIRST_ROUND", "SPELLING_TOLERANCE", "BoundedScores", "bounded_scores"]
 
@@ -74,24 +74,24 @@ def bounded_scores(
     combined = np.array(meaning, dtype=np.float64)
     # A ceiling of 0 (no character in common, or an empty form) is the similarity itself.
     similarity = np.where(ceiling == 0.0, 0.0, np.nan)
-    gain = weight * spelling_term(ceiling)
-    open_ = np.flatnonzero(gain > 0)
-    upper = combined[open_] + gain[open_]
+    # Spelling adds nothing at or below the floor: those keys' scores are exact already.
+    open_ = np.flatnonzero(ceiling > SIMILARITY_FLOOR)
+    upper = combined[open_] + weight * spelling_term(ceiling[open_])
     keep = max(1, min(keep, n))
-    size, scored = FIRST_ROUND, 0
-    error = 0.0
+    size, scored, error = FIRST_ROUND, 0, 0.0
     while len(open_):
-        error = _error(combined, open_, upper, temperature)
         kth = np.partition(combined, n - keep)[n - keep] if keep > 1 else combined.max()
-        if upper.max() < kth and error <= tolerance:
-            break
+        if upper.max() < kth:  # the best keys are settled; is the rest's weight?
+            error = _error(combined, open_, upper, temperature)
+            if error <= tolerance:
+                break
         pick = np.arange(len(open_))
         if len(open_) > size:
             pick = np.argpartition(-upper, size - 1)[:size]
         positions = open_[pick]
         found = np.asarray(exact_similarity(positions), dtype=np.float64)
         similarity[positions] = found
-        combined[positions] = meaning[positions] + weight * spelling_term(found)
+        combined[positions] += weight * spelling_term(found)
         left = np.ones(len(open_), dtype=bool)
         left[pick] = False
         open_, upper = open_[left], upper[left]

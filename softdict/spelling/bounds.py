@@ -15,7 +15,7 @@ bounded by how many characters the two texts share, counted as multisets (B):
 So similarity ≤ (2B / (|q| + |k|) + B / max(|q|, |k|)) / 2. Characters are counted in 64
 buckets (letters and digits one each, the space one, the rest of Unicode hashed into 27):
 sharing a bucket can only raise min(count_q, count_k) summed, so the bound still holds. Counts
-are kept as uint8; a form with 255 or more of one bucket is bounded by 1 (always scored).
+are kept as uint8 (at most 255), held by bucket so that a query reads only its own buckets.
 ``softdict.spelling.bounded`` scores exactly only the keys this bound cannot rule out.
 """
 
@@ -29,6 +29,7 @@ BUCKETS = 64
 _SPACE = 36
 _OTHER = 37  # buckets 37..63: every other code point, by its value modulo 27
 _SATURATED = 255
+_ROUNDING = np.float32(1e-6)
 
 
 def _buckets(codes: np.ndarray) -> np.ndarray:
@@ -43,14 +44,33 @@ def _buckets(codes: np.ndarray) -> np.ndarray:
     return out
 
 
+# Each ASCII character's bucket, for counting a few forms in Python (a query's).
+_ASCII_BUCKETS = [int(b) for b in _buckets(np.arange(128))]
+# Up to this many forms are counted in Python: numpy's set-up costs more (13 us for one form).
+_FEW_FORMS = 8
+
+
 def character_counts(forms: list[str]) -> np.ndarray:
     """(n, 64) uint8: how many characters of each bucket each form holds (at most 255)."""
     n = len(forms)
+    if n <= _FEW_FORMS:
+        rows = []
+        for form in forms:
+            counts = [0] * BUCKETS
+            for ch in form:
+                code = ord(ch)
+                counts[
+                    _ASCII_BUCKETS[code] if code < 128 else _OTHER + code % (BUCKETS - _OTHER)
+                ] += 1
+            rows.append(counts)
+        return np.minimum(np.array(rows, dtype=np.int64).reshape(n, BUCKETS), _SATURATED).astype(
+            np.uint8
+        )
     lengths = np.fromiter(map(len, forms), dtype=np.int64, count=n)
     # One UTF-32 buffer of every form: its units are code points, as Python's len counts them.
     codes = np.frombuffer("".join(forms).encode("utf-32-le"), dtype=np.uint32)
-    rows = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    flat = np.bincount(rows * BUCKETS + _buckets(codes), minlength=n * BUCKETS)
+    rows_of = np.repeat(np.arange(n, dtype=np.int64), lengths)
+    flat = np.bincount(rows_of * BUCKETS + _buckets(codes), minlength=n * BUCKETS)
     return np.minimum(flat.reshape(n, BUCKETS), _SATURATED).astype(np.uint8)
 
 
@@ -60,21 +80,24 @@ def similarity_ceiling(
     key_counts: np.ndarray,
     key_lengths: np.ndarray,
 ) -> np.ndarray:
-    """(n,) float64: an upper bound on the spelling similarity of one query (its counts (64,)
-    and form length) with each key (counts (n, 64), lengths (n,))."""
-    n = len(key_lengths)
+    """(n,) float32: an upper bound on the spelling similarity of one query (its counts (64,)
+    and form length) with each key (counts held by column, (64, n), and lengths (n,) float32).
+
+    A key's count of 255 may stand for more; min(query's count, 255) is still exact while the
+    query holds fewer than 255 characters. A longer query is bounded by 1 (always scored)."""
+    n = key_counts.shape[1]
     if query_length == 0:
-        return np.zeros(n)  # an empty form is alike to nothing
+        return np.zeros(n, dtype=np.float32)  # an empty form is alike to nothing
+    if query_length >= _SATURATED:
+        return np.where(key_lengths > 0, 1.0, 0.0).astype(np.float32)
     columns = np.flatnonzero(query_counts)
-    held = key_counts[:, columns]
-    shared = np.minimum(held, query_counts[columns]).sum(axis=1, dtype=np.float64)
-    lengths = key_lengths.astype(np.float64)
+    shared = np.minimum(key_counts[columns], query_counts[columns, None]).sum(
+        axis=0, dtype=np.uint16
+    )
+    # (2B / (|q| + |k|) + B / max(|q|, |k|)) / 2, and a margin: float32 rounds the bound by
+    # ~1e-7 either way. An empty key (|k| = 0) shares nothing: 0.
     with np.errstate(divide="ignore", invalid="ignore"):
-        ceiling = (
-            2.0 * shared / (query_length + lengths) + shared / np.maximum(query_length, lengths)
-        ) / 2.0
-    ceiling = np.where(lengths > 0, ceiling, 0.0)
-    if np.any(query_counts[columns] == _SATURATED):
-        return np.where(lengths > 0, 1.0, 0.0)
-    saturated = (held == _SATURATED).any(axis=1)
-    return np.where(saturated, 1.0, np.minimum(ceiling, 1.0))
+        per_shared = 1.0 / (query_length + key_lengths) + 0.5 / np.maximum(
+            key_lengths, query_length
+        )
+    return np.minimum(shared.astype(np.float32) * (per_shared + _ROUNDING), 1.0)

@@ -19,9 +19,10 @@ import numpy as np
 
 from softdict._config import EXACT_MAX_KEYS
 from softdict._files import FileReader, StoreFiles
-from softdict._rows import GrowableRows
+from softdict._rows import GrowableColumns, GrowableRows
 from softdict.index._ids import IdRows
 from softdict.index.base import Allow
+from softdict.spelling.bounded import bounded_scores
 from softdict.spelling.bounds import BUCKETS, character_counts, similarity_ceiling
 from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
 from softdict.spelling.scores import KeyForms, spelling_similarity
@@ -69,7 +70,7 @@ class SpellingIndex:
         self._first = GrowableRows((), np.int32)
         self._length = GrowableRows((), np.int32)
         # Each form's character counts, for the ceiling on its spelling similarity (``bounds``).
-        self._counts = GrowableRows((BUCKETS,), np.uint8)
+        self._counts = GrowableColumns(BUCKETS, np.uint8)
         self._multiword_rows = 0  # rows (tombstones included) whose form has several words
         self._empty_rows = 0
         self._ngrams: NgramCandidates | None = None
@@ -180,22 +181,39 @@ class SpellingIndex:
             result[i, found] = spelling_similarity(queries.row(i), self._key_forms(rows))[0]
         return result
 
-    def ceilings(self, queries: SpellingQueries, ids: np.ndarray) -> np.ndarray:
-        """(m, c) float64: an upper bound on each query's spelling similarity with the keys of
-        ``ids`` (c,), all held, from character counts alone (``bounds``)."""
+    def bounded_scores(
+        self,
+        queries: SpellingQueries,
+        ids: np.ndarray,
+        meaning: np.ndarray,
+        weights: np.ndarray,
+        temperature: float,
+        keep: int = 1,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each query's combined score over the keys of ``ids`` (c,), all held, from their
+        ``meaning`` (m, c), spelling scored where it can matter (``bounded``): (combined,
+        spelling similarity with NaN where not scored, each query's bound on its weights' error).
+        ``keep``: the number of best keys whose choice must be exact (top-k attention)."""
         rows = self._rows_of_held(np.asarray(ids, dtype=np.int64))
-        counts = self._counts.view if rows is None else self._counts.view[rows]
+        counts = self._counts.view if rows is None else self._counts.view[:, rows]
         lengths = self._length.view if rows is None else self._length.view[rows]
-        return (
-            np.stack(
-                [
-                    similarity_ceiling(queries.counts[i], len(form), counts, lengths)
-                    for i, form in enumerate(queries.forms)
-                ]
+        lengths = lengths.astype(np.float32)
+        forms = self._key_forms(rows)
+        combined = np.empty(meaning.shape)
+        similarity = np.empty(meaning.shape)
+        error = np.zeros(len(queries))
+        for i, form in enumerate(queries.forms):
+            query = queries.row(i)
+
+            def exact(positions: np.ndarray, query: SpellingQueries = query) -> np.ndarray:
+                return spelling_similarity(query, forms.subset(positions))[0]
+
+            ceiling = similarity_ceiling(queries.counts[i], len(form), counts, lengths)
+            row = bounded_scores(
+                meaning[i], ceiling, float(weights[i]), temperature, exact, keep=keep
             )
-            if len(queries)
-            else np.zeros((0, len(lengths)))
-        )
+            combined[i], similarity[i], error[i] = row.combined, row.similarity, row.error
+        return combined, similarity, error
 
     def candidates(
         self, queries: SpellingQueries, n: int, allow: Allow | None

@@ -63,6 +63,14 @@ class KeyForms:
     def __len__(self) -> int:
         return len(self.forms)
 
+    def subset(self, positions: np.ndarray) -> KeyForms:
+        """The forms at ``positions``."""
+        return KeyForms(
+            self.forms[positions],
+            None if self.sorted_forms is None else self.sorted_forms[positions],
+            None if self.empty is None else self.empty[positions],
+        )
+
 
 def spelling_similarity(queries: SpellingQueries, keys: KeyForms) -> np.ndarray:
     """The spelling similarity (m, n) float32 in [0, 1] of each query with each key."""
