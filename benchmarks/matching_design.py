@@ -75,9 +75,14 @@ def spelling(queries: list[str], keys: list[str]) -> dict[str, np.ndarray]:
 
 
 def cosine(queries: np.ndarray, keys: np.ndarray) -> np.ndarray:
-    queries = queries / np.linalg.norm(queries, axis=1, keepdims=True)
-    keys = keys / np.linalg.norm(keys, axis=1, keepdims=True)
-    return queries @ keys.T
+    """As softdict's cosine: a zero embedding (a static model's for a text of unknown tokens)
+    scores 0 against everything, not NaN."""
+
+    def unit(x: np.ndarray) -> np.ndarray:
+        norms = np.linalg.norm(x, axis=1, keepdims=True)
+        return x / np.where(norms > 0, norms, 1.0)
+
+    return unit(queries) @ unit(keys).T
 
 
 ISSUE = {
