@@ -218,9 +218,24 @@ def _query(args: argparse.Namespace) -> int:
         sd.temperature = args.temperature  # ConfigError for a bad one
     if args.lexical is not None:
         sd.lexical = args.lexical
+    if not (args.explain or args.json or args.min_score is not None):
+        # Values alone: the bulk path (one encoder call, no Attention per query).
+        for value in _listed(sd.lookup(texts)):
+            value = _plain(value)
+            print(
+                f"{value:.6g}"
+                if isinstance(value, float)
+                else json.dumps(value, ensure_ascii=False)
+            )
+        return 0
     attentions = sd.attend(texts)  # one batch: one encoder call, one search
     matched = [_report(a, args.min_score, args.top, args) for a in attentions]
     return 0 if all(matched) else NO_MATCH
+
+
+def _listed(values: Any) -> list[Any]:
+    """A batch result as one item per query (an array of vectors is one row each)."""
+    return list(values) if not isinstance(values, list) else values
 
 
 def _info_remote(args: argparse.Namespace) -> int:

@@ -287,6 +287,31 @@ def test_queries_from_a_file_or_stdin_give_one_result_per_line(
     assert both.returncode == 1 and "not both" in both.stderr
 
 
+@pytest.mark.parametrize("values", [["sweet"], ["sweet", "hard"], ["kind"]])
+def test_plain_values_from_a_file_are_the_values_each_query_explains(
+    tmp_path: Path, values: list[str]
+) -> None:
+    """Without --json, --explain or --min-score, a file of queries is one bulk lookup: the
+    values printed are those the per-query path reports, for numbers, vectors and labels."""
+    rows = [
+        {"name": "apple", "sweet": 0.8, "hard": 0.3, "kind": "fruit"},
+        {"name": "granite", "sweet": 0.0, "hard": 1.0, "kind": "rock"},
+        {"name": "honey cake", "sweet": 1.0, "hard": 0.1, "kind": "food"},
+    ]
+    (tmp_path / "d.json").write_text(json.dumps(rows))
+    options = [arg for value in values for arg in ("--value", value)]
+    run("build", str(tmp_path / "d.json"), "--key", "name", *options, "-o", str(tmp_path / "s"))
+    queries = tmp_path / "q.txt"
+    queries.write_text("aple\nbasalt\nsomething sweet\ngranit\n")
+    plain = run("query", str(tmp_path / "s"), "--file", str(queries)).stdout.splitlines()
+    explained = run("query", str(tmp_path / "s"), "--file", str(queries), "--json").stdout
+    expected = [json.loads(line)["value"] for line in explained.splitlines()]
+    assert len(plain) == len(expected) == 4
+    for line, value in zip(plain, expected):
+        # Numbers print with 6 significant digits; labels exactly.
+        assert json.loads(line) == (value if isinstance(value, str) else pytest.approx(value, 1e-5))
+
+
 def test_temperature_option_and_explain_shortens_long_keys(tmp_path: Path) -> None:
     long_key = "an apple pie " + "with cream " * 10
     _, store = build(tmp_path, f"name,price\n{long_key},10\nbanana bread,5\n")
