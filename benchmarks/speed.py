@@ -118,7 +118,7 @@ def single_queries(n: int, labels: list[str]) -> dict[str, list[float]]:
     for label in labels:
         if n > EMBED_MAX[label] and label != DEFAULT:
             continue
-        sd, seconds, memory = build(label, keys)
+        sd, _, memory = build(label, keys)
         methods[f"softdict {label}"] = sd.lookup
         if label == DEFAULT:
             extra["spelling scored"] = spelling_scored(sd, queries)
@@ -134,7 +134,7 @@ def single_queries(n: int, labels: list[str]) -> dict[str, list[float]]:
             values = np.arange(n, dtype=np.float64)
             embedded = dict(zip(queries, encoder.encode_queries(queries)))
 
-            def exact(q: str, vectors: np.ndarray = vectors, values: np.ndarray = values) -> float:
+            def exact(q: str, vectors=vectors, values=values, embedded=embedded) -> float:
                 scores = vectors @ embedded[q]
                 weights = np.exp((scores - scores.max()) / TEMPERATURE)
                 return float(weights @ values / weights.sum())
@@ -143,10 +143,8 @@ def single_queries(n: int, labels: list[str]) -> dict[str, list[float]]:
         del sd
         gc.collect()
     for name, scorer in (("ratio", fuzz.ratio), ("WRatio", fuzz.WRatio)):
-        methods[f"rapidfuzz extractOne ({name})"] = (
-            lambda q, scorer=scorer: process.extractOne(
-                q, keys, scorer=scorer, processor=utils.default_process
-            )
+        methods[f"rapidfuzz extractOne ({name})"] = lambda q, scorer=scorer: process.extractOne(
+            q, keys, scorer=scorer, processor=utils.default_process
         )
     for q in queries[:5]:  # warm every method once
         for call in methods.values():
