@@ -57,7 +57,12 @@ def selections(
     capabilities = store.backend.capabilities
     width = columns_per_query(capabilities, policy, n_allowed, spelling is not None)
     step = max(1, CHUNK_ENTRIES // width)
-    for start in range(0, max(len(prepared), 1), step):
+    if len(prepared) <= step:  # one chunk: the whole batch as it is
+        yield slice(0, len(prepared)), select(
+            store.backend, prepared, policy, allow, n_allowed, spelling
+        )
+        return
+    for start in range(0, len(prepared), step):
         rows = slice(start, start + step)
         part = None if spelling is None else spelling.subset(np.arange(len(prepared))[rows])
         yield rows, select(store.backend, prepared[rows], policy, allow, n_allowed, part)
