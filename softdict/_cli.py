@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -163,7 +164,12 @@ def _report(
     matched = min_score is None or bool(attention.scores[0] >= min_score)
     shown = list(zip(attention.keys, attention.weights, attention.scores))[:top]
     meaning = attention.meaning_scores.tolist()
-    spelling = None if attention.spelling_scores is None else attention.spelling_scores.tolist()
+    # A key whose spelling was not scored (NaN: it could not matter) shows none: null in JSON.
+    spelling = (
+        None
+        if attention.spelling_scores is None
+        else [None if math.isnan(s) else s for s in attention.spelling_scores.tolist()]
+    )
     if args.json:
         result: dict[str, Any] = {"query": attention.query, "match": matched}
         if matched:
@@ -197,7 +203,7 @@ def _report(
             bar = "█" * round(weight * _BAR_WIDTH)
             parts = f"meaning {meaning[i]:.3f}"
             if spelling is not None:
-                parts += f", spelling {spelling[i]:.3f}"
+                parts += ", spelling " + ("-" if spelling[i] is None else f"{spelling[i]:.3f}")
             print(f"  {_short(key):<{width}}  {weight:6.1%}  {bar:<{_BAR_WIDTH}}  ", end="")
             print(f"(score {score:.3f}: {parts})")
         print(f"  {_coverage(attention)}")

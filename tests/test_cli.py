@@ -341,3 +341,12 @@ def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path) -> None:
     assert "spelling" not in off["keys"][0] and off["spelling_weight"] == 0.0
     assert off["keys"][0]["score"] == pytest.approx(off["keys"][0]["meaning"])
     assert "spelling     lexical 1" in run("info", store).stdout
+    # A key whose spelling could not matter is not scored: "-" when explained, null in JSON
+    # (strict JSON: no NaN).
+    unlike = json.loads(run("query", store, "ae", "--json").stdout, parse_constant=_no_nan)
+    assert [key["spelling"] for key in unlike["keys"]] == [None, None]
+    assert "spelling -)" in run("query", store, "ae", "--explain").stdout
+
+
+def _no_nan(name: str) -> None:
+    raise AssertionError(f"{name} is not JSON")
