@@ -24,10 +24,11 @@ Rows (each a store built on the same keys, default options but for what the row 
 Columns: single-query p50 and p99 (ms) per store size, every method timed query by query in
 one loop (interleaved, so a busy moment of the shared machine hits all of them alike); softdict's
 own cost, the p50 of ``lookup(text)`` minus the p50 of its encoder on the same queries; bulk
-queries/s (10^4 distinct queries against 10^4 keys, one call); build keys/s (``update`` of 10^4
-keys, 10^5 for the static model, embedding included; and the encoder's own batch rate); the
-process's resident memory growth while the store is built. Accuracy is not measured here: the
-README puts each row's ``benchmarks/matching.py`` figures beside these.
+queries/s (the distinct typos of the 10^4 keys, against them, in one call); build keys/s
+(``update`` of 10^4 keys, 10^5 for the static model, embedding included; and the encoder's own
+batch rate); the process's resident memory growth while the store is built (the encoder's
+working memory for batches of 1,024 keys included) and the index's own bytes. Accuracy is not
+measured here: the README puts each row's ``benchmarks/matching.py`` figures beside these.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from string import ascii_lowercase
 
 import numpy as np
 
@@ -78,6 +80,9 @@ class KeysFromCache:
     def encode_query(self, texts: list[str]) -> np.ndarray:
         return self._encoder.encode_queries(texts)
 
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self.encode_query(texts)
+
 
 def build(label: str, keys: list[str], lexical: float = 1.0) -> tuple[SoftDict, float, int]:
     """The store of ``keys`` for a row: (store, seconds to build it, memory growth)."""
@@ -86,12 +91,19 @@ def build(label: str, keys: list[str], lexical: float = 1.0) -> tuple[SoftDict, 
         if label != DEFAULT:
             raise ValueError(f"{label}: {len(keys):,} keys would take too long to embed")
         encoder = KeysFromCache(encoder, keys, key_embeddings(keys))
+    resolve_encoder(ENCODERS[label]).encode_queries(["loaded before memory is measured"])
     gc.collect()
     before = rss_bytes()
     began = time.perf_counter()
     sd = SoftDict(encoder=encoder, query_cache_size=0, lexical=lexical, batch_size=1024)
     sd.update({key: float(i) for i, key in enumerate(keys)})
     return sd, time.perf_counter() - began, rss_bytes() - before
+
+
+def typeable(keys: list[str]) -> list[str]:
+    """The keys a keyboard typo can be made in (``matching_data.typo`` needs a Latin letter
+    after the first)."""
+    return [key for key in keys if len(key) >= 4 and any(ch in ascii_lowercase for ch in key[1:])]
 
 
 def spelling_scored(sd: SoftDict, queries: list[str]) -> str:
@@ -106,11 +118,11 @@ def spelling_scored(sd: SoftDict, queries: list[str]) -> str:
     )
 
 
-def single_queries(n: int, labels: list[str]) -> dict[str, list[float]]:
-    """Each method's seconds per query (interleaved) at ``n`` keys."""
+def single_queries(n: int, labels: list[str]) -> tuple[dict[str, list[float]], str]:
+    """Each method's seconds per query (interleaved) at ``n`` keys, and notes on the stores."""
     keys = scale_keys(n)
     rng = np.random.default_rng(0)
-    queries = [typo(key, 1, rng) for key in rng.choice(keys, QUERIES, replace=False)]
+    queries = [typo(key, 1, rng) for key in rng.choice(typeable(keys), QUERIES, replace=False)]
     from rapidfuzz import fuzz, process, utils
 
     methods: dict[str, Callable[[str], object]] = {}
@@ -124,7 +136,9 @@ def single_queries(n: int, labels: list[str]) -> dict[str, list[float]]:
             extra["spelling scored"] = spelling_scored(sd, queries)
         encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
         methods[f"encoder alone: {label}"] = lambda q, encoder=encoder: encoder.encode_queries([q])
-        extra[f"softdict {label}"] = f"{memory / n:,.0f} B/key"
+        extra[f"softdict {label}"] = (
+            f"RSS growth {memory / 1e6:,.0f} MB, index {sd.index_memory_bytes / 1e6:,.1f} MB"
+        )
         if label == DEFAULT:
             meaning, _, _ = build(DEFAULT, keys, lexical=0.0)
             methods[f"softdict {label}, lexical=0"] = meaning.lookup
@@ -156,8 +170,22 @@ def single_queries(n: int, labels: list[str]) -> dict[str, list[float]]:
             began = time.perf_counter()
             methods[name](q)
             times[name].append(time.perf_counter() - began)
-    print(f"{n:,} keys: " + ", ".join(f"{k} {v}" for k, v in extra.items()), flush=True)
-    return times
+    # softdict's own cost: each store's lookup and its encoder alone, alternating query by
+    # query with nothing else between them (the loop above runs ten other methods in between,
+    # whose data pushes the store's out of the caches).
+    for label in labels:
+        lookup = methods.get(f"softdict {label}")
+        alone = methods.get(f"encoder alone: {label}")
+        if lookup is None or alone is None:
+            continue
+        for q in queries:
+            for name, call in ((f"paired encoder: {label}", alone), (f"paired: {label}", lookup)):
+                began = time.perf_counter()
+                call(q)
+                times.setdefault(name, []).append(time.perf_counter() - began)
+    notes = f"- {n:,} keys: " + "; ".join(f"{k}: {v}" for k, v in extra.items())
+    print(notes, flush=True)
+    return times, notes
 
 
 def bulk(labels: list[str]) -> list[str]:
@@ -166,7 +194,7 @@ def bulk(labels: list[str]) -> list[str]:
 
     keys = scale_keys(10_000)
     rng = np.random.default_rng(1)
-    queries = list(dict.fromkeys(typo(key, 1, rng) for key in keys))[:10_000]
+    queries = list(dict.fromkeys(typo(key, 1, rng) for key in typeable(keys)))
     rows = []
     for label in labels:
         encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
@@ -187,7 +215,7 @@ def bulk(labels: list[str]) -> list[str]:
         rows.append(
             f"| softdict {label} | {store_bulk:,.0f} | {encoder_bulk:,.0f} | "
             f"{store_bulk / encoder_bulk:.2f} | {store_build:,.0f} ({len(build_keys):,} keys) | "
-            f"{encoder_build:,.0f} | {memory / len(build_keys):,.0f} |"
+            f"{encoder_build:,.0f} | {memory / 1e6:,.0f} MB |"
         )
         print(rows[-1], flush=True)
     began = time.perf_counter()
@@ -205,8 +233,13 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     sections = {}
-    by_size = {n: single_queries(n, args.encoders) for n in args.sizes}
-    names = list(dict.fromkeys(name for times in by_size.values() for name in times))
+    measured = {n: single_queries(n, args.encoders) for n in args.sizes}
+    by_size = {n: times for n, (times, _) in measured.items()}
+    names = list(
+        dict.fromkeys(
+            name for times in by_size.values() for name in times if not name.startswith("paired")
+        )
+    )
     header = "| method | " + " | ".join(f"{n:,} keys: p50 / p99" for n in args.sizes) + " |"
     lines = [header, "|---" * (len(args.sizes) + 1) + "|"]
     for name in names:
@@ -219,22 +252,36 @@ def main() -> None:
                 else "-"
             )
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    own = ["", "softdict's own cost (p50 of lookup minus p50 of its encoder, ms):", ""]
-    own += ["| store | " + " | ".join(f"{n:,} keys" for n in args.sizes) + " |"]
+    own = [
+        "",
+        "softdict's own cost, ms: the p50 of lookup(text) minus the p50 of its encoder alone, "
+        "the two alternating query by query (in the table above, between ten other methods):",
+        "",
+    ]
+    own += ["| store | " + " | ".join(f"{n:,} keys: alone / in the loop" for n in args.sizes)]
+    own[-1] += " |"
     own += ["|---" * (len(args.sizes) + 1) + "|"]
     for label in args.encoders:
         cells = []
         for n in args.sizes:
             times = by_size[n]
-            lookup, alone = times.get(f"softdict {label}"), times.get(f"encoder alone: {label}")
-            cells.append(f"{(np.median(lookup) - np.median(alone)) * 1e3:.3f}" if lookup else "-")
+            if f"paired: {label}" not in times:
+                cells.append("-")
+                continue
+            paired = np.median(times[f"paired: {label}"])
+            paired -= np.median(times[f"paired encoder: {label}"])
+            looped = np.median(times[f"softdict {label}"])
+            looped -= np.median(times[f"encoder alone: {label}"])
+            cells.append(f"{paired * 1e3:.3f} / {looped * 1e3:.3f}")
         own.append(f"| softdict {label} | " + " | ".join(cells) + " |")
-    sections["one query at a time"] = "\n".join(lines + own) + "\n"
-    print(sections["one query at a time"], flush=True)
+    title = "one query at a time, " + ", ".join(f"{n:,}" for n in args.sizes) + " keys"
+    notes = [notes for _, notes in measured.values()]
+    sections[title] = "\n".join(lines + own + ["", *notes]) + "\n"
+    print(sections[title], flush=True)
     if not args.no_bulk:
         head = (
             "| method | bulk queries/s | its encoder's queries/s | ratio | build keys/s | "
-            "encoder's keys/s | memory growth, B/key |\n|---|---|---|---|---|---|---|\n"
+            "encoder's keys/s | RSS growth while building |\n|---|---|---|---|---|---|---|\n"
         )
         sections["bulk and build"] = head + "\n".join(bulk(args.encoders)) + "\n"
         print(sections["bulk and build"], flush=True)
