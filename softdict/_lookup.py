@@ -58,8 +58,9 @@ def selections(
     width = columns_per_query(capabilities, policy, n_allowed, spelling is not None)
     step = max(1, CHUNK_ENTRIES // width)
     if len(prepared) <= step:  # one chunk: the whole batch as it is
-        yield slice(0, len(prepared)), select(
-            store.backend, prepared, policy, allow, n_allowed, spelling
+        yield (
+            slice(0, len(prepared)),
+            select(store.backend, prepared, policy, allow, n_allowed, spelling),
         )
         return
     for start in range(0, len(prepared), step):

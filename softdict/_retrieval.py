@@ -52,7 +52,13 @@ from softdict._sampling import (
     z_of,
 )
 from softdict.index.base import Allow, Capabilities, IndexBackend
-from softdict.spelling import SIMILARITY_FLOOR, SpellingIndex, SpellingQueries, spelling_term
+from softdict.spelling import (
+    SIMILARITY_FLOOR,
+    SpellingIndex,
+    SpellingQueries,
+    combined_score,
+    spelling_term,
+)
 
 __all__ = [
     "SPELLING_CANDIDATES",
@@ -273,8 +279,7 @@ def _valid_bound(backend: IndexBackend, bound: np.ndarray) -> np.ndarray:
 
 def _combined(meaning: np.ndarray, similarity: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """meaning + weight · term(spelling); padding (meaning -inf) stays -inf."""
-    term = spelling_term(np.nan_to_num(similarity, nan=0.0))
-    return meaning + weights[:, None] * term
+    return combined_score(meaning, np.nan_to_num(similarity, nan=0.0), weights[:, None])
 
 
 def _every_key_with_spelling(

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softdict.spelling.scores import SIMILARITY_FLOOR, spelling_term
+from softdict.spelling.scores import SIMILARITY_FLOOR, combined_score
 
 __all__ = ["FIRST_ROUND", "SPELLING_TOLERANCE", "BoundedScores", "bounded_scores"]
 
@@ -49,13 +49,11 @@ class BoundedScores:
         similarity: (n,) spelling similarity, NaN where not scored.
         error: the bound δ on the total variation between the weights of ``combined`` and those
             of every key's exact score.
-        scored: how many keys' spelling was scored exactly.
     """
 
     combined: np.ndarray
     similarity: np.ndarray
     error: float
-    scored: int
 
 
 def bounded_scores(
@@ -76,9 +74,9 @@ def bounded_scores(
     similarity = np.where(ceiling == 0.0, 0.0, np.nan)
     # Spelling adds nothing at or below the floor: those keys' scores are exact already.
     open_ = np.flatnonzero(ceiling > SIMILARITY_FLOOR)
-    upper = combined[open_] + weight * spelling_term(ceiling[open_])
+    upper = combined_score(combined[open_], ceiling[open_], weight)
     keep = max(1, min(keep, n))
-    size, scored, error = FIRST_ROUND, 0, 0.0
+    size, error = FIRST_ROUND, 0.0
     while len(open_):
         kth = np.partition(combined, n - keep)[n - keep] if keep > 1 else combined.max()
         if upper.max() < kth:  # the best keys are settled; is the rest's weight?
@@ -91,22 +89,23 @@ def bounded_scores(
         positions = open_[pick]
         found = np.asarray(exact_similarity(positions), dtype=np.float64)
         similarity[positions] = found
-        combined[positions] += weight * spelling_term(found)
+        combined[positions] = combined_score(meaning[positions], found, weight)
         left = np.ones(len(open_), dtype=bool)
         left[pick] = False
         open_, upper = open_[left], upper[left]
-        scored += len(positions)
         size *= 2
     else:
         error = 0.0
-    return BoundedScores(combined, similarity, float(error), scored)
+    return BoundedScores(combined, similarity, float(error))
 
 
 def _error(combined: np.ndarray, open_: np.ndarray, upper: np.ndarray, temperature: float) -> float:
     """δ of the module docstring: what the ``open_`` keys (scored ``combined``, at most
     ``upper``) could gain, over the normaliser of ``combined``."""
     best = combined.max()
-    normaliser = np.exp((combined - best) / temperature).sum()
+    shifted = (combined - best) / temperature
+    # exp only where it does not underflow: its slow path, when most keys are far below the best
+    normaliser = np.exp(shifted, out=np.zeros_like(shifted), where=shifted > -745.2).sum()
     with np.errstate(over="ignore"):
         gain = np.exp((upper - best) / temperature) - np.exp((combined[open_] - best) / temperature)
     return float(gain.sum() / normaliser)

@@ -33,6 +33,7 @@ __all__ = [
     "SIMILARITY_FLOOR",
     "UNKNOWN_WORD_WEIGHT",
     "KeyForms",
+    "combined_score",
     "query_weights",
     "spelling_similarity",
     "spelling_term",
@@ -107,6 +108,12 @@ def spelling_term(similarity: np.ndarray) -> np.ndarray:
     return np.maximum(np.asarray(similarity, dtype=np.float64) - SIMILARITY_FLOOR, 0.0) / (
         1.0 - SIMILARITY_FLOOR
     )
+
+
+def combined_score(meaning: np.ndarray, similarity: np.ndarray, weight: Any) -> np.ndarray:
+    """meaning + weight · term(spelling): a key's score with the spelling channel (the weight
+    a float, or (m, 1) per query row)."""
+    return np.asarray(meaning, dtype=np.float64) + weight * spelling_term(similarity)
 
 
 def query_weights(unknown: np.ndarray, lexical: float, known: float, unit: float) -> np.ndarray:
