@@ -6,10 +6,35 @@ import hashlib
 import unicodedata
 
 import numpy as np
+import pytest
 from rapidfuzz import fuzz
 from rapidfuzz.distance import OSA
 
 FAKE_DIM = 16
+
+# -- comparing floats ---------------------------------------------------------------------------
+#
+# Scores come from float32 kernels (BLAS, FAISS, ONNX Runtime, rapidfuzz) whose SIMD code paths
+# (AVX2, AVX-512, generic) sum in different orders, so a figure computed on one CPU is
+# reproduced on another only to about float32's precision: a relative 1e-7 per score, which a
+# softmax at a small temperature T multiplies by |score| / T (up to ~100 here) in the weights.
+# Every comparison of such figures with saved or hand-computed ones allows a relative 1e-5, and
+# an absolute 1e-9 below which a probability or weight is noise (a weight of e^-20 and less).
+# A test that needs more (an estimate, an approximate index, an int8 model) says so, with why.
+FLOAT32_RTOL = 1e-5
+TINY_ABS = 1e-9
+
+
+def close(expected: object, *, rel: float = FLOAT32_RTOL, abs: float = TINY_ABS) -> object:
+    """``pytest.approx`` with the float32 tolerances above."""
+    return pytest.approx(expected, rel=rel, abs=abs)
+
+
+def assert_close(
+    actual: object, expected: object, *, rtol: float = FLOAT32_RTOL, atol: float = TINY_ABS
+) -> None:
+    """``np.testing.assert_allclose`` with the float32 tolerances above."""
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
 
 
 def _token_vector(token: str) -> np.ndarray:

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from _support import assert_close, close
 
 from softdict._attention import attention, softmax, tail_mass_bound, top_of_scores
 
@@ -36,8 +37,8 @@ def test_attention_matches_seed_formula(seed: int, value_dims: tuple[int, ...]) 
     V = rng.standard_normal((n, *value_dims))
     expected = naive_seed_attention(Q.astype(float), K.astype(float), V)
     out, weights = attention(Q, K, V, similarity="scaled_dot", temperature=1.0)
-    np.testing.assert_allclose(out, expected, atol=1e-6)
-    np.testing.assert_allclose(weights.sum(axis=1), 1.0, atol=1e-12)
+    assert_close(out, expected, atol=1e-6)
+    assert_close(weights.sum(axis=1), 1.0)
 
 
 def test_seed_softmax_figures() -> None:
@@ -55,20 +56,20 @@ def test_softmax_finite_and_normalised_for_any_scale(scale: float, temperature: 
     scores = np.array([[1.0, -2.0, 0.5, 1.0]]) * scale
     weights = softmax(scores, temperature)
     assert np.all(np.isfinite(weights)) and np.all(weights >= 0)
-    assert weights.sum() == pytest.approx(1.0)
+    assert weights.sum() == close(1.0)
     # The two tied maxima always share the largest weight equally.
-    assert weights[0, 0] == pytest.approx(weights[0, 3])
+    assert weights[0, 0] == close(weights[0, 3])
     assert weights[0, 0] == weights.max()
 
 
 def test_softmax_gives_masked_scores_zero_weight() -> None:
     weights = softmax(np.array([[0.3, -np.inf, 0.1]]), 0.1)
     assert weights[0, 1] == 0.0
-    assert weights.sum() == pytest.approx(1.0)
+    assert weights.sum() == close(1.0)
 
 
 def test_softmax_of_equal_scores_is_uniform() -> None:
-    np.testing.assert_allclose(softmax(np.full((2, 5), 7.0), 0.01), 0.2)
+    assert_close(softmax(np.full((2, 5), 7.0), 0.01), 0.2)
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -90,7 +91,7 @@ def test_tail_mass_bound_holds_and_is_the_design_formula(seed: int) -> None:
             + (n - k) * math.exp((sk - s1) / temperature)
         )
     )
-    assert bound == pytest.approx(formula)
+    assert bound == close(formula)
     assert true_tail <= bound + 1e-12
 
 
@@ -99,7 +100,7 @@ def test_tail_mass_bound_ignores_padding_and_is_zero_when_nothing_is_left_out() 
     assert tail_mass_bound(padded, 2, 0.1)[0] == 0.0
     # Three keys in the store, two found: one omitted key scoring at most 0.5.
     expected = math.exp(-4) / (1 + math.exp(-4) + math.exp(-4))
-    assert tail_mass_bound(padded, 3, 0.1)[0] == pytest.approx(expected)
+    assert tail_mass_bound(padded, 3, 0.1)[0] == close(expected)
 
 
 def test_top_of_scores_sorts_pads_and_skips_minus_infinity() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from _support import assert_close, close
 
 from softdict import StoreFormatError
 from softdict._files import FileReader
@@ -45,7 +46,7 @@ def test_cells_are_trained_once_there_are_enough_keys() -> None:
     small = hnsw(X[: MIN_CELL_KEYS - 1])
     assert small._cells is not None and not small._cells.trained
     _, probability = small.sample_near(X[0], 50, np.random.default_rng(0), None, T)
-    np.testing.assert_allclose(probability, 1 / (MIN_CELL_KEYS - 1))  # uniform until then
+    assert_close(probability, 1 / (MIN_CELL_KEYS - 1))  # uniform until then
     small.add(np.array([MIN_CELL_KEYS - 1]), X[-1:])
     assert small._cells.trained and small._cells.trained_for == MIN_CELL_KEYS
     assert small._cells.centroids is not None
@@ -64,7 +65,7 @@ def test_the_reported_probabilities_are_the_ones_draws_happen_with(backend) -> N
     for key in keys[:50]:
         assert np.all(probability[ids == key] == per_key[np.searchsorted(keys, key)])
     assert len(keys) == N
-    assert per_key.sum() == pytest.approx(1.0, rel=1e-6)
+    assert per_key.sum() == close(1.0)
     assert per_key.max() > 5 * per_key.min()  # near keys are drawn more often than far ones
     expected = 1_000_000 * per_key
     chi2 = ((counts - expected) ** 2 / expected).sum()
@@ -105,14 +106,14 @@ def test_deleted_keys_are_never_drawn_and_the_rest_keep_their_share() -> None:
     assert not np.isin(ids, deleted).any()
     keys, first = np.unique(ids, return_index=True)
     assert len(keys) == len(backend)
-    assert probability[first].sum() == pytest.approx(1.0, rel=1e-6)
+    assert probability[first].sum() == close(1.0)
     # Enough deletes to compact: the cells follow the rows' new numbering.
     backend.remove(np.arange(1, N, 3))
     assert backend._rows.size == len(backend)  # compacted
     ids, probability = backend.sample_near(query, 500_000, np.random.default_rng(2), None, T)
     keys, first = np.unique(ids, return_index=True)
     np.testing.assert_array_equal(keys, np.arange(2, N, 3))
-    assert probability[first].sum() == pytest.approx(1.0, rel=1e-6)
+    assert probability[first].sum() == close(1.0)
 
 
 def test_cells_are_retrained_when_the_store_has_grown_fourfold() -> None:
@@ -135,7 +136,7 @@ def test_a_masked_lookup_draws_uniformly_from_the_allowed_keys(backend) -> None:
     query = clustered(1, seed=4)[0]
     ids, probability = backend.sample_near(query, 5_000, np.random.default_rng(0), allow, T)
     assert np.isin(ids, allow.ids).all()
-    np.testing.assert_allclose(probability, 1 / len(allow))
+    assert_close(probability, 1 / len(allow))
 
 
 def reader(files: dict[str, object]) -> FileReader:
@@ -163,12 +164,12 @@ def test_a_store_saved_without_cells_draws_uniformly_and_bad_cells_are_refused(b
     restored = HNSWBackend(DIM, Metric.INNER_PRODUCT)
     restored.restore({"built_for": N}, reader(legacy))
     _, probability = restored.sample_near(clustered(1)[0], 20, np.random.default_rng(0), None, T)
-    np.testing.assert_allclose(probability, 1 / N)
+    assert_close(probability, 1 / N)
     restored.remove(np.arange(0, N, 3))
     restored.remove(np.arange(1, N, 3))  # compacts: rows without cells are renumbered too
     ids, probability = restored.sample_near(clustered(1)[0], 200, np.random.default_rng(0), None, T)
     assert np.isin(ids, np.arange(2, N, 3)).all()
-    np.testing.assert_allclose(probability, 1 / len(restored))
+    assert_close(probability, 1 / len(restored))
     cells = np.array(dump.files["index_cells.npy"])
     cells[3] = 10_000
     with pytest.raises(StoreFormatError, match=r"index_cells\.npy"):
@@ -198,7 +199,7 @@ def test_a_saved_store_answers_the_same_after_loading(tmp_path) -> None:  # type
     before, after = sd.attend_embeddings(queries), loaded.attend_embeddings(queries)
     for one, other in zip(before, after):
         assert one.sampled > 0 and one.sampled == other.sampled
-        assert one.value == pytest.approx(other.value, rel=1e-9)
-        assert one.tail_mass == pytest.approx(other.tail_mass, rel=1e-9)
+        assert one.value == close(other.value)
+        assert one.tail_mass == close(other.tail_mass)
     drawn = loaded._store.backend._cells  # type: ignore[attr-defined]
     assert drawn is not None and drawn.trained

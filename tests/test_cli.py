@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from _support import close
 
 from softdict import SoftDict
 from softdict._cli import main
@@ -309,7 +310,7 @@ def test_plain_values_from_a_file_are_the_values_each_query_explains(
     assert len(plain) == len(expected) == 4
     for line, value in zip(plain, expected):
         # Numbers print with 6 significant digits; labels exactly.
-        assert json.loads(line) == (value if isinstance(value, str) else pytest.approx(value, 1e-5))
+        assert json.loads(line) == (value if isinstance(value, str) else close(value))
 
 
 def test_temperature_option_and_explain_shortens_long_keys(tmp_path: Path) -> None:
@@ -336,10 +337,10 @@ def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path) -> None:
     best = answer["keys"][0]
     assert best["key"] == "banana bread" and best["spelling"] > 0.9
     weight, term = answer["spelling_weight"], (best["spelling"] - 0.4) / 0.6
-    assert best["score"] == pytest.approx(best["meaning"] + weight * term, rel=1e-6)
+    assert best["score"] == close(best["meaning"] + weight * term)
     off = json.loads(run("query", store, "bananna bread", "--json", "--lexical", "0").stdout)
     assert "spelling" not in off["keys"][0] and off["spelling_weight"] == 0.0
-    assert off["keys"][0]["score"] == pytest.approx(off["keys"][0]["meaning"])
+    assert off["keys"][0]["score"] == close(off["keys"][0]["meaning"])
     assert "spelling     lexical 1" in run("info", store).stdout
     # A key whose spelling could not matter is not scored: "-" when explained, null in JSON
     # (strict JSON: no NaN).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _support import FakeEncoder
+from _support import FakeEncoder, assert_close
 
 from softdict import EncoderError, SoftDict
 from softdict.encoders import BUNDLED_MODEL_NAME, MODEL_ENV_VAR, resolve_encoder
@@ -107,7 +107,7 @@ def test_query_cache_is_shared_by_text_not_by_position() -> None:
     sd = SoftDict({"apple pie": 1.0, "chair": 2.0}, encoder=encoder)
     first = sd.lookup(["apple", "chair"])
     again = sd.lookup(["chair", "apple"])
-    np.testing.assert_allclose(again, first[::-1])
+    assert_close(again, first[::-1])
     assert encoder.texts_encoded[-2:] == ["apple", "chair"]
 
 
@@ -116,8 +116,8 @@ def test_real_model_uses_its_query_and_document_entry_points() -> None:
     model = st_plugin.load_bundled()  # a SentenceTransformer, as a user may pass one
     encoder = resolve_encoder(model)
     texts = ["a red fruit", "a piece of furniture"]
-    np.testing.assert_allclose(encoder.encode_keys(texts), model.encode_document(texts), atol=1e-6)
-    np.testing.assert_allclose(encoder.encode_queries(texts), model.encode_query(texts), atol=1e-6)
+    assert_close(encoder.encode_keys(texts), model.encode_document(texts), atol=1e-6)
+    assert_close(encoder.encode_queries(texts), model.encode_query(texts), atol=1e-6)
     assert encoder.dim == 384
 
 

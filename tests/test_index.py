@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from _milvus import MILVUS_KINDS, milvus_location, register_milvus_backend
 from _plugins import DictBackend
+from _support import assert_close
 
 from softdict._files import FileReader, encode_file
 from softdict._similarity import Metric, metric_scores
@@ -186,7 +187,7 @@ def test_score_all_where_exact_or_scannable_and_only_there(name: str) -> None:
     np.testing.assert_array_equal(columns, ids[10:])  # held ids, increasing
     # Within float32 rounding: Milvus sums the products in its own order.
     expected = metric_scores(queries, X[10:], Metric.INNER_PRODUCT)
-    np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-6)
+    assert_close(scores, expected, atol=1e-6)
     subset = ids[[3, 20, 700]]  # the first was removed: not scored
     scores, columns = backend.score_all(queries, Allow.of(subset))
     np.testing.assert_array_equal(columns, subset[1:])
@@ -216,7 +217,7 @@ def test_dump_and_restore_round_trip(name: str) -> None:
     queries = clustered(20, seed=9)
     a, b = backend.search(queries, 15), restored.search(queries, 15)
     np.testing.assert_array_equal(a[1], b[1])
-    np.testing.assert_allclose(a[0], b[0])
+    assert_close(a[0], b[0])
     # And it keeps working: new ids after the restored ones.
     restored.add(np.array([ids[-1] + 1]), X[:1])
     assert restored.search(X[:1], 1)[1][0, 0] in (ids[0], ids[-1] + 1)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _support import FakeEncoder
+from _support import FakeEncoder, assert_close, close
 
 from softdict import Attention, EmptyStoreError, NoMatchError, Similarity, SoftDict
 from softdict._attention import attention
@@ -37,11 +37,11 @@ def test_scalar_lookup_is_the_attention_formula(similarity: str, temperature: fl
     )
     queries = ["apple", "red", "chair sofa"]
     expected, _ = reference(FakeEncoder(), KEYS, values, queries, similarity, temperature)
-    np.testing.assert_allclose(sd.lookup(queries), expected, rtol=1e-5, atol=1e-6)
+    assert_close(sd.lookup(queries), expected, atol=1e-6)
     for query, value in zip(queries, expected):
         got = sd.lookup(query)
         assert isinstance(got, float)
-        assert got == pytest.approx(value, rel=1e-5, abs=1e-6)
+        assert got == close(value, abs=1e-6)
 
 
 def test_vector_lookup_blends_vectors() -> None:
@@ -50,8 +50,8 @@ def test_vector_lookup_blends_vectors() -> None:
     expected, _ = reference(FakeEncoder(), KEYS, values, ["apple", "chair"])
     got = sd.lookup(["apple", "chair"])
     assert got.shape == (2, 3)
-    np.testing.assert_allclose(got, expected, rtol=1e-5)
-    np.testing.assert_allclose(sd.lookup("apple"), expected[0], rtol=1e-5)
+    assert_close(got, expected)
+    assert_close(sd.lookup("apple"), expected[0])
 
 
 def test_categorical_lookup_returns_the_label_with_most_weight() -> None:
@@ -69,8 +69,8 @@ def test_categorical_lookup_returns_the_label_with_most_weight() -> None:
         distribution = sd.attend(query).distribution
         assert list(distribution) == sorted(mass, key=mass.get, reverse=True)
         for label, p in mass.items():
-            assert distribution[label] == pytest.approx(p)
-        assert sum(distribution.values()) == pytest.approx(1.0)
+            assert distribution[label] == close(p)
+        assert sum(distribution.values()) == close(1.0)
     assert sd.lookup(["apple", "chair sofa"]) == ["fruit", "furniture"]
 
 
@@ -82,10 +82,8 @@ def test_attend_reports_keys_weights_scores_sorted() -> None:
     assert att.query == "apple" and att.k == 6 and att.tail_mass == 0.0
     assert sorted(att.keys) == sorted(KEYS)
     assert np.all(np.diff(att.weights) <= 0) and np.all(np.diff(att.scores) <= 0)
-    assert att.weights.sum() == pytest.approx(1.0)
-    assert att.value == pytest.approx(
-        sum(w * values[KEYS.index(k)] for k, w in zip(att.keys, att.weights))
-    )
+    assert att.weights.sum() == close(1.0)
+    assert att.value == close(sum(w * values[KEYS.index(k)] for k, w in zip(att.keys, att.weights)))
     assert att.keys[:2] in (("red apple", "green apple"), ("green apple", "red apple"))
     assert "Attention(query='apple'" in repr(att)
     batch = sd.attend(["apple", "chair"])
@@ -95,7 +93,7 @@ def test_attend_reports_keys_weights_scores_sorted() -> None:
 def test_nearest_returns_best_keys_and_scores() -> None:
     sd = SoftDict(dict(zip(KEYS, range(6))), encoder=FakeEncoder(), lexical=0)
     best = sd.nearest("red apple", k=3)
-    assert best[0] == ("red apple", pytest.approx(1.0))
+    assert best[0] == ("red apple", close(1.0))
     assert [key for key, _ in best][1:] in (["green apple", "red car"], ["red car", "green apple"])
     assert best[0][1] >= best[1][1] >= best[2][1]
     assert len(sd.nearest("apple", k=50)) == 6
@@ -157,7 +155,7 @@ def test_cache_can_be_disabled() -> None:
 
 def test_min_score_and_default() -> None:
     sd = SoftDict(dict(zip(KEYS, [1.0, 2.0, 3.0, 4.0, 5.0, 6.0])), encoder=FakeEncoder())
-    assert sd.lookup("red apple", min_score=0.9) == pytest.approx(sd.lookup("red apple"))
+    assert sd.lookup("red apple", min_score=0.9) == close(sd.lookup("red apple"))
     assert sd.lookup("spaceship", min_score=0.9, default=None) is None
     with pytest.raises(NoMatchError) as info:
         sd.lookup("spaceship", min_score=0.9)
@@ -165,7 +163,7 @@ def test_min_score_and_default() -> None:
     assert "spaceship" in str(info.value) and "min_score=0.9" in str(info.value)
     # In a batch, only the queries below min_score get the default.
     got = sd.lookup(["red apple", "spaceship"], min_score=0.9, default=float("nan"))
-    assert got[0] == pytest.approx(sd.lookup("red apple")) and np.isnan(got[1])
+    assert got[0] == close(sd.lookup("red apple")) and np.isnan(got[1])
     with pytest.raises(NoMatchError, match="spaceship"):
         sd.lookup(["red apple", "spaceship"], min_score=0.9)
 
@@ -185,13 +183,13 @@ def test_top_k_attends_to_the_k_best_and_bounds_the_tail() -> None:
     att, full = sd.attend("apple"), exact.attend("apple")
     assert att.k == 2 and att.keys == full.keys[:2]
     top = np.exp((full.scores[:2] - full.scores[0]) / 0.5)
-    np.testing.assert_allclose(att.weights, top / top.sum())
+    assert_close(att.weights, top / top.sum())
     true_tail = full.weights[2:].sum()
     # Top-k attention gives the rest nothing (no estimate); the bound says what full attention
     # would give them, and holds on this exact index.
     assert att.tail_mass is None and att.tail_interval is None and att.sampled == 0
     assert att.tail_bound is not None and true_tail <= att.tail_bound < 1.0
-    assert sd.lookup("apple") == pytest.approx(
+    assert sd.lookup("apple") == close(
         float(att.weights @ [values[KEYS.index(k)] for k in att.keys])
     )
 
@@ -203,19 +201,19 @@ def test_embeddings_api_matches_the_formula() -> None:
     sd = SoftDict(encoder=FakeEncoder(), similarity="scaled_dot", temperature=1.0)
     sd.add_embeddings([f"k{i}" for i in range(5)], K, values)
     expected, weights = attention(Q, K, values, similarity="scaled_dot", temperature=1.0)
-    np.testing.assert_allclose(sd.lookup_embeddings(Q), expected, rtol=1e-5)
-    assert sd.lookup_embeddings(Q[0]) == pytest.approx(expected[0], rel=1e-5)
+    assert_close(sd.lookup_embeddings(Q), expected)
+    assert sd.lookup_embeddings(Q[0]) == close(expected[0])
     attentions = sd.attend_embeddings(Q)
     assert len(attentions) == 3 and attentions[0].query is None
     assert sd.attend_embeddings(Q[1]).keys == attentions[1].keys
-    np.testing.assert_allclose(sorted(attentions[1].weights), sorted(weights[1]), rtol=1e-5)
+    assert_close(sorted(attentions[1].weights), sorted(weights[1]))
     # add_embeddings on an existing key replaces its embedding and value.
     sd.add_embeddings(["k0"], -K[:1], [100.0])
     assert sd["k0"] == 100.0 and len(sd) == 5
     K2, values2 = K.copy(), values.copy()
     K2[0], values2[0] = -K[0], 100.0
     expected2, _ = attention(Q, K2, values2, similarity="scaled_dot", temperature=1.0)
-    np.testing.assert_allclose(sd.lookup_embeddings(Q), expected2, rtol=1e-5)
+    assert_close(sd.lookup_embeddings(Q), expected2)
 
 
 def test_lookup_on_an_empty_store() -> None:
@@ -249,8 +247,8 @@ def test_attention_names_each_key_with_its_own_weight_and_score() -> None:
             query = FakeEncoder().encode(["red apple car"])
             for key, score in zip(attention.keys, attention.scores):
                 expected = Similarity.COSINE.scores(query, FakeEncoder().encode([key]))[0, 0]
-                assert score == pytest.approx(expected, rel=1e-5)
-            assert attention.value == pytest.approx(
+                assert score == close(expected)
+            assert attention.value == close(
                 sum(w * sd[k] for k, w in zip(attention.keys, attention.weights))
             )
             sd.pop("green apple", None)  # leaves an empty slot for the second round

@@ -22,7 +22,7 @@ import numpy as np
 import pycountry
 import pytest
 from _milvus import MilvusServer, fresh_collection
-from _support import FAKE_DIM, FakeEncoder, same_value
+from _support import FAKE_DIM, FakeEncoder, assert_close, close, same_value
 
 from softdict import (
     ConfigError,
@@ -76,7 +76,7 @@ def assert_same_values(a: object, b: object) -> None:
     if isinstance(a, (list, tuple)) and a and not isinstance(a[0], float):
         assert a == b
     else:
-        np.testing.assert_allclose(np.asarray(a, float), np.asarray(b, float), rtol=1e-5)
+        assert_close(np.asarray(a, float), np.asarray(b, float))
 
 
 @pytest.mark.parametrize("kind", ["scalar", "vector", "categorical"])
@@ -89,10 +89,10 @@ def test_lookups_match_the_memory_store(
     assert_same_values(milvus.lookup(QUERIES), memory.lookup(QUERIES))
     mine, theirs = milvus.attend(QUERIES[0]), memory.attend(QUERIES[0])
     assert mine.keys == theirs.keys and mine.k == theirs.k == len(COUNTRIES)
-    np.testing.assert_allclose(mine.weights, theirs.weights, atol=1e-6)
+    assert_close(mine.weights, theirs.weights, atol=1e-6)
     mine_near, their_near = milvus.nearest(QUERIES[1], k=4), memory.nearest(QUERIES[1], k=4)
     assert [key for key, _ in mine_near] == [key for key, _ in their_near]
-    assert [s for _, s in mine_near] == pytest.approx([s for _, s in their_near], abs=1e-6)
+    assert [s for _, s in mine_near] == close([s for _, s in their_near], abs=1e-6)
 
 
 def test_lookups_match_the_naive_formula(milvus_store_location: str) -> None:
@@ -107,7 +107,7 @@ def test_lookups_match_the_naive_formula(milvus_store_location: str) -> None:
     weights = np.exp(logits - logits.max(axis=1, keepdims=True))
     weights /= weights.sum(axis=1, keepdims=True)
     expected = weights @ np.array([NUMERIC[name] for name in COUNTRIES], dtype=float)
-    np.testing.assert_allclose(milvus.lookup(QUERIES), expected, rtol=1e-5)
+    assert_close(milvus.lookup(QUERIES), expected)
 
 
 @pytest.mark.parametrize(
@@ -125,7 +125,7 @@ def test_masks_in_each_filter_form(milvus_store_location: str, mask, vectors_whe
     for query in QUERIES[:3]:
         mine, theirs = milvus.attend(query, mask=mask), memory.attend(query, mask=mask)
         assert mine.keys == theirs.keys
-        np.testing.assert_allclose(mine.weights, theirs.weights, atol=1e-6)
+        assert_close(mine.weights, theirs.weights, atol=1e-6)
 
 
 def test_min_score_top_k_and_the_estimated_tail(
@@ -155,7 +155,7 @@ def test_fit_and_calibrate_as_in_memory(milvus_store_location: str) -> None:
         sd.fit(pairs, max_steps=50)
     np.testing.assert_allclose(milvus.query_projection, memory.query_projection, atol=1e-4)
     assert_same_values(milvus.lookup(QUERIES), memory.lookup(QUERIES))
-    assert milvus.calibrate(sample_size=100) == pytest.approx(memory.calibrate(sample_size=100))
+    assert milvus.calibrate(sample_size=100) == close(memory.calibrate(sample_size=100))
 
 
 def test_copy_to_milvus_and_back_keeps_everything(milvus_store_location: str) -> None:

@@ -64,6 +64,7 @@ def test_a_store_saved_on_pytorch_loads_on_onnx_and_answers_the_same(tmp_path: P
     loaded = SoftDict.load(tmp_path / "store", encoder=BUNDLED_MODEL_NAME)  # ONNX
     assert isinstance(loaded.encoder.encoder, OnnxEncoder)
     again = loaded.lookup(["Germny", "Frnace", "united states"])
+    # PyTorch's and ONNX Runtime's kernels agree to cosine 0.99999, not bit for bit.
     np.testing.assert_allclose(again, expected, rtol=1e-4)
 
 

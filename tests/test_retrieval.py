@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _support import FakeEncoder
+from _support import FakeEncoder, assert_close, close
 
 from softdict import (
     ConfigError,
@@ -135,12 +135,12 @@ def test_every_allowed_key_is_scored_exactly_while_the_store_is_small() -> None:
     queries = clustered(4, seed=3, clusters=400)[0]
     chosen = select(backend, queries, RetrievalPolicy(0.07), None, 500)
     np.testing.assert_array_equal(chosen.ids, np.arange(500))
-    np.testing.assert_allclose(chosen.weights, softmax(queries @ X.T, 0.07), rtol=1e-6)
+    assert_close(chosen.weights, softmax(queries @ X.T, 0.07))
     assert chosen.k.tolist() == [500] * 4 and chosen.tail_mass.tolist() == [0.0] * 4
     allow = Allow.of(np.arange(0, 500, 5))
     chosen = select(backend, queries, RetrievalPolicy(0.07), allow, 100)
     np.testing.assert_array_equal(chosen.ids, allow.ids)
-    np.testing.assert_allclose(chosen.weights, softmax(queries @ X[::5].T, 0.07), rtol=1e-6)
+    assert_close(chosen.weights, softmax(queries @ X[::5].T, 0.07))
 
 
 def test_a_fixed_k_is_the_softmax_over_the_k_best() -> None:
@@ -151,10 +151,10 @@ def test_a_fixed_k_is_the_softmax_over_the_k_best() -> None:
     best = np.argsort(-scores, axis=1)[:, :7]
     np.testing.assert_array_equal(chosen.ids, best)
     top = np.take_along_axis(scores, best, axis=1)
-    np.testing.assert_allclose(chosen.weights, softmax(top, 0.1), rtol=1e-6)
+    assert_close(chosen.weights, softmax(top, 0.1))
     # Top-k attention estimates no tail; the bound holds on this exact index.
     assert np.isnan(chosen.tail_mass).all() and chosen.sampled is None
-    np.testing.assert_allclose(chosen.tail_bound, tail_mass_bound(top, 500, 0.1))
+    assert_close(chosen.tail_bound, tail_mass_bound(top, 500, 0.1))
     assert chosen.k.tolist() == [7, 7, 7]
 
 
@@ -179,9 +179,7 @@ def test_adaptive_k_in_one_search_equals_adaptive_k_in_rounds() -> None:
     np.testing.assert_allclose(a.tail_bound, b.tail_bound, rtol=1e-4)
     for i in range(30):
         np.testing.assert_array_equal(a.ids[i, : a.k[i]], b.ids[i, : b.k[i]])
-        np.testing.assert_allclose(
-            a.weights[i, : a.k[i]], b.weights[i, : b.k[i]], rtol=1e-5, atol=1e-6
-        )
+        assert_close(a.weights[i, : a.k[i]], b.weights[i, : b.k[i]], atol=1e-6)
 
 
 def test_an_empty_batch_selects_nothing() -> None:
@@ -217,6 +215,7 @@ def test_overwrite_changes_the_value_attended_to(backend: str) -> None:
     nearest = sd.attend_embeddings(X[7]).keys[0]
     sd[nearest] = 1e6  # an exact key: its embedding stays, its value changes
     weight = dict(sd.attend_embeddings(X[7]).top(20))[nearest]
+    # The weight is rounded to float32 precision, and the new value multiplies it by 1e6.
     assert sd.lookup_embeddings(X[7]) == pytest.approx(before + weight * (1e6 - before), rel=1e-3)
 
 
@@ -245,7 +244,7 @@ def test_masked_attention_equals_attention_over_the_subset(backend: str) -> None
     exact_value = weights @ clustered(3000)[1][rows].astype(float)  # values are cluster labels
     got = sd.lookup_embeddings(X[5], mask=subset)
     if backend in EXACT:
-        assert got == pytest.approx(exact_value, rel=1e-6)
+        assert got == close(exact_value)
     else:
         assert got == pytest.approx(exact_value, abs=0.05 * max(1.0, abs(exact_value)))
 
@@ -269,13 +268,13 @@ def test_padding_never_gets_weight() -> None:
     allowed = keys[:5]
     attention = sd.attend_embeddings(X[0], mask=allowed)
     assert set(attention.keys) <= set(allowed) and attention.k == len(attention.keys) <= 5
-    assert attention.weights.sum() == pytest.approx(1.0)
+    assert attention.weights.sum() == close(1.0)
     assert np.all(np.isfinite(attention.scores))
 
 
 def test_mask_errors_and_absent_keys() -> None:
     sd = SoftDict({"apple": 1.0, "chair": 2.0}, encoder=FakeEncoder())
-    assert sd.lookup("apple", mask=["apple", "not stored"]) == pytest.approx(1.0)
+    assert sd.lookup("apple", mask=["apple", "not stored"]) == close(1.0)
     with pytest.raises(EmptyStoreError, match="mask allows none"):
         sd.lookup("apple", mask=["pear"])
     with pytest.raises(KeyTypeError, match="pass \\[key\\]"):
@@ -289,6 +288,7 @@ def test_l2_scores_are_negative_squared_distances() -> None:
     sd.add_embeddings([f"k{i}" for i in range(3000)], X, np.zeros(3000))
     attention = sd.attend_embeddings(X[3] + 0.01)
     exact = Similarity.L2.scores((X[3] + 0.01)[None, :], X)[0]
+    # Both expand |q − k|² = |q|² − 2q·k + |k|² in float32, cancelling most digits of a near key.
     np.testing.assert_allclose(attention.scores, np.sort(exact)[::-1][:5], rtol=1e-4, atol=1e-5)
 
 
@@ -340,7 +340,7 @@ def test_hnsw_adaptive_k_searches_in_rounds() -> None:
         assert attention.tail_bound is None  # HNSW can miss near keys: no bound
         # 3,000 keys: the rest of the head fits in max_sample, so it is scored whole.
         assert attention.sampled == len(sd) - attention.k and attention.tail_mass is not None
-        assert attention.weights.sum() + attention.tail_mass == pytest.approx(1.0)
+        assert attention.weights.sum() + attention.tail_mass == close(1.0)
 
 
 @pytest.mark.usefixtures("without_scan")
@@ -418,7 +418,7 @@ def test_factory_string_is_checked_against_the_real_dimension() -> None:
     q = rng.standard_normal(384)
     # Two keys: far too few to train on, so the store answers exactly until it can.
     weights = softmax(Similarity.COSINE.scores(q[None, :], K), sd.temperature)[0]
-    assert sd.lookup_embeddings(q) == pytest.approx(weights @ [1.0, 2.0], rel=1e-6)
+    assert sd.lookup_embeddings(q) == close(weights @ [1.0, 2.0])
 
 
 def test_unknown_index_is_a_config_error_that_says_why() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _support import FakeEncoder
+from _support import FakeEncoder, assert_close, close
 
 from softdict import ConfigError, SoftDict
 from softdict._attention import softmax
@@ -61,16 +61,14 @@ def test_the_estimate_is_the_design_formula() -> None:
     got = estimate_tail(head, sample, factors, draws, T)
     w_head, w_sample = np.exp(head / T), factors * np.exp(sample / T)
     total = w_head.sum() + w_sample.sum()
-    np.testing.assert_allclose(got.head_weights, w_head / total)
-    np.testing.assert_allclose(got.sample_weights, w_sample / total)
-    assert got.tail_mass == pytest.approx(w_sample.sum() / total)
+    assert_close(got.head_weights, w_head / total)
+    assert_close(got.sample_weights, w_sample / total)
+    assert got.tail_mass == close(w_sample.sum() / total)
     omega = np.concatenate([w_sample / total, np.zeros(draws - 50)])  # a dropped draw counts 0
-    assert got.tail_stderr == pytest.approx(
-        (1 - got.tail_mass) * np.sqrt(draws) * omega.std(ddof=1)
-    )
+    assert got.tail_stderr == close((1 - got.tail_mass) * np.sqrt(draws) * omega.std(ddof=1))
     whole = estimate_tail(head, sample, None, 0, T)
     assert whole.tail_stderr == 0.0
-    np.testing.assert_allclose(
+    assert_close(
         np.concatenate([whole.head_weights, whole.sample_weights]),
         softmax(np.concatenate([head, sample])[None, :], T)[0],
     )
@@ -80,9 +78,7 @@ def test_the_value_stderr_counts_dropped_draws_as_zero() -> None:
     rng = np.random.default_rng(1)
     weights, values, value = rng.uniform(0, 0.01, 40), rng.normal(size=(40, 3)), np.ones(3)
     spread = np.concatenate([weights[:, None] * (values - value), np.zeros((25, 3))])
-    np.testing.assert_allclose(
-        value_stderr(weights, values, value, 65), np.sqrt(65) * spread.std(axis=0, ddof=1)
-    )
+    assert_close(value_stderr(weights, values, value, 65), np.sqrt(65) * spread.std(axis=0, ddof=1))
     assert np.all(value_stderr(weights[:1], values[:1], value, 1) == 0)
 
 
@@ -92,14 +88,14 @@ def test_weights_are_finite_and_sum_to_one_and_the_sample_is_drawn(store) -> Non
     chosen = select(backend, queries, policy(), None, N)
     assert chosen.sampled is not None and chosen.n_sampled is not None
     assert np.all(np.isfinite(chosen.weights)) and np.all(chosen.weights >= 0)
-    np.testing.assert_allclose(chosen.weights.sum(axis=1), 1.0)
+    assert_close(chosen.weights.sum(axis=1), 1.0)
     assert np.all(chosen.n_sampled >= 400) and np.all(chosen.n_sampled <= 4096)
     for i in range(20):
         sampled_ids = chosen.ids[i, chosen.sampled[i]]
         head_ids = chosen.ids[i, : chosen.k[i]]
         assert not np.isin(sampled_ids, head_ids).any()  # the sample is of the rest only
         # The head's weights and the estimated tail split the whole mass.
-        assert chosen.weights[i, chosen.sampled[i]].sum() == pytest.approx(chosen.tail_mass[i])
+        assert chosen.weights[i, chosen.sampled[i]].sum() == close(chosen.tail_mass[i])
 
 
 def test_the_estimate_is_unbiased_over_seeds(store) -> None:  # type: ignore[no-untyped-def]
@@ -191,7 +187,7 @@ def test_a_lookup_is_reproducible_alone_or_in_a_batch(store) -> None:  # type: i
                 other.ids[row][other.ids[row] >= 0], batch.ids[i][batch.ids[i] >= 0]
             )
             # The same keys; float32 products in batches of other sizes differ in the last bits.
-            assert other.tail_mass[row] == pytest.approx(batch.tail_mass[i], rel=1e-5)
+            assert other.tail_mass[row] == close(batch.tail_mass[i])
     reseeded = select(backend, queries, policy(seed=1), None, N)
     assert not np.allclose(reseeded.tail_mass, batch.tail_mass)
 
@@ -206,7 +202,7 @@ def test_an_approximate_index_whose_rest_fits_the_sample_is_exact() -> None:
     queries = diffuse(5, seed=6)
     expected = [exact(X, values, q)[1] for q in queries]
     # float32 scores from two different products: equal to about 1e-7.
-    np.testing.assert_allclose(sd.lookup_embeddings(queries), expected, rtol=1e-5, atol=1e-6)
+    assert_close(sd.lookup_embeddings(queries), expected, atol=1e-6)
     attention = sd.attend_embeddings(queries[0])
     assert attention.tail_bound is None and attention.value_stderr == 0.0
     assert attention.k + attention.sampled == 3000
@@ -218,7 +214,7 @@ def test_head_only_and_options_are_validated() -> None:
     sd.add_embeddings([f"k{i}" for i in range(N)], X, np.zeros(N))
     attention = sd.attend_embeddings(X[0])
     assert attention.sampled == 0 and attention.tail_mass is None
-    assert attention.weights.sum() == pytest.approx(1.0)
+    assert attention.weights.sum() == close(1.0)
     for bad in ({"tolerance": 0}, {"confidence": 1.0}, {"max_sample": -1}, {"seed": -2}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             SoftDict(encoder=FakeEncoder(), **bad)  # type: ignore[arg-type]

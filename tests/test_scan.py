@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _support import FakeEncoder
+from _support import FakeEncoder, assert_close, close
 
 from softdict import NoMatchError, SoftDict, _lookup
 from softdict._attention import softmax
@@ -46,13 +46,13 @@ def test_hnsw_scans_every_live_allowed_key_while_cheaper() -> None:
     live = np.array([i for i in range(3000) if i % 7])
     queries = unit(9, seed=5)
     got = sd.lookup_embeddings(queries)
-    np.testing.assert_allclose(got, naive(X[live], values[live], queries), rtol=1e-5, atol=1e-7)
+    assert_close(got, naive(X[live], values[live], queries), atol=1e-7)
     attention = sd.attend_embeddings(queries[0])
     assert attention.k == len(live) and attention.sampled == 0 and attention.tail_mass == 0
-    assert attention.weights.sum() == pytest.approx(1.0)
+    assert attention.weights.sum() == close(1.0)
     allowed = live[live % 3 == 0]
     masked = sd.lookup_embeddings(queries, mask=[f"k{i}" for i in allowed])
-    np.testing.assert_allclose(masked, naive(X[allowed], values[allowed], queries), rtol=1e-5)
+    assert_close(masked, naive(X[allowed], values[allowed], queries))
 
 
 def test_above_scan_max_keys_the_attention_is_estimated(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -73,7 +73,7 @@ def test_a_flat_index_is_exact_at_any_size() -> None:
     sd, X = store("flat", n)
     values = np.array([sd[f"k{i}"] for i in range(n)])
     queries = unit(4, seed=8)
-    np.testing.assert_allclose(sd.lookup_embeddings(queries), naive(X, values, queries), rtol=1e-5)
+    assert_close(sd.lookup_embeddings(queries), naive(X, values, queries))
 
 
 def test_a_scan_past_the_exact_path_lists_the_best_keys_and_the_rest_exactly() -> None:
@@ -87,13 +87,13 @@ def test_a_scan_past_the_exact_path_lists_the_best_keys_and_the_rest_exactly() -
     best = np.argsort(-weights)[:100]
     attention = sd.attend_embeddings(query[0])
     assert attention.keys == tuple(f"k{i}" for i in best)
-    np.testing.assert_allclose(attention.weights, weights[best], rtol=1e-5)
+    assert_close(attention.weights, weights[best])
     rest = 1 - weights[best].sum()
     assert attention.k == 100 and attention.sampled == 0
-    assert attention.tail_mass == pytest.approx(rest, rel=1e-5)
+    assert attention.tail_mass == close(rest)
     assert attention.tail_interval == (attention.tail_mass, attention.tail_mass)
     assert attention.tail_bound == attention.tail_mass
-    assert attention.value == pytest.approx(float(weights @ values), rel=1e-5)
+    assert attention.value == close(float(weights @ values))
 
 
 @pytest.mark.parametrize("estimated", [False, True])
@@ -126,10 +126,10 @@ def test_a_batch_in_chunks_answers_as_one(
             assert chunked == whole
         else:
             # float32 products of other batch sizes differ in the last bits, /T amplifies them.
-            np.testing.assert_allclose(chunked, whole, rtol=1e-5)
+            assert_close(chunked, whole)
         for a, b in zip(chunked_attended, attended, strict=True):
             assert a.keys == b.keys and a.sampled == b.sampled
-            np.testing.assert_allclose(a.weights, b.weights, rtol=1e-5)
+            assert_close(a.weights, b.weights)
 
 
 def test_a_miss_in_a_later_chunk_is_reported_for_its_query(
@@ -154,5 +154,5 @@ def test_nearest_with_spelling_in_chunks(monkeypatch: pytest.MonkeyPatch) -> Non
     for got, expected in zip(sd.nearest(queries, k=5), whole, strict=True):
         assert [key for key, _ in got] == [key for key, _ in expected]
         # One query alone is scored by a matrix-vector product: equal to about 1e-7.
-        np.testing.assert_allclose([s for _, s in got], [s for _, s in expected], rtol=1e-6)
-    assert sd.lookup(queries) == pytest.approx([1.0] * 5)
+        assert_close([s for _, s in got], [s for _, s in expected])
+    assert sd.lookup(queries) == close([1.0] * 5)

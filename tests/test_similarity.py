@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from _support import assert_close, close
 
 from softdict._similarity import Metric, Similarity, metric_scores
 
@@ -53,10 +54,10 @@ def test_scores_do_not_overflow_on_huge_finite_embeddings() -> None:
 
 def test_prepare_normalises_for_cosine_and_scales_scaled_dot_queries() -> None:
     X = np.array([[3.0, 4.0]])
-    np.testing.assert_allclose(Similarity.COSINE.prepare_keys(X), [[0.6, 0.8]], rtol=1e-6)
-    np.testing.assert_allclose(Similarity.COSINE.prepare_queries(X), [[0.6, 0.8]], rtol=1e-6)
+    assert_close(Similarity.COSINE.prepare_keys(X), [[0.6, 0.8]])
+    assert_close(Similarity.COSINE.prepare_queries(X), [[0.6, 0.8]])
     np.testing.assert_array_equal(Similarity.SCALED_DOT.prepare_keys(X), X)
-    np.testing.assert_allclose(Similarity.SCALED_DOT.prepare_queries(X), X / np.sqrt(2), rtol=1e-6)
+    assert_close(Similarity.SCALED_DOT.prepare_queries(X), X / np.sqrt(2))
     np.testing.assert_array_equal(Similarity.DOT.prepare_queries(X), X)
 
 
@@ -66,11 +67,11 @@ def test_metric_scores_of_prepared_vectors_are_the_similarity(kind: Similarity) 
     Q = rng.standard_normal((3, 5)).astype(np.float32)
     K = rng.standard_normal((4, 5)).astype(np.float32)
     prepared = metric_scores(kind.prepare_queries(Q), kind.prepare_keys(K), kind.metric)
-    np.testing.assert_allclose(prepared, kind.scores(Q, K))
+    assert_close(prepared, kind.scores(Q, K))
     assert kind.metric is (Metric.L2 if kind is Similarity.L2 else Metric.INNER_PRODUCT)
 
 
 def test_default_temperatures_give_cosine_weights_on_unit_vectors() -> None:
     assert Similarity.COSINE.default_temperature(384) == 0.05
-    assert Similarity.SCALED_DOT.default_temperature(384) == pytest.approx(0.05 / math.sqrt(384))
-    assert Similarity.L2.default_temperature(384) == pytest.approx(0.1)
+    assert Similarity.SCALED_DOT.default_temperature(384) == close(0.05 / math.sqrt(384))
+    assert Similarity.L2.default_temperature(384) == close(0.1)

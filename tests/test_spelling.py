@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pycountry
 import pytest
-from _support import FakeEncoder, naive_form, naive_spelling
+from _support import FakeEncoder, assert_close, close, naive_form, naive_spelling
 from rapidfuzz import fuzz
 from rapidfuzz.distance import OSA
 
@@ -89,10 +89,10 @@ def test_lookup_is_softmax_of_meaning_plus_weighted_spelling(query: str, unknown
     sd = SoftDict(dict(zip(COUNTRIES, values)), encoder=FakeEncoder(), temperature=0.3)
     assert unknown_share(query) == unknown
     combined, weights = naive_attention(sd, query, unknown, COUNTRIES)
-    assert sd.lookup(query) == pytest.approx(weights @ values, rel=1e-5)
+    assert sd.lookup(query) == close(weights @ values)
     attention = sd.attend(query)
     assert attention.k == len(COUNTRIES) and attention.tail_mass == 0.0
-    assert attention.spelling_weight == pytest.approx(naive_weight(unknown))
+    assert attention.spelling_weight == close(naive_weight(unknown))
     column = {key: i for i, key in enumerate(COUNTRIES)}
     order = [column[key] for key in attention.keys]
     # Spelling is scored where it can matter (softdict.spelling.bounded): elsewhere the score is
@@ -100,19 +100,16 @@ def test_lookup_is_softmax_of_meaning_plus_weighted_spelling(query: str, unknown
     spelled = np.array([naive_spelling(query, key) for key in attention.keys])
     scored = ~np.isnan(attention.spelling_scores)
     assert scored[0] and attention.keys[0] == COUNTRIES[int(np.argmax(combined))]
-    np.testing.assert_allclose(attention.spelling_scores[scored], spelled[scored], atol=1e-6)
-    np.testing.assert_allclose(
-        attention.scores[scored], combined[order][scored], rtol=1e-5, atol=1e-6
-    )
-    np.testing.assert_allclose(attention.scores[~scored], attention.meaning_scores[~scored])
+    assert_close(attention.spelling_scores[scored], spelled[scored], atol=1e-6)
+    assert_close(attention.scores[scored], combined[order][scored], atol=1e-6)
+    assert_close(attention.scores[~scored], attention.meaning_scores[~scored])
     total_variation = np.abs(attention.weights - weights[order]).sum() / 2
     assert total_variation <= attention.weight_error + 1e-6
     assert attention.weight_error <= 1e-4
-    np.testing.assert_allclose(
+    assert_close(
         attention.scores[scored],
         attention.meaning_scores[scored]
         + attention.spelling_weight * np.maximum(attention.spelling_scores[scored] - 0.4, 0) / 0.6,
-        rtol=1e-6,
         atol=1e-6,
     )
 
@@ -140,8 +137,9 @@ def test_the_spelling_weight_is_in_cosine_units_of_each_similarity(similarity: s
     for query in ("Germny", "united kingdm", "Republic"):
         a, b = (sd[name].attend(query) for name in ("cosine", similarity))
         assert a.keys[:5] == b.keys[:5]
+        # The same similarity reached through another metric's float32 arithmetic.
         np.testing.assert_allclose(a.weights, b.weights, rtol=1e-4, atol=1e-7)
-        assert b.spelling_weight == pytest.approx(
+        assert b.spelling_weight == close(
             a.spelling_weight * {"dot": 1, "scaled_dot": 1 / 4, "l2": 2}[similarity]
         )  # scaled_dot: 1/sqrt(16) per cosine
 
@@ -162,9 +160,7 @@ def test_lexical_zero_is_meaning_alone() -> None:
     K = FakeEncoder().encode(COUNTRIES)
     cos = K @ embeddings[0] / (np.linalg.norm(K, axis=1) * np.linalg.norm(embeddings[0]))
     best = np.argsort(-cos, kind="stable")[:3]
-    assert off.nearest("Germny", 3) == [
-        (COUNTRIES[i], pytest.approx(cos[i], rel=1e-5)) for i in best
-    ]
+    assert off.nearest("Germny", 3) == [(COUNTRIES[i], close(cos[i])) for i in best]
     assert on.nearest("Germny", 1)[0][0] == "Germany"
     assert off.nearest("Germny", 1)[0][0] != "Germany"
     on.lexical = 0
@@ -217,7 +213,7 @@ def test_typos_find_their_key_on_every_backend(backend: str) -> None:
         assert np.all(np.isfinite(attention.scores)) and np.all(
             np.isfinite(attention.meaning_scores)
         )
-        assert attention.weights.sum() == pytest.approx(1.0)
+        assert attention.weights.sum() == close(1.0)
         assert np.all(np.diff(attention.scores) <= 1e-12)
 
 
@@ -278,9 +274,7 @@ def test_a_large_store_takes_the_union_and_its_tail_bound_holds(
         combined = exact_combined(sd, query, english_words)
         assert attention.keys[0] == english_words[int(np.argmax(combined))]
         column = {key: i for i, key in enumerate(english_words)}
-        np.testing.assert_allclose(
-            attention.scores, combined[[column[k] for k in attention.keys]], rtol=1e-5, atol=1e-6
-        )
+        assert_close(attention.scores, combined[[column[k] for k in attention.keys]], atol=1e-6)
         weights = np.exp((combined - combined.max()).astype(np.float64) / sd.temperature)
         weights /= weights.sum()
         outside = np.ones(len(weights), dtype=bool)
@@ -344,7 +338,7 @@ def test_many_deletes_compact_the_spelling_index(english_words: list[str]) -> No
     assert len(index) == len(english_words) - len(gone)
     after_ids, after = index.candidates(queries, 5, None)
     np.testing.assert_array_equal(after_ids, before_ids)
-    np.testing.assert_allclose(after, before)
+    assert_close(after, before)
     assert not np.isin(
         index.candidates(SpellingQueries.of(english_words[:40:2]), 64, None)[0], gone
     ).any()
@@ -369,7 +363,7 @@ def test_empty_and_punctuation_keys_and_queries() -> None:
     sd = SoftDict({"...": 1.0, "": 2.0, "Germany": 3.0}, encoder=FakeEncoder())
     for query in ("!!", "", "Germny"):
         attention = sd.attend(query)
-        assert np.all(np.isfinite(attention.scores)) and attention.weights.sum() == pytest.approx(1)
+        assert np.all(np.isfinite(attention.scores)) and attention.weights.sum() == close(1)
     assert sd.attend("Germny").keys[0] == "Germany"
     assert all(s == 0 for k, s in zip(sd.attend("").keys, sd.attend("").spelling_scores))
 
@@ -386,8 +380,8 @@ def test_spelling_postings_are_saved_and_loaded(tmp_path: Path, large_store: Sof
     assert loaded.lexical == large_store.lexical
     for a, b in zip(large_store.attend(queries), loaded.attend(queries)):
         assert a.keys == b.keys
-        np.testing.assert_allclose(a.weights, b.weights, rtol=1e-6)
-        assert a.tail_mass == pytest.approx(b.tail_mass)  # the same sample: seeded alike
+        assert_close(a.weights, b.weights)
+        assert a.tail_mass == close(b.tail_mass)  # the same sample: seeded alike
         assert a.sampled == b.sampled
 
 
@@ -408,7 +402,7 @@ def test_a_store_with_deleted_keys_rebuilds_its_postings_on_load(
     assert (loaded.lexical, loaded.lexical_known) == (0.5, 0.25)
     a, b = sd.attend("restaurnt"), loaded.attend("restaurnt")
     assert a.keys == b.keys and "restaurant" not in b.keys
-    np.testing.assert_allclose(a.weights, b.weights, rtol=1e-6)
+    assert_close(a.weights, b.weights)
 
 
 def test_a_store_saved_before_the_spelling_channel_answers_as_it_did(
@@ -426,9 +420,9 @@ def test_a_store_saved_before_the_spelling_channel_answers_as_it_did(
     assert loaded.lexical == 0.0 and "France" not in loaded
     for attention, want in zip(loaded.attend(expected["queries"]), expected["attend"]):
         assert list(attention.keys[:10]) == want["keys"]
-        np.testing.assert_allclose(attention.weights[:10], want["weights"], rtol=1e-5, atol=1e-9)
-        np.testing.assert_allclose(attention.scores[:10], want["scores"], rtol=1e-5)
-        assert attention.value == pytest.approx(want["value"], rel=1e-6)
+        assert_close(attention.weights[:10], want["weights"])
+        assert_close(attention.scores[:10], want["scores"])
+        assert attention.value == close(want["value"])
     loaded.save(tmp_path / "again")
     again = SoftDict.load(tmp_path / "again", encoder=FakeEncoder())
     assert again.lexical == 0.0

@@ -40,6 +40,7 @@ def test_embeddings_are_unit_float32_and_batching_changes_nothing(static_folder:
     whole = encoder.encode_keys(texts, batch_size=256)
     assert whole.shape == (len(texts), STATIC_PCA_DIMS) and whole.dtype == np.float32
     nonzero = np.linalg.norm(whole, axis=1) > 0
+    # The distilled table is stored in float16.
     np.testing.assert_allclose(np.linalg.norm(whole[nonzero], axis=1), 1.0, atol=1e-3)
     one_by_one = np.concatenate([encoder.encode_keys([text]) for text in texts])
     np.testing.assert_array_equal(one_by_one, whole)

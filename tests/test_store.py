@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _milvus import MILVUS_KINDS, fresh_collection, milvus_location
-from _support import FakeEncoder
+from _support import FakeEncoder, assert_close
 
 from softdict import (
     EmptyStoreError,
@@ -171,11 +171,11 @@ def test_masks_become_allow_filters(fruit: Store) -> None:
 def test_queries_are_checked_projected_and_prepared(fruit: Store) -> None:
     raw = ENCODER.encode(["apple"])
     prepared = fruit.prepare_queries(raw)
-    np.testing.assert_allclose(np.linalg.norm(prepared, axis=1), 1.0, rtol=1e-6)  # cosine
+    assert_close(np.linalg.norm(prepared, axis=1), 1.0)  # cosine
     with pytest.raises(ValueShapeError):
         fruit.prepare_queries(np.ones((1, 5)))
     fruit.projection = -np.eye(16)
-    np.testing.assert_allclose(fruit.prepare_queries(raw), -prepared, rtol=1e-6)
+    assert_close(fruit.prepare_queries(raw), -prepared)
 
 
 def test_a_snapshot_holds_everything(fruit: Store, tmp_path: Path) -> None:
