@@ -39,11 +39,14 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from matching_data import (
     Task,
+    abbreviation_pairs,
     alias_task,
     city_aliases,
     country_aliases,
     key_sets,
     split_of,
+    stray_space_task,
+    truncated_pairs,
     typo,
     typo_task,
 )
@@ -146,7 +149,10 @@ def accuracy(ranked: list[list[str]], targets: list[str]) -> tuple[float, float]
     return float(top1), float(top5)
 
 
-def tasks(part: str, n: int) -> list[Task]:
+def tasks(part: str, n: int, *, extra: bool = False) -> list[Task]:
+    """The benchmark's tasks; ``extra`` adds what people type besides typos and aliases: real
+    codes (pycountry's country, currency and subdivision codes), names cut short, and a stray
+    space inside a word."""
     sets = key_sets()
     countries, subdivisions, cities = sets["countries"], sets["subdivisions"], sets["cities"]
     aliases = country_aliases()
@@ -163,6 +169,12 @@ def tasks(part: str, n: int) -> list[Task]:
     result.append(alias_task("cities' alternate names", cities, alternates, part, n))
     result.append(alias_task("country names in 8 languages", countries, aliases, part, n, typos=1))
     result.append(alias_task("cities' alternate names", cities, alternates, part, n, typos=1))
+    if extra:
+        for name, (keys, pairs) in abbreviation_pairs().items():
+            result.append(alias_task(name, keys, pairs, part, n))
+        truncated = truncated_pairs(subdivisions)
+        result.append(alias_task("subdivision names cut short", subdivisions, truncated, part, n))
+        result.append(stray_space_task("cities", cities, part, n))
     return result
 
 
@@ -224,6 +236,9 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-match", action="store_true", help="the min_score study")
     parser.add_argument(
+        "--extra", action="store_true", help="add the code, cut-short and stray-space tasks"
+    )
+    parser.add_argument(
         "--encoder",
         action="append",
         default=None,
@@ -236,8 +251,8 @@ def main() -> None:
         for encoder in encoders.values():
             no_match_study(encoder, args.part, args.queries, args.out)
         return
-    dev = tasks("dev", args.queries) if args.part == "test" else None
-    report = tasks(args.part, args.queries)
+    dev = tasks("dev", args.queries, extra=args.extra) if args.part == "test" else None
+    report = tasks(args.part, args.queries, extra=args.extra)
     rows = []
     for i, task in enumerate(report):
         print(f"{task.name}: {len(task.keys):,} keys, {len(task.queries)} queries", flush=True)

@@ -25,11 +25,15 @@ import numpy as np
 
 __all__ = [
     "Task",
+    "abbreviation_pairs",
     "alias_task",
     "city_aliases",
     "country_aliases",
     "key_sets",
     "split_of",
+    "stray_space",
+    "stray_space_task",
+    "truncated_pairs",
     "typo",
     "typo_task",
 ]
@@ -186,3 +190,85 @@ def alias_task(
     queries = [typo(alias, typos, rng) if typos else alias for alias, _ in chosen]
     suffix = f" with {typos} typo{'s' if typos > 1 else ''}" if typos else ""
     return Task(f"{name}{suffix}", keys, queries, [target for _, target in chosen])
+
+
+# -- what people type besides typos: codes, truncations, stray spaces (for the learned combination)
+
+
+def abbreviation_pairs() -> dict[str, tuple[list[str], list[tuple[str, str]]]]:
+    """Real abbreviations from pycountry, by kind: (keys, [(abbreviation, key)]).
+
+    * country codes: ISO 3166 alpha-3 ("DEU") -> the country's name;
+    * currency codes: ISO 4217 ("EUR") -> the currency's name;
+    * subdivision codes: the letters of an ISO 3166-2 code after the country ("US-NY" -> "NY")
+      -> the subdivision's name, where they are two or three letters, start with the name's
+      first letter (the codes people write: US states, Canadian provinces, German Länder, ...)
+      and stand for one name only; the keys are those names.
+    """
+    import pycountry
+
+    countries = [(c.alpha_3, c.name) for c in pycountry.countries]
+    currencies = [(c.alpha_3, c.name) for c in pycountry.currencies]
+    owners: dict[str, set[str]] = {}
+    for sub in pycountry.subdivisions:
+        letters = sub.code.split("-", 1)[1]
+        if (
+            2 <= len(letters) <= 3
+            and letters.isalpha()
+            and letters[0] == _fold(sub.name)[:1].upper()
+        ):
+            owners.setdefault(letters, set()).add(sub.name)
+    subdivisions = sorted((code, next(iter(o))) for code, o in owners.items() if len(o) == 1)
+    return {
+        "country codes": ([name for _, name in countries], countries),
+        "currency codes": (
+            _unique([name for _, name in currencies]),
+            [
+                (code, name)
+                for code, name in currencies
+                if name in _unique([n for _, n in currencies])
+            ],
+        ),
+        "subdivision codes": ([name for _, name in subdivisions], subdivisions),
+    }
+
+
+def truncated_pairs(keys: list[str], min_letters: int = 4) -> list[tuple[str, str]]:
+    """(the shortest prefix of a key, at least ``min_letters`` long and half the key, that ends
+    in a letter and that no other key starts with (ignoring case); the key): what a user types
+    before giving up on the rest."""
+    lowered = sorted((key.lower(), key) for key in keys if key[:1].isalpha())
+    pairs = []
+    for i, (form, key) in enumerate(lowered):
+        before = lowered[i - 1][0] if i else ""
+        after = lowered[i + 1][0] if i + 1 < len(lowered) else ""
+        for length in range(max(min_letters, len(form) // 2), len(form)):
+            prefix = form[:length]
+            if (
+                prefix[-1].isalpha()
+                and not before.startswith(prefix)
+                and not after.startswith(prefix)
+            ):
+                pairs.append((key[:length], key))
+                break
+    return pairs
+
+
+def stray_space_task(name: str, keys: list[str], part: str, n: int, seed: int = 0) -> Task:
+    """``n`` keys of the ``part`` split with one space typed inside their longest word."""
+    rng = np.random.default_rng(seed)
+    pool = [key for key in keys if split_of(key) == part and max(map(len, key.split(" "))) >= 5]
+    chosen = [pool[i] for i in rng.choice(len(pool), min(n, len(pool)), replace=False)]
+    return Task(f"{name}, a stray space", keys, [stray_space(k, rng) for k in chosen], chosen)
+
+
+def stray_space(text: str, rng: np.random.Generator) -> str:
+    """``text`` with one space typed inside its longest word ("bl ake")."""
+    words = text.split(" ")
+    longest = max(range(len(words)), key=lambda i: len(words[i]))
+    word = words[longest]
+    if len(word) < 4:
+        return text
+    cut = int(rng.integers(1, len(word) - 1))
+    words[longest] = word[:cut] + " " + word[cut:]
+    return " ".join(words)
