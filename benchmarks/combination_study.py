@@ -1,0 +1,289 @@
+"""Meaning and spelling combined by a model learned from data, against today's hand-set rule.
+
+Run:  pip install -e '.[bench]' && python benchmarks/combination_study.py [--queries 400]
+
+A study for the learned combination (issue 26); nothing here changes softdict. Every task of
+``benchmarks/matching.py`` with ``--extra`` (typos, aliases, codes, names cut short, a stray
+space): the model is fitted on the dev half and judged on the test half.
+
+Candidates: for each query, the 50 keys of highest cosine, the 50 spelled most alike
+(softdict's spelling similarity s), and every key the exact evidence below points at. Top-1 and
+top-5 are over these candidates (the best key over every key is among them for a score that
+grows with cosine, s and the evidence).
+
+The score stays one number per key, in cosine units, for one softmax at T = 0.05:
+
+    score = cos · (1 + a·x) + Σ_t max(0, s − t) · (b_t·x) + Σ_e [evidence e] · (c_e·x)
+
+with x the query's description (a constant; the share of its letter words that are not common
+words; whether it has a digit; whether it is at most 3 characters; whether it has several
+words; whether it is written in capitals, as codes are), thresholds t in 0.3, 0.45, 0.6, 0.75,
+0.9 (a learned curve of s), and exact evidence e: the query is the key's start, the start of
+one of its words, the initials of its words, or the key itself. a, b, c are fitted by
+conditional maximum likelihood (the softmax over each query's candidates, the key meant
+first), with a small L2 penalty.
+
+It prints, per task of the test half, top-1 / top-5 for today's rule and the learned one, and
+the meaning guard of ``matching_design.py`` (64 paraphrase queries over 192 category words:
+log-likelihood and accuracy of the right category), where the learned spelling part must not
+hurt meaning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import bisect
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from categories import CATEGORIES
+from matching import cached_embeddings, tasks
+from matching_data import Task
+from matching_design import cosine, library_spelling
+
+from softdict.encoders import resolve_encoder
+from softdict.spelling import spelling_form
+from softdict.spelling.scores import query_weights
+
+TEMPERATURE = 0.05
+CANDIDATES = 50
+THRESHOLDS = (0.3, 0.45, 0.6, 0.75, 0.9)
+EVIDENCE = ("start", "word start", "initials", "same")
+_LETTERS = re.compile(r"[^\W\d_]+")
+
+
+def describe(text: str, unknown: float) -> np.ndarray:
+    """The query's description x (module docstring)."""
+    form = spelling_form(text)
+    letters = _LETTERS.findall(text)
+    return np.array(
+        [
+            1.0,
+            unknown,
+            float(any(ch.isdigit() for ch in text)),
+            float(len(form) <= 3),
+            float(" " in form),
+            float(bool(letters) and all(word.isupper() for word in letters)),
+        ]
+    )
+
+
+class Evidence:
+    """Exact evidence over a task's keys, found by lookups rather than by scoring every key."""
+
+    def __init__(self, keys: list[str]) -> None:
+        self.forms = [spelling_form(key) for key in keys]
+        self.by_form = sorted((form, i) for i, form in enumerate(self.forms))
+        self.by_word = sorted(
+            (word, i) for i, form in enumerate(self.forms) for word in set(form.split())
+        )
+        self.by_initials: dict[str, list[int]] = {}
+        for i, form in enumerate(self.forms):
+            words = form.split()
+            if len(words) >= 2:
+                self.by_initials.setdefault("".join(w[0] for w in words), []).append(i)
+
+    @staticmethod
+    def _starting(pairs: list[tuple[str, int]], prefix: str) -> set[int]:
+        found = set()
+        at = bisect.bisect_left(pairs, (prefix, -1))
+        while at < len(pairs) and pairs[at][0].startswith(prefix):
+            found.add(pairs[at][1])
+            at += 1
+        return found
+
+    def of(self, text: str) -> dict[str, set[int]]:
+        form = spelling_form(text)
+        if len(form) < 2:
+            return {name: set() for name in EVIDENCE}
+        start = self._starting(self.by_form, form)
+        return {
+            "start": start,
+            "word start": self._starting(self.by_word, form) - start,
+            "initials": set(self.by_initials.get(form.replace(" ", ""), [])),
+            "same": {i for i in start if self.forms[i] == form},
+        }
+
+
+@dataclass
+class Batch:
+    """One task's queries with their candidates and features."""
+
+    name: str
+    rows: list[np.ndarray]  # per query: candidate key indices
+    target_at: np.ndarray  # per query: the target's position among its candidates, -1 if absent
+    cos: list[np.ndarray]
+    spelling: list[np.ndarray]
+    evidence: list[np.ndarray]  # per query: (c, len(EVIDENCE))
+    x: np.ndarray  # (m, 6)
+    rule: list[np.ndarray]  # today's combined score per candidate
+
+
+def batch(encoder, task: Task, force_target: bool) -> Batch:
+    C = cosine(
+        cached_embeddings(encoder, task.queries, "queries"),
+        cached_embeddings(encoder, task.keys, "keys"),
+    )
+    S, unknown = library_spelling(task.queries, task.keys)
+    weights = query_weights(unknown, 1.0, 1 / 16, 1.0)
+    evidence = Evidence(task.keys)
+    index = {key: i for i, key in enumerate(task.keys)}
+    out = Batch(task.name, [], np.zeros(len(task.queries), int), [], [], [], np.zeros((0, 6)), [])
+    xs = []
+    for i, query in enumerate(task.queries):
+        found = evidence.of(query)
+        rows = set(np.argpartition(-C[i], CANDIDATES)[:CANDIDATES].tolist())
+        rows |= set(np.argpartition(-S[i], CANDIDATES)[:CANDIDATES].tolist())
+        for hits in found.values():
+            rows |= hits
+        target = index[task.targets[i]]
+        if force_target:
+            rows.add(target)
+        ordered = np.array(sorted(rows))
+        out.rows.append(ordered)
+        out.target_at[i] = int(np.searchsorted(ordered, target)) if target in rows else -1
+        out.cos.append(C[i, ordered])
+        out.spelling.append(S[i, ordered])
+        marks = np.zeros((len(ordered), len(EVIDENCE)))
+        for e, name in enumerate(EVIDENCE):
+            marks[:, e] = [row in found[name] for row in ordered.tolist()]
+        out.evidence.append(marks)
+        out.rule.append(C[i, ordered] + weights[i] * np.maximum(0, S[i, ordered] - 0.4) / 0.6)
+        xs.append(describe(query, unknown[i]))
+    out.x = np.array(xs)
+    return out
+
+
+def design(b: Batch, i: int) -> np.ndarray:
+    """The features of query ``i``'s candidates: (c, p); the score is cos + features @ θ."""
+    x = b.x[i]
+    hinge = np.stack([np.maximum(0, b.spelling[i] - t) for t in THRESHOLDS], axis=1)
+    parts = [
+        b.cos[i][:, None] * x[None, 1:],  # meaning's weight moves with the query's kind
+        (hinge[:, :, None] * x[None, None, :]).reshape(len(hinge), -1),
+        (b.evidence[i][:, :, None] * x[None, None, :]).reshape(len(hinge), -1),
+    ]
+    return np.concatenate(parts, axis=1)
+
+
+def fit(batches: list[Batch], penalty: float = 1e-3) -> np.ndarray:
+    from scipy.optimize import minimize
+
+    items = [
+        (design(b, i), b.cos[i], b.target_at[i])
+        for b in batches
+        for i in range(len(b.rows))
+        if b.target_at[i] >= 0
+    ]
+    p = items[0][0].shape[1]
+
+    def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
+        total, grad = 0.0, np.zeros(p)
+        for features, cos, target in items:
+            z = (cos + features @ theta) / TEMPERATURE
+            z -= z.max()
+            w = np.exp(z)
+            w /= w.sum()
+            total -= np.log(max(w[target], 1e-300))
+            grad -= (features[target] - w @ features) / TEMPERATURE
+        n = len(items)
+        return total / n + penalty * theta @ theta, grad / n + 2 * penalty * theta
+
+    found = minimize(loss, np.zeros(p), jac=True, method="L-BFGS-B", options={"maxiter": 300})
+    print(f"fitted {p} parameters on {len(items)} queries: loss {found.fun:.4f}", flush=True)
+    return found.x
+
+
+def accuracy(b: Batch, scores: list[np.ndarray]) -> tuple[float, float]:
+    top1 = top5 = 0
+    for i, score in enumerate(scores):
+        order = np.argsort(-score, kind="stable")
+        top1 += b.target_at[i] >= 0 and order[0] == b.target_at[i]
+        top5 += b.target_at[i] >= 0 and b.target_at[i] in order[:5]
+    return top1 / len(scores), top5 / len(scores)
+
+
+def learned_scores(b: Batch, theta: np.ndarray, guarded: bool = False) -> list[np.ndarray]:
+    """The learned scores; ``guarded``: today's rule for a query of common words only (no
+    unknown word, no digit, not a code), where meaning decides."""
+    return [
+        b.rule[i] if guarded and common_words(b.x[i]) else b.cos[i] + design(b, i) @ theta
+        for i in range(len(b.rows))
+    ]
+
+
+def common_words(x: np.ndarray) -> bool:
+    """Whether a query described by ``x`` is common words only (see ``describe``)."""
+    return bool(x[1] == 0 and x[2] == 0 and x[3] == 0 and x[5] == 0)
+
+
+def meaning_guard(encoder, theta: np.ndarray | None, guarded: bool = False) -> tuple[float, float]:
+    """Category log-likelihood and accuracy of the 64 paraphrase queries over 192 words."""
+    names = list(CATEGORIES)
+    members = [(w, c) for c, n in enumerate(names) for w in CATEGORIES[n]["members"]]
+    queries = [(t, c) for c, n in enumerate(names) for t in CATEGORIES[n]["queries"]]
+    words = [w for w, _ in members]
+    task = Task("meaning", words, [t for t, _ in queries], [words[0]] * len(queries))
+    b = batch(encoder, task, force_target=False)
+    onehot = np.eye(len(names))[[c for _, c in members]]
+    truth = np.array([c for _, c in queries])
+    every = cosine(
+        cached_embeddings(encoder, task.queries, "queries"),
+        cached_embeddings(encoder, words, "keys"),
+    )
+    log_lik, hits = [], 0
+    for i in range(len(b.rows)):
+        if theta is None or (guarded and common_words(b.x[i])):
+            score = b.rule[i]
+        else:
+            score = b.cos[i] + design(b, i) @ theta
+        # Candidates only; the other words get their cosine (no spelling evidence reaches them).
+        full = every[i].copy()
+        full[b.rows[i]] = score
+        w = np.exp((full - full.max()) / TEMPERATURE)
+        mass = (w / w.sum()) @ onehot
+        log_lik.append(np.log(max(mass[truth[i]], 1e-300)))
+        hits += int(mass.argmax() == truth[i])
+    return float(np.mean(log_lik)), hits / len(b.rows)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--queries", type=int, default=400)
+    args = parser.parse_args()
+    encoder = resolve_encoder(None, query_cache_size=0)
+    train = [batch(encoder, t, True) for t in tasks("dev", args.queries, extra=True)]
+    theta = fit(train)
+    print(
+        "\n| task (test half) | rule: top-1 / top-5 | learned | learned, rule for common words |"
+        "\n|---|---|---|---|"
+    )
+    for task in tasks("test", args.queries, extra=True):
+        b = batch(encoder, task, False)
+        cells = [
+            accuracy(b, scores)
+            for scores in (b.rule, learned_scores(b, theta), learned_scores(b, theta, True))
+        ]
+        print(
+            f"| {task.name} | " + " | ".join(f"{a:.3f} / {b5:.3f}" for a, b5 in cells) + " |",
+            flush=True,
+        )
+    guards = (
+        ("meaning alone", np.zeros_like(theta), False),
+        ("rule", None, False),
+        ("learned", theta, False),
+        ("learned, rule for common words", theta, True),
+    )
+    for label, parameters, guarded in guards:
+        log_lik, acc = meaning_guard(encoder, parameters, guarded)
+        print(f"meaning guard, {label}: log-likelihood {log_lik:.3f}, accuracy {acc:.3f}")
+    print("theta:", np.array2string(theta, precision=3, max_line_width=100))
+
+
+if __name__ == "__main__":
+    main()
