@@ -164,7 +164,10 @@ def design(b: Batch, i: int) -> np.ndarray:
     x = b.x[i]
     hinge = np.stack([np.maximum(0, b.spelling[i] - t) for t in THRESHOLDS], axis=1)
     parts = [
-        b.cos[i][:, None] * x[None, 1:],  # meaning's weight moves with the query's kind
+        # Meaning's weight moves with what marks a query as not words (unknown words, digits,
+        # shortness, capitals), not with its number of words: fitted on names, a weight that
+        # moved with it flattened paraphrases' attention (the meaning guard).
+        b.cos[i][:, None] * x[None, [1, 2, 3, 5]],
         (hinge[:, :, None] * x[None, None, :]).reshape(len(hinge), -1),
         (b.evidence[i][:, :, None] * x[None, None, :]).reshape(len(hinge), -1),
     ]
