@@ -2,26 +2,26 @@
 
 Run:  pip install -e '.[bench]' && python benchmarks/combination_study.py [--queries 400]
 
-A study for the learned combination (issue 26); nothing here changes softdict. Every task of
-``benchmarks/matching.py`` with ``--extra`` (typos, aliases, codes, names cut short, a stray
-space): the model is fitted on the dev half and judged on the test half.
+A study for the learned combination (issue 26). Every task of ``benchmarks/matching.py`` with
+``--extra`` (typos, aliases, codes, names cut short, a stray space): the model is fitted on the
+dev half and judged on the test half.
 
 Candidates: for each query, the 50 keys of highest cosine, the 50 spelled most alike
-(softdict's spelling similarity s), and every key the exact evidence below points at. Top-1 and
-top-5 are over these candidates (the best key over every key is among them for a score that
-grows with cosine, s and the evidence).
+(softdict's spelling similarity s), and every key an exact mark of ``softdict.spelling.evidence``
+points at. Top-1 and top-5 are over these candidates (the best key over every key is among them
+for a score that grows with cosine, s and the marks).
 
 The score stays one number per key, in cosine units, for one softmax at T = 0.05:
 
-    score = cos · (1 + a·x) + Σ_t max(0, s − t) · (b_t·x) + Σ_e [evidence e] · (c_e·x)
+    score = cos · (1 + a·x) + Σ_j ramp_j(s) · (b_j·x) + Σ_e [mark e] · (c_e·x)
 
-with x the query's description (a constant; the share of its letter words that are not common
-words; whether it has a digit; whether it is at most 3 characters; whether it has several
-words; whether it is written in capitals, as codes are), thresholds t in 0.3, 0.45, 0.6, 0.75,
-0.9 (a learned curve of s), and exact evidence e: the query is the key's start, the start of
-one of its words, the initials of its words, or the key itself. a, b, c are fitted by
-conditional maximum likelihood (the softmax over each query's candidates, the key meant
-first), with a small L2 penalty.
+with x the query's description (``evidence.describe``: a constant; the share of its letter words
+that are not common words; digits; at most 3 characters; several words; capitals), ramp_j the
+piece of s between knots t_j and t_(j+1) (0.3, 0.45, 0.6, 0.75, 0.9, 1), and the marks of
+``evidence.EVIDENCE`` (same but for spaces, start, word start, initials, abbreviation). b and c
+are held non-negative, so a score only grows with s and the marks (what lets a lookup bound the
+keys it has not spelled); a is free. a, b, c are fitted by conditional maximum likelihood (the
+softmax over each query's candidates, the key meant first), with a small L2 penalty.
 
 It prints, per task of the test half, top-1 / top-5 for today's rule and the learned one, and
 the meaning guard of ``matching_design.py`` (64 paraphrase queries over 192 category words:
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,52 +40,46 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import itertools
+
 from categories import CATEGORIES
 from matching import cached_embeddings, tasks
 from matching_data import Task
-from matching_design import cosine, library_spelling
+from matching_design import ISSUE, cosine, library_spelling
 
 from softdict.encoders import resolve_encoder
 from softdict.spelling import spelling_form
+from softdict.spelling.combination import LEARNED_1, ramps, rule_1
+from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, compact, describe, evidence_marks
 from softdict.spelling.scores import query_weights
 
 TEMPERATURE = 0.05
 CANDIDATES = 50
-THRESHOLDS = (0.3, 0.45, 0.6, 0.75, 0.9)
-EVIDENCE = ("start", "word start", "initials", "same")
-_LETTERS = re.compile(r"[^\W\d_]+")
+KNOTS = np.array(LEARNED_1.knots)
+# The description's parts that scale meaning (not "several words": fitted on names, a meaning
+# weight that moved with it flattened paraphrases' attention, the meaning guard).
+MEANING_PARTS = list(LEARNED_1.meaning_parts)
+P = len(DESCRIPTION)
+CONSTANT, SEVERAL = DESCRIPTION.index("constant"), DESCRIPTION.index("several words")
+# "Several words" adds no spelling below this (a paraphrase and a word are spelled that much
+# alike by chance; the meaning guard).
+SEVERAL_FLOOR = 0.6
 
 
-def describe(text: str, unknown: float) -> np.ndarray:
-    """The query's description x (module docstring)."""
-    form = spelling_form(text)
-    letters = _LETTERS.findall(text)
-    return np.array(
-        [
-            1.0,
-            unknown,
-            float(any(ch.isdigit() for ch in text)),
-            float(len(form) <= 3),
-            float(" " in form),
-            float(bool(letters) and all(word.isupper() for word in letters)),
-        ]
-    )
-
-
-class Evidence:
-    """Exact evidence over a task's keys, found by lookups rather than by scoring every key."""
+class Marked:
+    """The keys an exact mark can point at, found by lookups rather than by marking every key:
+    by form (start, same), by word (word start), by initials, by first letter (abbreviation)."""
 
     def __init__(self, keys: list[str]) -> None:
         self.forms = [spelling_form(key) for key in keys]
-        self.by_form = sorted((form, i) for i, form in enumerate(self.forms))
+        self.by_form = sorted((compact(form), i) for i, form in enumerate(self.forms))
         self.by_word = sorted(
             (word, i) for i, form in enumerate(self.forms) for word in set(form.split())
         )
-        self.by_initials: dict[str, list[int]] = {}
+        self.by_first: dict[str, list[int]] = {}
         for i, form in enumerate(self.forms):
-            words = form.split()
-            if len(words) >= 2:
-                self.by_initials.setdefault("".join(w[0] for w in words), []).append(i)
+            if form:
+                self.by_first.setdefault(form[0], []).append(i)
 
     @staticmethod
     def _starting(pairs: list[tuple[str, int]], prefix: str) -> set[int]:
@@ -97,17 +90,15 @@ class Evidence:
             at += 1
         return found
 
-    def of(self, text: str) -> dict[str, set[int]]:
+    def of(self, text: str) -> set[int]:
         form = spelling_form(text)
-        if len(form) < 2:
-            return {name: set() for name in EVIDENCE}
-        start = self._starting(self.by_form, form)
-        return {
-            "start": start,
-            "word start": self._starting(self.by_word, form) - start,
-            "initials": set(self.by_initials.get(form.replace(" ", ""), [])),
-            "same": {i for i in start if self.forms[i] == form},
-        }
+        short = compact(form)
+        if len(short) < 2:
+            return set()
+        found = self._starting(self.by_form, short) | self._starting(self.by_word, form)
+        first = self.by_first.get(form[0], [])
+        marks = evidence_marks([form] * len(first), [self.forms[i] for i in first])
+        return found | {first[j] for j in np.flatnonzero(marks.any(axis=1))}
 
 
 @dataclass
@@ -120,7 +111,7 @@ class Batch:
     cos: list[np.ndarray]
     spelling: list[np.ndarray]
     evidence: list[np.ndarray]  # per query: (c, len(EVIDENCE))
-    x: np.ndarray  # (m, 6)
+    x: np.ndarray  # (m, len(DESCRIPTION))
     rule: list[np.ndarray]  # today's combined score per candidate
 
 
@@ -131,16 +122,14 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
     )
     S, unknown = library_spelling(task.queries, task.keys)
     weights = query_weights(unknown, 1.0, 1 / 16, 1.0)
-    evidence = Evidence(task.keys)
+    marked = Marked(task.keys)
     index = {key: i for i, key in enumerate(task.keys)}
-    out = Batch(task.name, [], np.zeros(len(task.queries), int), [], [], [], np.zeros((0, 6)), [])
+    out = Batch(task.name, [], np.zeros(len(task.queries), int), [], [], [], np.zeros((0, P)), [])
     xs = []
     for i, query in enumerate(task.queries):
-        found = evidence.of(query)
         rows = set(np.argpartition(-C[i], CANDIDATES)[:CANDIDATES].tolist())
         rows |= set(np.argpartition(-S[i], CANDIDATES)[:CANDIDATES].tolist())
-        for hits in found.values():
-            rows |= hits
+        rows |= marked.of(query)
         target = index[task.targets[i]]
         if force_target:
             rows.add(target)
@@ -149,29 +138,62 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
         out.target_at[i] = int(np.searchsorted(ordered, target)) if target in rows else -1
         out.cos.append(C[i, ordered])
         out.spelling.append(S[i, ordered])
-        marks = np.zeros((len(ordered), len(EVIDENCE)))
-        for e, name in enumerate(EVIDENCE):
-            marks[:, e] = [row in found[name] for row in ordered.tolist()]
-        out.evidence.append(marks)
+        form = spelling_form(query)
+        out.evidence.append(
+            evidence_marks([form] * len(ordered), [marked.forms[j] for j in ordered])
+        )
         out.rule.append(C[i, ordered] + weights[i] * np.maximum(0, S[i, ordered] - 0.4) / 0.6)
-        xs.append(describe(query, unknown[i]))
+        xs.append(describe(query))
     out.x = np.array(xs)
     return out
 
 
 def design(b: Batch, i: int) -> np.ndarray:
-    """The features of query ``i``'s candidates: (c, p); the score is cos + features @ θ."""
+    """The features of query ``i``'s candidates: (c, p); the score is cos + features @ θ, θ the
+    flattened (a, B, C) of ``softdict.spelling.combination``."""
     x = b.x[i]
-    hinge = np.stack([np.maximum(0, b.spelling[i] - t) for t in THRESHOLDS], axis=1)
+    ramp = ramps(b.spelling[i], KNOTS)
     parts = [
-        # Meaning's weight moves with what marks a query as not words (unknown words, digits,
-        # shortness, capitals), not with its number of words: fitted on names, a weight that
-        # moved with it flattened paraphrases' attention (the meaning guard).
-        b.cos[i][:, None] * x[None, [1, 2, 3, 5]],
-        (hinge[:, :, None] * x[None, None, :]).reshape(len(hinge), -1),
-        (b.evidence[i][:, :, None] * x[None, None, :]).reshape(len(hinge), -1),
+        b.cos[i][:, None] * x[None, MEANING_PARTS],
+        (ramp[:, :, None] * x[None, None, :]).reshape(len(ramp), -1),
+        (b.evidence[i][:, :, None] * x[None, None, :]).reshape(len(ramp), -1),
     ]
     return np.concatenate(parts, axis=1)
+
+
+def bounds() -> list[tuple[float | None, float | None]]:
+    """Meaning's factor free; every ramp's and mark's weight non-negative; a query of common
+    words keeps the rule's curve (the constant's ramps: the rule's weight for common words,
+    1/16 of 4, per unit of s above 0.4), and "several words" adds nothing below
+    ``SEVERAL_FLOOR``. Found on the dev half: a learned curve for common words, or several
+    words below 0.6, cost the meaning guard 0.002-0.03 of log-likelihood (weather -> sweater)."""
+    rule = rule_1(1 / 16).ramps[0][0] / (1.0 - 0.4)  # per unit of s
+    free: list[tuple[float | None, float | None]] = [(None, None)] * len(MEANING_PARTS)
+    for low, high in itertools.pairwise(KNOTS):
+        for k in range(P):
+            if k == CONSTANT:
+                fixed = rule * max(0.0, high - max(low, 0.4))
+                free.append((fixed, fixed))
+            elif k == SEVERAL and low < SEVERAL_FLOOR:
+                free.append((0.0, 0.0))
+            else:
+                free.append((0.0, None))
+    return free + [(0.0, None)] * (len(EVIDENCE) * P)
+
+
+def constants(theta: np.ndarray) -> str:
+    """θ as the constants of ``LEARNED_1`` (a, B's rows, C's rows)."""
+    a = theta[: len(MEANING_PARTS)]
+    b = theta[len(MEANING_PARTS) : len(MEANING_PARTS) + (len(KNOTS) - 1) * P].reshape(-1, P)
+    c = theta[len(MEANING_PARTS) + (len(KNOTS) - 1) * P :].reshape(-1, P)
+
+    def row(values: np.ndarray) -> str:
+        return "(" + ", ".join(f"{v:.6g}" for v in values) + ("," if len(values) == 1 else "") + ")"
+
+    return "\n".join(
+        [f"    {row(a)},", "    (", *[f"        {row(r)}," for r in b], "    ),", "    (",
+         *[f"        {row(r)}," for r in c], "    ),"]
+    )  # fmt: skip
 
 
 def fit(batches: list[Batch], penalty: float = 1e-3) -> np.ndarray:
@@ -197,7 +219,9 @@ def fit(batches: list[Batch], penalty: float = 1e-3) -> np.ndarray:
         n = len(items)
         return total / n + penalty * theta @ theta, grad / n + 2 * penalty * theta
 
-    found = minimize(loss, np.zeros(p), jac=True, method="L-BFGS-B", options={"maxiter": 300})
+    found = minimize(
+        loss, np.zeros(p), jac=True, method="L-BFGS-B", bounds=bounds(), options={"maxiter": 500}
+    )
     print(f"fitted {p} parameters on {len(items)} queries: loss {found.fun:.4f}", flush=True)
     return found.x
 
@@ -221,7 +245,7 @@ def learned_scores(b: Batch, theta: np.ndarray, guarded: bool = False) -> list[n
 
 
 def common_words(x: np.ndarray) -> bool:
-    """Whether a query described by ``x`` is common words only (see ``describe``)."""
+    """Whether a query described by ``x`` is common words only (``evidence.describe``)."""
     return bool(x[1] == 0 and x[2] == 0 and x[3] == 0 and x[5] == 0)
 
 
@@ -285,7 +309,23 @@ def main() -> None:
     for label, parameters, guarded in guards:
         log_lik, acc = meaning_guard(encoder, parameters, guarded)
         print(f"meaning guard, {label}: log-likelihood {log_lik:.3f}, accuracy {acc:.3f}")
-    print("theta:", np.array2string(theta, precision=3, max_line_width=100))
+    print("the issue's queries:", issue_queries(encoder, theta))
+    print("constants of LEARNED_1 (a, B, C):\n" + constants(theta))
+
+
+def issue_queries(encoder, theta: np.ndarray) -> str:
+    """The README's seven queries (Germny, ..., Deutschland, Burma) over pycountry's countries:
+    the key the learned score puts first."""
+    import pycountry
+
+    countries = [c.name for c in pycountry.countries]
+    task = Task("issue", countries, list(ISSUE), list(ISSUE.values()))
+    b = batch(encoder, task, force_target=True)
+    found = []
+    for i, query in enumerate(task.queries):
+        best = b.rows[i][int(np.argmax(b.cos[i] + design(b, i) @ theta))]
+        found.append(f"{query} -> {countries[best]}")
+    return ", ".join(found)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,14 @@ clearly, by a one-sided paired t-test at the 2.5% level (t quantiles from scipy)
 the gain must exceed 4.3 standard errors, on hundreds about 2; a store too small to tell keeps
 what it has.
 
-With the spelling channel on, the scores are meaning + weight · term(spelling), each key's own
-text the query, as in a lookup. The keys are real names and words, so what the stored values can
-tell is how much spelling should weigh between real words: ``lexical_known``. It is chosen on
-the same rule, from 0 to 1 (1/64, 1/16, 1/4 and 1 tried), where the store is scored exactly.
-The weight of misspelt and unknown words (``lexical``) is left alone: no stored key is a
-misspelling of another, so the values cannot judge it (``fit`` learns it from examples).
+With the spelling channel on, the scores are the store's combination of meaning and spelling
+(``spelling.combination``), each key's own text the query, as in a lookup. Under the hand-set
+rule (``combination="rule-1"``) the keys, real names and words, can tell how much spelling should
+weigh between real words: ``lexical_known``. It is chosen on the same rule, from 0 to 1 (1/64,
+1/16, 1/4 and 1 tried), where the store is scored exactly. The learned combination's constants
+were fitted on what people type, which no stored key is, so the values judge only the
+temperature there. The weight of spelling as a whole (``lexical``) is left alone: no stored key
+is a misspelling of another, so the values cannot judge it (``fit`` learns it from examples).
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict._attention import top_of_scores
-from softdict._lookup import spelling_queries
+from softdict._config import CombinationName
+from softdict._lookup import spelling_terms
 from softdict._retrieval import scores_every_key
 from softdict.index.base import require_vectors
-from softdict.spelling import query_weights, spelling_term
+from softdict.spelling.combination import query_terms, rule_1
 from softdict.store.base import Store
 from softdict.values.base import LossKind
 
@@ -113,15 +116,23 @@ def calibrate(
         meaning, column_ids = backend.score_all(queries)
         own = np.searchsorted(column_ids, ids)
         depth = min(deepest, n_keys - 1)
-        spelled = spelling_queries(store, store.keys_of(ids))
+        texts = store.keys_of(ids)
+        spelled = spelling_terms(store, texts)
         if spelled is None:
             return choose(LeftOutScores.from_all_scores(meaning, own, column_ids, depth), ids)
-        texts, unit = spelled
-        terms = spelling_term(store.spelling.similarity(texts, column_ids))
+        queries, terms = spelled
+        similarity = store.spelling.similarity(queries, column_ids)
+        marks = store.spelling.marks(queries, column_ids) if terms.marks.shape[1] else None
+        # The hand-set rule has one number the values can judge, lexical_known; the learned
+        # combination none (its constants were fitted on what people type).
+        choices = {config.lexical_known: terms}
+        if config.combination is CombinationName.RULE_1:
+            unit = config.similarity.cosine_unit(dim)
+            for known in KNOWN_CHOICES:
+                choices.setdefault(known, query_terms(rule_1(known), texts, config.lexical, unit))
         found: dict[float, Calibration] = {}
-        for known in dict.fromkeys([config.lexical_known, *KNOWN_CHOICES]):
-            weights = query_weights(texts.unknown, config.lexical, known, unit)
-            scores = meaning + weights[:, None] * terms
+        for known, choice in choices.items():
+            scores = choice.score(meaning, similarity, marks)
             left_out = LeftOutScores.from_all_scores(scores, own, column_ids, depth)
             found[known] = choose(left_out, ids)
         base = found[config.lexical_known]

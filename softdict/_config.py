@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from softdict._errors import ConfigError
 from softdict._similarity import Similarity
 
-__all__ = ["EXACT_MAX_KEYS", "SoftDictConfig", "ValueKind", "check_number"]
+__all__ = ["EXACT_MAX_KEYS", "CombinationName", "SoftDictConfig", "ValueKind", "check_number"]
 
 # With top_k=None, a lookup attends exactly to every key while it may attend to at most this
 # many; index="auto" keeps its keys in exact numpy search up to the same size. The benchmark's
@@ -35,6 +35,14 @@ class ValueKind(str, Enum):
     SCALAR = "scalar"
     VECTOR = "vector"
     CATEGORICAL = "categorical"
+
+
+class CombinationName(str, Enum):
+    """How meaning and spelling make one score (``combination=``; the formulas and constants are
+    ``softdict.spelling.combination``'s)."""
+
+    LEARNED_1 = "learned-1"  # the default: learned from real names (issue 26)
+    RULE_1 = "rule-1"  # the hand-set rule of store formats up to 3
 
 
 class SoftDictConfig(BaseModel):
@@ -65,6 +73,9 @@ class SoftDictConfig(BaseModel):
     # for meaning alone; and the share of that weight a query's common English words get.
     lexical: float = Field(default=1.0, ge=0.0, le=1000.0)
     lexical_known: float = Field(default=1 / 16, ge=0.0, le=1.0)
+    # How meaning and spelling make one score (softdict.spelling.combination): the learned
+    # combination, or the hand-set rule of store formats up to 3 (whose lexical_known it uses).
+    combination: CombinationName = CombinationName.LEARNED_1
 
     @field_validator("temperature")
     @classmethod

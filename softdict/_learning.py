@@ -3,10 +3,10 @@ weights, fitted with PyTorch.
 
 ``fit`` is given (query text, target key) pairs and minimises the cross-entropy of attention on
 each query's target key, the way a transformer learns its query projection. With the spelling
-channel on, the score is meaning + weight(q) · term(spelling) as in a lookup, and ``lexical`` and
-``lexical_known`` (the two numbers in weight(q)) are learned with W_q and T: the spelling terms
-do not depend on them, so they are computed once (rapidfuzz) and the optimiser sees a fixed
-matrix. (Choosing the temperature from the stored values alone is ``_calibration``'s concern.)
+channel on, the score is the store's combination of meaning and spelling as in a lookup
+(``spelling.combination``), and ``lexical`` (how much spelling weighs as a whole) is learned with
+W_q and T, and ``lexical_known`` too under the hand-set rule (``SpellingInputs``). (Choosing the
+temperature from the stored values alone is ``_calibration``'s concern.)
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from softdict._config import CombinationName
 from softdict._errors import KeyTypeError, NoMatchError
-from softdict._lookup import spelling_queries
+from softdict._lookup import spelling_terms
 from softdict._similarity import Similarity
 from softdict.index.base import require_vectors
-from softdict.spelling import UNKNOWN_WORD_WEIGHT, spelling_term
+from softdict.spelling.combination import combination_for, query_terms
 from softdict.store.base import Store
 
 __all__ = ["FitReport", "Learned", "SpellingInputs", "examples_from", "fit", "fit_projection"]
@@ -80,24 +81,53 @@ def examples_from(pairs: Iterable[object]) -> list[tuple[str, str]]:
 
 @dataclass(frozen=True)
 class SpellingInputs:
-    """The spelling channel as fit sees it: each query's spelling term against every key
-    (n_queries, n_keys), its unknown share, and the options it starts from."""
+    """The spelling channel as fit sees it, for each query against every key, in the form
 
-    terms: np.ndarray
-    unknown: np.ndarray
+        score = meaning · max(0, 1 + lexical · (factor − 1)) + lexical · (gain + known · known_gain)
+
+    which is the store's combination (``spelling.combination``) as a function of the two options
+    fit learns: ``lexical`` and, for the hand-set rule, ``lexical_known`` (the learned
+    combination's ``known_gain`` is None). ``factor`` (q,) is meaning's factor at lexical 1;
+    ``gain`` and ``known_gain`` (q, n) what spelling and marks add at lexical 1 (and known 0),
+    and what known adds per unit. The similarities do not depend on what is learned, so they are
+    computed once (rapidfuzz) and the optimiser sees fixed matrices."""
+
     lexical: float
     known: float
-    unit: float  # one cosine in the store's similarity
+    factor: np.ndarray
+    gain: np.ndarray
+    known_gain: np.ndarray | None
 
 
 def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
-    found = spelling_queries(store, texts)
+    found = spelling_terms(store, texts)
     if found is None:
         return None
-    queries, unit = found
-    terms = spelling_term(store.spelling.similarity(queries, store.ids())).astype(np.float32)
+    queries, _ = found
     config = store.config
-    return SpellingInputs(terms, queries.unknown, config.lexical, config.lexical_known, unit)
+    assert store.dim is not None
+    unit = config.similarity.cosine_unit(store.dim)
+    ids = store.ids()
+    similarity = store.spelling.similarity(queries, ids)
+
+    def at(known: float) -> tuple[np.ndarray, np.ndarray]:
+        terms = query_terms(combination_for(config.combination, known), texts, 1.0, unit)
+        gain = terms.spelling_part(similarity)
+        if terms.marks.shape[1]:
+            gain = gain + terms.marks_part(store.spelling.marks(queries, ids))
+        return terms.scale, gain
+
+    factor, gain = at(0.0)
+    known_gain = None
+    if config.combination is CombinationName.RULE_1:
+        known_gain = at(1.0)[1] - gain
+    return SpellingInputs(
+        config.lexical,
+        config.lexical_known,
+        factor.astype(np.float32),
+        gain.astype(np.float32),
+        None if known_gain is None else known_gain.astype(np.float32),
+    )
 
 
 def fit(
@@ -162,7 +192,11 @@ def fit(
         n_train=len(targets) - n_heldout,
         n_heldout=n_heldout,
         lexical=learned.lexical if kept and spelling else config.lexical,
-        lexical_known=learned.known if kept and spelling else config.lexical_known,
+        lexical_known=(
+            learned.known
+            if kept and spelling and spelling.known_gain is not None
+            else config.lexical_known
+        ),
     )
     return report, learned.weight.astype(np.float32) if kept else None
 
@@ -221,17 +255,24 @@ def fit_projection(
     log_lexical = torch.tensor(
         float(np.log(max(lexical, 1e-12))), requires_grad=spelling is not None
     )
-    logit_known = torch.tensor(
-        float(np.log(known / (1 - known))), requires_grad=spelling is not None
-    )
+    learns_known = spelling is not None and spelling.known_gain is not None
+    logit_known = torch.tensor(float(np.log(known / (1 - known))), requires_grad=learns_known)
     n_train = len(train_queries)
 
-    def spelling_part(rows: slice) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def spelling_part(rows: slice) -> tuple[torch.Tensor, ...] | None:
         if spelling is None:
             return None
+        known_gain = spelling.known_gain
         return (
-            torch.from_numpy(np.ascontiguousarray(spelling.terms[rows])),
-            torch.from_numpy(spelling.unknown[rows].astype(np.float32)),
+            torch.from_numpy(spelling.factor[rows]),
+            torch.from_numpy(np.ascontiguousarray(spelling.gain[rows])),
+            torch.from_numpy(
+                np.ascontiguousarray(
+                    known_gain[rows]
+                    if known_gain is not None
+                    else np.zeros_like(spelling.gain[rows])
+                )
+            ),
         )
 
     data = {
@@ -246,7 +287,6 @@ def fit_projection(
             spelling_part(slice(n_train, None)) if spelling else None,
         ),
     }
-    unit = spelling.unit * UNKNOWN_WORD_WEIGHT if spelling else 0.0
 
     def scores(queries: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         projected = queries @ w.T
@@ -264,10 +304,10 @@ def fit_projection(
     ) -> tuple[torch.Tensor, float]:
         queries, targets, spelled = data[part]
         s = scores(queries, w)
-        if spelled is not None:
-            terms, unknown = spelled
-            share = torch.sigmoid(kn) + (1 - torch.sigmoid(kn)) * unknown
-            s = s + (unit * lex.exp() * share)[:, None] * terms
+        if spelled is not None:  # SpellingInputs' form of the store's combination
+            factor, gain, known_gain = spelled
+            scale = (1 + lex.exp() * (factor - 1)).clamp_min(0)
+            s = s * scale[:, None] + lex.exp() * (gain + torch.sigmoid(kn) * known_gain)
         loss = torch.nn.functional.cross_entropy(s / t, targets)
         return loss, float((s.argmax(dim=1) == targets).float().mean())
 
@@ -284,7 +324,8 @@ def fit_projection(
         _, accuracy_before = loss_and_accuracy(
             "heldout", start, torch.tensor(temperature), log_lexical, logit_known
         )
-    parameters = [weight, log_t] + ([log_lexical, logit_known] if spelling else [])
+    parameters = [weight, log_t] + ([log_lexical] if spelling else [])
+    parameters += [logit_known] if learns_known else []
     optimizer = torch.optim.Adam(parameters, lr=learning_rate)
     best = snapshot(float("inf"))
     since_best, steps = 0, 0
@@ -315,7 +356,7 @@ def fit_projection(
         temperature=best_t,
         # Within the option's range (a store keeps at most 1000).
         lexical=min(float(best_lexical.exp()), 1000.0) if spelling else 0.0,
-        known=float(torch.sigmoid(best_known)) if spelling else 0.0,
+        known=float(torch.sigmoid(best_known)) if learns_known else 0.0,
         steps=steps,
         accuracy_before=accuracy_before,
         accuracy_after=accuracy_after,

@@ -21,11 +21,12 @@ from softdict._retrieval import (
 )
 from softdict._sampling import value_stderr
 from softdict._types import BatchValue, Mask, NoDefault, Value
-from softdict.spelling import SpellingQueries, query_weights
+from softdict.spelling import SpellingQueries
+from softdict.spelling.combination import QueryTerms, combination_for, query_terms
 from softdict.store.base import Store
 from softdict.values.base import LossKind, ValueColumn
 
-__all__ = ["attentions", "lookup_values", "nearest_keys", "selections", "spelling_queries"]
+__all__ = ["attentions", "lookup_values", "nearest_keys", "selections", "spelling_terms"]
 
 
 # Score-matrix entries (queries x keys) of one chunk of a batch: a batch is looked up in
@@ -69,24 +70,22 @@ def selections(
         yield rows, select(store.backend, prepared[rows], policy, allow, n_allowed, part)
 
 
-def spelling_queries(store: Store, texts: list[str]) -> tuple[SpellingQueries, float] | None:
-    """``texts`` as the spelling channel takes them, and one cosine in the store's similarity
-    (the unit of the spelling weights); None where the store's ``lexical`` is 0. Lookups, fit
-    and calibrate all start the channel here."""
-    if not store.config.lexical:
+def spelling_terms(store: Store, texts: list[str]) -> tuple[SpellingQueries, QueryTerms] | None:
+    """``texts`` as the spelling channel takes them, and their terms under the store's
+    combination of meaning and spelling (``spelling.combination``); None where the store's
+    ``lexical`` is 0. Lookups, fit and calibrate all start the channel here."""
+    config = store.config
+    if not config.lexical:
         return None
     assert store.dim is not None
-    return SpellingQueries.of(texts), store.config.similarity.cosine_unit(store.dim)
+    unit = config.similarity.cosine_unit(store.dim)  # the spelling weights' unit: one cosine
+    combination = combination_for(config.combination, config.lexical_known)
+    return SpellingQueries.of(texts), query_terms(combination, texts, config.lexical, unit)
 
 
 def _spelling_request(store: Store, texts: list[str]) -> SpellingRequest | None:
-    found = spelling_queries(store, texts)
-    if found is None:
-        return None
-    queries, unit = found
-    config = store.config
-    weights = query_weights(queries.unknown, config.lexical, config.lexical_known, unit)
-    return SpellingRequest(store.spelling, queries, weights)
+    found = spelling_terms(store, texts)
+    return None if found is None else SpellingRequest(store.spelling, *found)
 
 
 def lookup_values(

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 FORMAT_NAME = "softdict-store"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
 # A manifest lists files and a few options: anything larger is not one, and is not read.
 MAX_MANIFEST_BYTES = 64 * 2**20
@@ -110,8 +110,9 @@ class FormatOneBody(_Body):
 
 
 class FormatTwoBody(_Body):
-    """Formats 2 and 3: keys with stable ids; the index backend's state in ``index``. (Format 3
-    adds the spelling channel: its options in ``config``, its postings among the files.)"""
+    """Formats 2 to 4: keys with stable ids; the index backend's state in ``index``. (Format 3
+    adds the spelling channel: its options in ``config``, its postings among the files; format 4
+    the ``combination`` option in ``config``.)"""
 
     next_id: int = Field(ge=0)
     index: dict[str, Any] | None

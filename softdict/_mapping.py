@@ -93,8 +93,11 @@ class SoftDict(MutableMapping[str, Value]):
         lexical: the weight of spelling against meaning in a text lookup (the spelling channel,
             ``softdict.spelling``): 1, the measured default, lets a misspelt name find its key;
             0 scores keys by meaning alone, as softdict did before the channel existed.
-        lexical_known: the share of the spelling weight a query's common English words keep
-            (1/16 by default): meaning, not spelling, decides what a real word means.
+        combination: how meaning and spelling make one score: "learned-1" (the default, fitted
+            on typos, aliases, codes and names cut short of real names) or "rule-1" (the
+            hand-set rule of stores saved before it, which load with it).
+        lexical_known: under "rule-1", the share of the spelling weight a query's common English
+            words keep (1/16 by default): meaning, not spelling, decides what a real word means.
         index: "auto" (exact up to 10,000 keys, then HNSW), "flat" (exact), "hnsw", "ivf",
             "ivf_sq8" (compressed, 1 byte per dimension), a FAISS index_factory string, or a
             name registered with ``softdict.index.register_backend``.
@@ -137,6 +140,7 @@ class SoftDict(MutableMapping[str, Value]):
         max_sample: int = 4096,
         seed: int = 0,
         lexical: float = 1.0,
+        combination: str = "learned-1",
         lexical_known: float = 1 / 16,
         index: str = "auto",
         value_kind: ValueKind | str | None = None,
@@ -157,6 +161,7 @@ class SoftDict(MutableMapping[str, Value]):
             max_sample=max_sample,
             seed=seed,
             lexical=lexical,
+            combination=combination,
             lexical_known=lexical_known,
             index=index,
             value_kind=value_kind,
@@ -213,8 +218,19 @@ class SoftDict(MutableMapping[str, Value]):
             self._store.config = self._store.config.replace(lexical=value)
 
     @property
+    def combination(self) -> str:
+        """How meaning and spelling make one score: "learned-1" or "rule-1"."""
+        return self._store.config.combination.value
+
+    @combination.setter
+    def combination(self, value: str) -> None:
+        with self._lock:
+            self._store.config = self._store.config.replace(combination=value)
+
+    @property
     def lexical_known(self) -> float:
-        """The share of the spelling weight that a query's common English words keep."""
+        """Under the "rule-1" combination, the share of the spelling weight that a query's common
+        English words keep."""
         return self._store.config.lexical_known
 
     @lexical_known.setter

@@ -1,6 +1,6 @@
 """Saving and loading a store: a folder of self-describing files in open formats, never pickle.
 
-A store folder (format 3) holds:
+A store folder (format 4) holds:
 
     manifest.json     format name and version, config, counts, the next id, the encoder's
                       identity, the index's state, and the size and SHA-256 of every other file;
@@ -19,11 +19,13 @@ A store folder (format 3) holds:
     built them, unless deleted keys wait to be compacted (softdict.spelling):
         spelling_indptr.npy, spelling_rows.npy, spelling_lengths.npy
 
-Format 2 is format 3 before the spelling channel: it is read with ``lexical=0``, so a store
-behaves as it did when it was saved, until its owner turns spelling on.
+Format 3 is format 4 before the learned combination of meaning and spelling: it is read with
+``combination="rule-1"``, the hand-set rule it answered with. Format 2 is format 3 before the
+spelling channel: it is read with ``lexical=0`` too. Either way a store answers as it did when it
+was saved, until its owner changes those options.
 
 Format 1 (softdict 0.1.0) kept everything by row, deleted rows included; it is read by
-translating it to format 2's state on load (meaning alone too), and saved again as format 3.
+translating it to format 2's state on load (meaning alone too), and saved again as format 4.
 
 Loading reads JSON and ``np.load(..., allow_pickle=False)``, so a store file cannot run code. The
 FAISS file is parsed by FAISS's own reader; its checksum is verified first, which catches
@@ -51,6 +53,7 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
+from softdict._config import CombinationName
 from softdict._errors import ConfigError, EncoderError, StoreBusyError, StoreFormatError
 from softdict._files import FileReader, StoreFiles, canonical_json, encode_file
 from softdict._manifest import (
@@ -308,9 +311,13 @@ def load_store(
             state, files, identity = _read_format_1(folder, body)
         else:
             state, files, identity = _read_format_2(folder, body)
-        if manifest.version < 3:
-            # Saved before the spelling channel: it keeps the meaning-only lookups it had.
-            state = dataclasses.replace(state, config=state.config.replace(lexical=0.0))
+        if manifest.version < 4:
+            # Saved before the learned combination (and before the spelling channel, below 3):
+            # it keeps the lookups it had.
+            older = {"combination": CombinationName.RULE_1}
+            if manifest.version < 3:
+                older["lexical"] = 0.0
+            state = dataclasses.replace(state, config=state.config.replace(**older))
     text_encoder = matching_encoder(
         identity, encoder, state.config.query_cache_size, accept_variant
     )

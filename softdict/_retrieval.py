@@ -52,13 +52,9 @@ from softdict._sampling import (
     z_of,
 )
 from softdict.index.base import Allow, Capabilities, IndexBackend
-from softdict.spelling import (
-    SIMILARITY_FLOOR,
-    SpellingIndex,
-    SpellingQueries,
-    combined_score,
-    spelling_term,
-)
+from softdict.spelling import SpellingIndex, SpellingQueries
+from softdict.spelling.combination import QueryTerms
+from softdict.spelling.evidence import EVIDENCE
 
 __all__ = [
     "SPELLING_CANDIDATES",
@@ -117,16 +113,32 @@ class SpellingRequest:
     Attributes:
         index: the store's spelling index.
         queries: the query texts' spelling forms.
-        weights: (m,) each query's spelling weight, in score units (``spelling.query_weights``).
+        terms: the queries' combination of meaning and spelling (``spelling.combination``).
     """
 
     index: SpellingIndex
     queries: SpellingQueries
-    weights: np.ndarray
+    terms: QueryTerms
+
+    @property
+    def marking(self) -> bool:
+        """Whether the combination weighs marks (``spelling.evidence``): else none is made."""
+        return self.terms.marks.shape[1] > 0
 
     def subset(self, rows: np.ndarray) -> SpellingRequest:
         """The request of the queries ``rows`` alone."""
-        return SpellingRequest(self.index, self.queries.subset(rows), self.weights[rows])
+        return SpellingRequest(self.index, self.queries.subset(rows), self.terms.subset(rows))
+
+    def marks(self, ids: np.ndarray) -> np.ndarray | None:
+        """The marks of the queries with the keys of ``ids`` (``SpellingIndex.marks``); None
+        where the combination weighs none."""
+        return self.index.marks(self.queries, ids) if self.marking else None
+
+    def score(
+        self, meaning: np.ndarray, similarity: np.ndarray, marks: np.ndarray | None
+    ) -> np.ndarray:
+        """The combined score (``QueryTerms.score``); padding (meaning -inf) stays -inf."""
+        return self.terms.score(meaning, similarity, marks)
 
 
 @dataclass(frozen=True)
@@ -277,11 +289,6 @@ def _valid_bound(backend: IndexBackend, bound: np.ndarray) -> np.ndarray:
     return bound if backend.capabilities.exact else np.full(len(bound), np.nan)
 
 
-def _combined(meaning: np.ndarray, similarity: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """meaning + weight · term(spelling); padding (meaning -inf) stays -inf."""
-    return combined_score(meaning, np.nan_to_num(similarity, nan=0.0), weights[:, None])
-
-
 def _every_key_with_spelling(
     backend: IndexBackend,
     queries: np.ndarray,
@@ -296,14 +303,14 @@ def _every_key_with_spelling(
     m, temperature = len(queries), policy.temperature
     keep = 1 if policy.top_k is None else policy.top_k
     combined, similarity, error = spelling.index.bounded_scores(
-        spelling.queries, ids, meaning, spelling.weights, temperature, keep
+        spelling.queries, ids, meaning, spelling.terms, temperature, keep
     )
     if policy.top_k is None:
         weights = softmax(combined, temperature)
         zeros = np.zeros(m)
         return Selection(
             combined, ids, weights, np.full(m, len(ids)), zeros, zeros, meaning, similarity,
-            spelling.weights, weight_error=error,
+            spelling.terms.weight, weight_error=error,
         )  # fmt: skip
     best, columns = top_of_scores(combined, min(policy.top_k, n_allowed))
     found = columns >= 0
@@ -321,19 +328,21 @@ def _every_key_with_spelling(
         tail_mass_bound(best, n_allowed, temperature),
         gather(meaning, -np.inf),
         gather(similarity, np.nan),
-        spelling.weights,
+        spelling.terms.weight,
         weight_error=error,
     )
 
 
 @dataclass(frozen=True)
 class _SpellingCandidates:
-    """Each query's keys spelled most alike, with both channels' scores (padded -1 / -inf /
-    NaN), and the most spelling similarity a key outside them is taken to have."""
+    """Each query's keys spelled most alike, with both channels' scores and their marks
+    (padded -1 / -inf / NaN / 0; marks None where the combination weighs none), and the most
+    spelling similarity a key outside them is taken to have."""
 
     ids: np.ndarray
     meaning: np.ndarray
     similarity: np.ndarray
+    marks: np.ndarray | None
     ceiling: np.ndarray
 
 
@@ -351,10 +360,10 @@ def _spelling_candidates(
         if found.any():
             meaning[i, found] = backend.score_ids(queries[i : i + 1], row[found])[0]
     # The last candidate's similarity; with none, no key shares a 3-gram with the query, and
-    # such keys are taken to be below the floor, where spelling adds nothing.
+    # such keys are taken to be at the first knot, where spelling adds nothing.
     last = np.where(np.isnan(similarity), np.inf, similarity).min(axis=1)
-    ceiling = np.where(np.isfinite(last), last, SIMILARITY_FLOOR)
-    return _SpellingCandidates(ids, meaning, similarity, ceiling)
+    ceiling = np.where(np.isfinite(last), last, spelling.terms.floor)
+    return _SpellingCandidates(ids, meaning, similarity, spelling.marks(ids), ceiling)
 
 
 def _merge(
@@ -371,19 +380,24 @@ def _merge(
     ``ceiling`` (per query) is the most a key in neither list can score.
 
     Without ``exact``, the dense keys that are not spelling candidates are not spelled (their
-    spelling counts 0, so their combined score is at most what it is): cheap, and a tail bound
-    on these scores is at least the bound on the exact ones."""
-    weights = spelling.weights[rows]
+    spelling and marks count 0, so their combined score is at most what it is): cheap, and a
+    tail bound on these scores is at least the bound on the exact ones."""
+    request = spelling.subset(rows)
+    marking = request.marking
+    width = len(EVIDENCE) if marking else 0
     if exact:
-        dense_similarity = spelling.index.similarity(spelling.queries.subset(rows), dense_ids)
+        dense_similarity = request.index.similarity(request.queries, dense_ids)
+        dense_marks = request.marks(dense_ids)
     else:
         dense_similarity = np.full(dense_ids.shape, np.nan)
+        dense_marks = np.zeros((*dense_ids.shape, width)) if marking else None
     parts = []
     for j, i in enumerate(rows.tolist()):
         dense = dense_ids[j] >= 0
         spelled = lexical.ids[i] >= 0
         spelled &= ~np.isin(lexical.ids[i], dense_ids[j, dense])
         dense_spelling = dense_similarity[j, dense]
+        row_marks = None if dense_marks is None else dense_marks[j, dense]
         if not exact:
             # Dense keys that are spelling candidates too: their spelling is known.
             order = np.argsort(lexical.ids[i])
@@ -391,29 +405,40 @@ def _merge(
             at = np.clip(np.searchsorted(known_ids, dense_ids[j, dense]), 0, len(known_ids) - 1)
             hit = known_ids[at] == dense_ids[j, dense]
             dense_spelling = np.where(hit, lexical.similarity[i, order][at], dense_spelling)
+            if row_marks is not None and lexical.marks is not None:
+                row_marks = np.where(hit[:, None], lexical.marks[i, order][at], row_marks)
         ids = np.concatenate([dense_ids[j, dense], lexical.ids[i, spelled]])
         meaning = np.concatenate([dense_scores[j, dense], lexical.meaning[i, spelled]])
         similarity = np.concatenate([dense_spelling, lexical.similarity[i, spelled]])
-        parts.append((ids, meaning, similarity))
-    width = max(len(ids) for ids, _, _ in parts)
-    ids = np.full((len(rows), width), -1, dtype=np.int64)
-    meaning = np.full((len(rows), width), -np.inf)
-    similarity = np.full((len(rows), width), np.nan)
-    for j, (row_ids, row_meaning, row_similarity) in enumerate(parts):
+        if row_marks is not None and lexical.marks is not None:
+            row_marks = np.concatenate([row_marks, lexical.marks[i, spelled]])
+        parts.append((ids, meaning, similarity, row_marks))
+    columns = max(len(ids) for ids, _, _, _ in parts)
+    ids = np.full((len(rows), columns), -1, dtype=np.int64)
+    meaning = np.full((len(rows), columns), -np.inf)
+    similarity = np.full((len(rows), columns), np.nan)
+    marks = np.zeros((len(rows), columns, width)) if marking else None
+    for j, (row_ids, row_meaning, row_similarity, row_marks) in enumerate(parts):
         ids[j, : len(row_ids)] = row_ids
         meaning[j, : len(row_ids)] = row_meaning
         similarity[j, : len(row_ids)] = row_similarity
-    combined = _combined(meaning, similarity, weights)
+        if marks is not None and row_marks is not None:
+            marks[j, : len(row_ids)] = row_marks
+    combined = request.score(meaning, similarity, marks)
     order = np.argsort(-combined, axis=1, kind="stable")
 
     def by_order(matrix: np.ndarray) -> np.ndarray:
         return np.take_along_axis(matrix, order, axis=1)
 
     # Dense padding means the index has no more keys to give: then only spelling bounds the rest.
+    # A key in neither list scores at most the last dense key's meaning part, spelled as well as
+    # the last spelling candidate (its marks are taken to be among the candidates': module
+    # docstring).
     found = (dense_ids >= 0).sum(axis=1)
     last_dense = np.take_along_axis(dense_scores, np.maximum(found - 1, 0)[:, None], axis=1)[:, 0]
-    ceiling = np.where(found > 0, last_dense, -np.inf) + weights * spelling_term(
-        lexical.ceiling[rows]
+    every = np.arange(len(rows))
+    ceiling = request.terms.upper(
+        np.where(found > 0, last_dense, -np.inf), lexical.ceiling[rows], None, every
     )
     return by_order(combined), by_order(ids), by_order(meaning), by_order(similarity), ceiling
 
@@ -469,7 +494,7 @@ def _union_with_spelling(
         _valid_bound(backend, tail_mass_bound(combined, n_allowed, temperature, ceiling)),
         meaning,
         similarity,
-        spelling.weights,
+        spelling.terms.weight,
     )
 
 
@@ -636,9 +661,10 @@ def _score_sample(
     meaning = backend.score_ids(queries[i : i + 1], ids)[0] if len(ids) else np.zeros(0)
     if spelling is None:
         return meaning, meaning, None
-    rows = np.array([i])
-    similarity = spelling.index.similarity(spelling.queries.subset(rows), ids[None, :])[0]
-    combined = _combined(meaning[None, :], similarity[None, :], spelling.weights[rows])[0]
+    request = spelling.subset(np.array([i]))
+    similarity = request.index.similarity(request.queries, ids[None, :])[0]
+    marks = request.marks(ids[None, :])
+    combined = request.score(meaning[None, :], similarity[None, :], marks)[0]
     return combined, meaning, similarity
 
 

@@ -510,8 +510,8 @@ def test_the_common_words_are_wordfreqs_and_kept_in_the_cache(
     expected = frozenset(w for w, f in frequencies.items() if f >= least)
     monkeypatch.setenv(CACHE_ENV_VAR, str(tmp_path))
     try:
-        text._common_words.cache_clear()  # as in a fresh process
-        assert text._common_words() == expected and 40_000 < len(expected) < 70_000
+        text.common_words.cache_clear()  # as in a fresh process
+        assert text.common_words() == expected and 40_000 < len(expected) < 70_000
         (kept,) = (tmp_path / "words").iterdir()
 
         def no_wordfreq(*args: object, **kwargs: object) -> None:
@@ -519,16 +519,16 @@ def test_the_common_words_are_wordfreqs_and_kept_in_the_cache(
 
         with monkeypatch.context() as patched:
             patched.setattr(wordfreq, "get_frequency_dict", no_wordfreq)
-            text._common_words.cache_clear()
-            assert text._common_words() == expected  # from the file
+            text.common_words.cache_clear()
+            assert text.common_words() == expected  # from the file
         kept.write_text(kept.read_text()[:1000])  # cut short: no end line
-        text._common_words.cache_clear()
-        assert text._common_words() == expected
+        text.common_words.cache_clear()
+        assert text.common_words() == expected
         assert kept.read_text().endswith("\nend")  # written whole again
         blocker = tmp_path / "a-file"
         blocker.write_text("")
         monkeypatch.setenv(CACHE_ENV_VAR, str(blocker / "cache"))
-        text._common_words.cache_clear()
-        assert text._common_words() == expected
+        text.common_words.cache_clear()
+        assert text.common_words() == expected
     finally:
-        text._common_words.cache_clear()
+        text.common_words.cache_clear()

@@ -1,26 +1,29 @@
 """Attention over every key with the spelling channel, spelling scored only where it can matter.
 
-A key's score is meaning + weight · term(spelling) (``scores``), and scoring every key's
-spelling with rapidfuzz cost more than the rest of a lookup (1.8 ms at 10^4 keys). Instead,
-per query:
+A key's score is its meaning part plus what its spelling and marks add (``combination``), and
+scoring every key's spelling with rapidfuzz cost more than the rest of a lookup (1.8 ms at 10^4
+keys). Instead, per query:
 
-1. Every key has its meaning score and a ceiling on its spelling similarity from character
-   counts (``bounds``), so its score lies in [meaning, upper], upper = meaning + weight ·
-   term(ceiling). A key whose ceiling is at most the floor scores exactly its meaning.
-2. The other keys are scored exactly (rapidfuzz), highest upper first, in rounds that double
-   in size, until both hold:
+1. Every key has its meaning part and a ceiling on its spelling similarity from character
+   counts (``bounds``), and whether it could bear a mark at all (it holds every character of
+   the query), so its score lies in [meaning part, upper], upper the score at the ceiling with
+   every mark it could bear (the spelling part grows with the similarity, marks only add). A key
+   whose ceiling is at most the first knot and that can bear no mark scores exactly its meaning
+   part.
+2. The other keys are scored exactly (rapidfuzz, and the marks), highest upper first, in rounds
+   that double in size, until both hold:
 
    * no key left unscored can reach the ``keep``-th best score found: the best key (so the
      first key, its score and ``min_score``'s decision) is exact, and so is the choice of the
      k best under top-k attention;
    * the weight the unscored keys could still gain is at most ``tolerance``: with ŝ the scores
-     used (meaning for an unscored key), M their maximum and Ẑ = Σ e^((ŝ − M)/T),
+     used (the meaning part for an unscored key), M their maximum and Ẑ = Σ e^((ŝ − M)/T),
      δ = Σ_unscored (e^((upper − M)/T) − e^((ŝ − M)/T)) / Ẑ. The true normaliser Z lies in
      [Ẑ, Ẑ(1 + δ)], so Σ|w − ŵ| ≤ 2(Z − Ẑ)/Z ≤ 2δ: δ bounds the total variation between the
      weights returned and those of every key's exact score. It is reported with them.
 
-An unscored key keeps its meaning as its score and NaN as its spelling similarity (0 where its
-ceiling is 0: no character in common).
+An unscored key keeps its meaning part as its score and NaN as its spelling similarity (0 where
+its ceiling is 0: no character in common).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softdict.spelling.scores import SIMILARITY_FLOOR, combined_score
+from softdict.spelling.combination import QueryTerms
 
 __all__ = ["FIRST_ROUND", "SPELLING_TOLERANCE", "BoundedScores", "bounded_scores"]
 
@@ -45,7 +48,7 @@ class BoundedScores:
     """One query's scores over every key (module docstring).
 
     Attributes:
-        combined: (n,) meaning + weight · term(spelling), meaning alone where unscored.
+        combined: (n,) the combined score, the meaning part alone where unscored.
         similarity: (n,) spelling similarity, NaN where not scored.
         error: the bound δ on the total variation between the weights of ``combined`` and those
             of every key's exact score.
@@ -59,22 +62,31 @@ class BoundedScores:
 def bounded_scores(
     meaning: np.ndarray,
     ceiling: np.ndarray,
-    weight: float,
+    marked: np.ndarray | None,
+    terms: QueryTerms,
     temperature: float,
-    exact_similarity: Callable[[np.ndarray], np.ndarray],
+    exact: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray | None]],
     *,
     keep: int = 1,
     tolerance: float = SPELLING_TOLERANCE,
 ) -> BoundedScores:
-    """One query's combined scores over n keys from its ``meaning`` (n,) and spelling
-    ``ceiling`` (n,); ``exact_similarity(positions)`` scores the spelling of those keys."""
+    """One query's combined scores over n keys from its ``meaning`` (n,), spelling ``ceiling``
+    (n,), which keys could bear a mark (``marked`` (n,) bool; None: none) and its ``terms`` (one
+    query's); ``exact(positions)`` scores the spelling of those keys: (similarities, marks)."""
     n = len(meaning)
-    combined = np.array(meaning, dtype=np.float64)
+    one = np.zeros(n, dtype=np.int64)  # every key's row in ``terms``: the one query's
+    combined = terms.meaning_part(meaning, one)
     # A ceiling of 0 (no character in common, or an empty form) is the similarity itself.
     similarity = np.where(ceiling == 0.0, 0.0, np.nan)
-    # Spelling adds nothing at or below the floor: those keys' scores are exact already.
-    open_ = np.flatnonzero(ceiling > SIMILARITY_FLOOR)
-    upper = combined_score(combined[open_], ceiling[open_], weight)
+    # Spelling adds nothing at or below the first knot: those keys' scores are exact already,
+    # unless a mark could add to them.
+    can_gain = ceiling > terms.floor
+    if marked is not None:
+        can_gain |= marked
+    open_ = np.flatnonzero(can_gain)
+    upper = terms.upper(
+        meaning[open_], ceiling[open_], None if marked is None else marked[open_], one[open_]
+    )
     keep = max(1, min(keep, n))
     size, error = FIRST_ROUND, 0.0
     while len(open_):
@@ -87,9 +99,9 @@ def bounded_scores(
         if len(open_) > size:
             pick = np.argpartition(-upper, size - 1)[:size]
         positions = open_[pick]
-        found = np.asarray(exact_similarity(positions), dtype=np.float64)
+        found, marks = exact(positions)
         similarity[positions] = found
-        combined[positions] = combined_score(meaning[positions], found, weight)
+        combined[positions] = terms.score(meaning[positions], found, marks, one[positions])
         left = np.ones(len(open_), dtype=bool)
         left[pick] = False
         open_, upper = open_[left], upper[left]

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BUCKETS", "character_counts", "similarity_ceiling"]
+__all__ = ["BUCKETS", "character_counts", "could_mark", "similarity_ceiling"]
 
 BUCKETS = 64
 _SPACE = 36
@@ -101,3 +101,12 @@ def similarity_ceiling(
             key_lengths, query_length
         )
     return np.minimum(shared.astype(np.float32) * (per_shared + _ROUNDING), 1.0)
+
+
+def could_mark(query_counts: np.ndarray, key_counts: np.ndarray) -> np.ndarray:
+    """(n,) bool: which keys (counts held by column, (64, n)) hold at least as many characters
+    of every bucket but the space as the query (counts (64,)): only those can bear one of
+    ``evidence``'s marks, which each need the query's characters, spaces aside, in the key."""
+    columns = np.flatnonzero(query_counts)
+    columns = columns[columns != _SPACE]
+    return np.all(key_counts[columns] >= query_counts[columns, None], axis=0)

