@@ -157,10 +157,9 @@ def _coverage(attention: Attention) -> str:
     )
 
 
-def _report(
-    attention: Attention, min_score: float | None, top: int, args: argparse.Namespace
-) -> bool:
+def _report(attention: Attention, combination: str, args: argparse.Namespace) -> bool:
     """Print one query's result; whether it matched (its best score reached ``min_score``)."""
+    min_score, top = args.min_score, args.top
     matched = min_score is None or bool(attention.scores[0] >= min_score)
     shown = list(zip(attention.keys, attention.weights, attention.scores))[:top]
     meaning = attention.meaning_scores.tolist()
@@ -182,9 +181,11 @@ def _report(
             result["keys"] = [
                 {"key": k, "weight": float(w), "score": float(s), "meaning": meaning[i]}
                 | ({} if spelling is None else {"spelling": spelling[i]})
+                | ({} if attention.marks is None else {"marks": list(attention.marks[i])})
                 for i, (k, w, s) in enumerate(shown)
             ]
             result["spelling_weight"] = attention.spelling_weight
+            result["meaning_factor"] = attention.meaning_factor
         else:
             result |= {
                 "min_score": min_score,
@@ -204,15 +205,15 @@ def _report(
             parts = f"meaning {meaning[i]:.3f}"
             if spelling is not None:
                 parts += ", spelling " + ("-" if spelling[i] is None else f"{spelling[i]:.3f}")
+            if attention.marks is not None and attention.marks[i]:
+                parts += ", " + "+".join(attention.marks[i])
             print(f"  {_short(key):<{width}}  {weight:6.1%}  {bar:<{_BAR_WIDTH}}  ", end="")
             print(f"(score {score:.3f}: {parts})")
         print(f"  {_coverage(attention)}")
         if spelling is not None:
-            from softdict.spelling import SIMILARITY_FLOOR as floor
-
             print(
-                f"  score = meaning + {attention.spelling_weight:.3g} × "
-                f"max(0, spelling − {floor:g}) / {1 - floor:g}"
+                f"  score = meaning × {attention.meaning_factor:.3g} + what spelling adds "
+                f"(up to {attention.spelling_weight:.3g}) + marks ({combination})"
             )
     return True
 
@@ -235,7 +236,7 @@ def _query(args: argparse.Namespace) -> int:
             )
         return 0
     attentions = sd.attend(texts)  # one batch: one encoder call, one search
-    matched = [_report(a, args.min_score, args.top, args) for a in attentions]
+    matched = [_report(a, sd.combination, args) for a in attentions]
     return 0 if all(matched) else NO_MATCH
 
 
@@ -256,7 +257,7 @@ def _info_remote(args: argparse.Namespace) -> int:
     print(f"encoder      {sd.encoder.name} ({sd.encoder.dim} dims)")
     print(f"similarity   {sd.similarity.value}, temperature {sd.temperature:g}")
     print(f"index        {sd.index_description}")
-    print(f"spelling     lexical {sd.lexical:g}, known words keep {sd.lexical_known:g}")
+    print(f"spelling     lexical {sd.lexical:g}, {_combination(sd.combination, sd.lexical_known)}")
     return 0
 
 
@@ -278,12 +279,19 @@ def _info(args: argparse.Namespace) -> int:
     print(f"encoder      {body.encoder.name} ({body.encoder.dim} dims)")
     print(f"similarity   {config.similarity.value}, temperature {temperature}")
     print(f"index        {config.index}")
-    # A store saved before the spelling channel (format 2) loads with it off.
+    # A store saved before the spelling channel (format 2) loads with it off, one saved before
+    # the learned combination (format 3) with the hand-set rule.
     lexical = config.lexical if manifest.version >= 3 else 0.0
-    print(f"spelling     lexical {lexical:g}, known words keep {config.lexical_known:g}")
+    combination = config.combination.value if manifest.version >= 4 else "rule-1"
+    print(f"spelling     lexical {lexical:g}, {_combination(combination, config.lexical_known)}")
     total = sum(f.bytes for f in body.files.values()) + (folder / MANIFEST).stat().st_size
     print(f"files        {len(body.files) + 1}, {total:,} bytes")
     return 0
+
+
+def _combination(name: str, known: float) -> str:
+    """The combination of meaning and spelling, as ``info`` shows it."""
+    return f"combination {name}" + (f", known words keep {known:g}" if name == "rule-1" else "")
 
 
 def _parser() -> argparse.ArgumentParser:

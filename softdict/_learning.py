@@ -252,10 +252,10 @@ def fit_projection(
     # The spelling weights as unconstrained numbers: lexical > 0, 0 < known < 1.
     lexical = spelling.lexical if spelling else 0.0
     known = float(np.clip(spelling.known, 1e-4, 1 - 1e-4)) if spelling else 0.5
+    learns_known = spelling is not None and spelling.known_gain is not None
     log_lexical = torch.tensor(
         float(np.log(max(lexical, 1e-12))), requires_grad=spelling is not None
     )
-    learns_known = spelling is not None and spelling.known_gain is not None
     logit_known = torch.tensor(float(np.log(known / (1 - known))), requires_grad=learns_known)
     n_train = len(train_queries)
 

@@ -23,6 +23,7 @@ from softdict._sampling import value_stderr
 from softdict._types import BatchValue, Mask, NoDefault, Value
 from softdict.spelling import SpellingQueries
 from softdict.spelling.combination import QueryTerms, combination_for, query_terms
+from softdict.spelling.evidence import EVIDENCE
 from softdict.store.base import Store
 from softdict.values.base import LossKind, ValueColumn
 
@@ -216,6 +217,8 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
     listed = (
         store.config.max_k if chosen.ids.ndim == 1 and chosen.ids.size > EXACT_MAX_KEYS else None
     )
+    terms = chosen.terms
+    marking = texts is not None and terms is not None and terms.marks.shape[1] > 0
     results = []
     for i in range(len(chosen.weights)):
         ids = chosen.ids if chosen.ids.ndim == 1 else chosen.ids[i]
@@ -245,9 +248,9 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
                 distribution=explained[i],
                 meaning_scores=chosen.meaning[i, found][order],
                 spelling_scores=spelling,
-                spelling_weight=(
-                    0.0 if chosen.spelling_weight is None else float(chosen.spelling_weight[i])
-                ),
+                spelling_weight=0.0 if terms is None else float(terms.weight[i]),
+                meaning_factor=1.0 if terms is None else float(terms.scale[i]),
+                marks=_marks(store, texts[i], ids[found][order]) if texts and marking else None,
                 tail_interval=(
                     None if np.isnan(tail_mass) else (float(interval[0]), float(interval[1]))
                 ),
@@ -258,6 +261,12 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
             )
         )
     return results
+
+
+def _marks(store: Store, text: str, ids: np.ndarray) -> tuple[tuple[str, ...], ...]:
+    """The names of the marks each key of ``ids`` bears for the query ``text``."""
+    found = store.spelling.marks(SpellingQueries.of([text]), ids)[0] > 0
+    return tuple(tuple(name for name, on in zip(EVIDENCE, row) if on) for row in found)
 
 
 def _best_first(scores: np.ndarray, limit: int | None) -> np.ndarray:

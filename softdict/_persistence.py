@@ -314,7 +314,7 @@ def load_store(
         if manifest.version < 4:
             # Saved before the learned combination (and before the spelling channel, below 3):
             # it keeps the lookups it had.
-            older = {"combination": CombinationName.RULE_1}
+            older: dict[str, object] = {"combination": CombinationName.RULE_1}
             if manifest.version < 3:
                 older["lexical"] = 0.0
             state = dataclasses.replace(state, config=state.config.replace(**older))

@@ -27,9 +27,9 @@ class Attention:
             an estimated attention, where they sum to 1 − ``tail_mass`` (the sample stands
             for the rest), and in an exact one that lists only the best keys.
         scores: the scores the softmax ran on, before the temperature: each key's
-            ``meaning_scores`` plus ``spelling_weight`` times the spelling term of its
-            ``spelling_scores`` (see ``softdict.spelling``); the meaning scores alone when the
-            spelling channel was off.
+            ``meaning_scores`` times ``meaning_factor``, plus what its ``spelling_scores`` and
+            ``marks`` add (the store's combination, ``softdict.spelling.combination``); the
+            meaning scores alone when the spelling channel was off.
         k: how many keys are listed (``len(keys)``).
         tail_mass: the attention mass of the allowed keys outside ``keys``: exact for exact
             attention (0 where every key is listed), the sample's estimate for an estimated
@@ -53,7 +53,14 @@ class Attention:
             scored: it is spelled too unlike the query to add anything, or its score is too far
             below the best for its spelling to matter (``weight_error`` bounds what it could
             change; ``softdict.spelling.bounded``).
-        spelling_weight: what a spelling term of 1 adds to this query's score (0 when off).
+        spelling_weight: the most spelling alone adds to this query's scores, for a key spelled
+            the same (0 when off).
+        meaning_factor: what this query's meaning scores are multiplied by in ``scores``: 1
+            for a query of common words, less for one of misspelt or unknown words, codes and
+            short forms, whose meaning the encoder guesses at.
+        marks: for each key, the exact marks of spelling it bears (``softdict.spelling.evidence``:
+            "same", "start", "word start", "initials", "abbreviation"), or None where the
+            combination weighs none (or the spelling channel was off).
         weight_error: an upper bound on the total variation distance between ``weights`` and
             the weights that scoring every key's spelling would give (0: they are those).
     """
@@ -69,6 +76,8 @@ class Attention:
     meaning_scores: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0))
     spelling_scores: np.ndarray | None = None
     spelling_weight: float = 0.0
+    meaning_factor: float = 1.0
+    marks: tuple[tuple[str, ...], ...] | None = None
     tail_interval: tuple[float, float] | None = None
     tail_bound: float | None = None
     sampled: int = 0

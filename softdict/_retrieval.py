@@ -161,7 +161,8 @@ class Selection:
         meaning: (m, c) the similarity of the embeddings alone; -inf marks padding.
         spelling: (m, c) spelling similarities in [0, 1] (NaN on padding), or None when the
             spelling channel was off.
-        spelling_weight: (m,) each query's spelling weight, or None when it was off.
+        terms: the queries' combination of meaning and spelling (``spelling.combination``), or
+            None when the spelling channel was off.
         sampled: (m, c) which columns are sampled keys, standing for the tail (None: none are).
         n_sampled: (m,) how many keys each query sampled (0 when none).
         tail_stderr: (m,) the standard error of ``tail_mass`` (0 when not sampled).
@@ -181,7 +182,7 @@ class Selection:
     tail_bound: np.ndarray
     meaning: np.ndarray
     spelling: np.ndarray | None = None
-    spelling_weight: np.ndarray | None = None
+    terms: QueryTerms | None = None
     sampled: np.ndarray | None = None
     n_sampled: np.ndarray | None = None
     tail_stderr: np.ndarray | None = None
@@ -310,7 +311,7 @@ def _every_key_with_spelling(
         zeros = np.zeros(m)
         return Selection(
             combined, ids, weights, np.full(m, len(ids)), zeros, zeros, meaning, similarity,
-            spelling.terms.weight, weight_error=error,
+            spelling.terms, weight_error=error,
         )  # fmt: skip
     best, columns = top_of_scores(combined, min(policy.top_k, n_allowed))
     found = columns >= 0
@@ -328,16 +329,17 @@ def _every_key_with_spelling(
         tail_mass_bound(best, n_allowed, temperature),
         gather(meaning, -np.inf),
         gather(similarity, np.nan),
-        spelling.terms.weight,
+        spelling.terms,
         weight_error=error,
     )
 
 
 @dataclass(frozen=True)
 class _SpellingCandidates:
-    """Each query's keys spelled most alike, with both channels' scores and their marks
-    (padded -1 / -inf / NaN / 0; marks None where the combination weighs none), and the most
-    spelling similarity a key outside them is taken to have."""
+    """Each query's keys spelled most alike (by what spelling and marks add to its scores), with
+    both channels' scores and their marks (padded -1 / -inf / NaN / 0; marks None where the
+    combination weighs none), and the most that spelling and marks are taken to add to a key
+    outside them: what they add to the last candidate."""
 
     ids: np.ndarray
     meaning: np.ndarray
@@ -353,17 +355,21 @@ def _spelling_candidates(
     n: int,
     spelling: SpellingRequest,
 ) -> _SpellingCandidates:
-    ids, similarity = spelling.index.candidates(spelling.queries, n, allow)
+    ids, similarity = spelling.index.candidates(spelling.queries, n, allow, spelling.terms)
     meaning = np.full(ids.shape, -np.inf)
     for i, row in enumerate(ids):
         found = row >= 0
         if found.any():
             meaning[i, found] = backend.score_ids(queries[i : i + 1], row[found])[0]
-    # The last candidate's similarity; with none, no key shares a 3-gram with the query, and
-    # such keys are taken to be at the first knot, where spelling adds nothing.
-    last = np.where(np.isnan(similarity), np.inf, similarity).min(axis=1)
-    ceiling = np.where(np.isfinite(last), last, spelling.terms.floor)
-    return _SpellingCandidates(ids, meaning, similarity, spelling.marks(ids), ceiling)
+    marks = spelling.marks(ids)
+    gain = spelling.terms.spelling_part(similarity)
+    if marks is not None:
+        gain = gain + spelling.terms.marks_part(marks)
+    # The last candidate's gain; with none, no key shares a 3-gram with the query, and such
+    # keys are taken to gain nothing.
+    last = np.where(ids >= 0, gain, np.inf).min(axis=1)
+    ceiling = np.where(np.isfinite(last), last, 0.0)
+    return _SpellingCandidates(ids, meaning, similarity, marks, ceiling)
 
 
 def _merge(
@@ -431,14 +437,14 @@ def _merge(
         return np.take_along_axis(matrix, order, axis=1)
 
     # Dense padding means the index has no more keys to give: then only spelling bounds the rest.
-    # A key in neither list scores at most the last dense key's meaning part, spelled as well as
-    # the last spelling candidate (its marks are taken to be among the candidates': module
-    # docstring).
+    # A key in neither list scores at most the last dense key's meaning part plus what spelling
+    # and marks add to the last spelling candidate (module docstring).
     found = (dense_ids >= 0).sum(axis=1)
     last_dense = np.take_along_axis(dense_scores, np.maximum(found - 1, 0)[:, None], axis=1)[:, 0]
     every = np.arange(len(rows))
-    ceiling = request.terms.upper(
-        np.where(found > 0, last_dense, -np.inf), lexical.ceiling[rows], None, every
+    ceiling = (
+        request.terms.meaning_part(np.where(found > 0, last_dense, -np.inf), every)
+        + lexical.ceiling[rows]
     )
     return by_order(combined), by_order(ids), by_order(meaning), by_order(similarity), ceiling
 
@@ -494,7 +500,7 @@ def _union_with_spelling(
         _valid_bound(backend, tail_mass_bound(combined, n_allowed, temperature, ceiling)),
         meaning,
         similarity,
-        spelling.terms.weight,
+        spelling.terms,
     )
 
 
@@ -727,7 +733,7 @@ def _assemble(
         head.tail_bound,
         meaning,
         similarity,
-        head.spelling_weight,
+        head.terms,
         sampled,
         n_sampled,
         stderr,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
+import re
 import unicodedata
 
 import numpy as np
@@ -104,3 +106,80 @@ def naive_spelling(query: str, key: str) -> float:
         fuzz.ratio(q, k), fuzz.ratio(" ".join(sorted(q.split())), " ".join(sorted(k.split())))
     )
     return (indel / 100 + OSA.normalized_similarity(q, k)) / 2
+
+
+def naive_description(text: str) -> list[float]:
+    """The learned combination's description of a query, as its docstring states it."""
+    from softdict.spelling.text import common_words
+
+    words = re.findall(r"[^\W\d_]+|\d+", unicodedata.normalize("NFC", text).casefold())
+    letters = [w for w in words if not w.isdigit()]
+    unknown = sum(w not in common_words() for w in letters) / len(words) if words else 1.0
+    cased = [ch for ch in text if ch.isalpha()]
+    return [
+        1.0,
+        unknown,
+        float(any(w.isdigit() for w in words)),
+        float(len("".join(words)) <= 3),
+        float(len(text.split()) >= 2),
+        float(len(cased) >= 2 and all(ch.isupper() for ch in cased)),
+    ]
+
+
+def naive_marks(query: str, key: str) -> list[float]:
+    """same, start, word start, initials, abbreviation (softdict.spelling.evidence), pair by
+    pair on the forms."""
+    q, k = naive_form(query), naive_form(key)
+    cq, ck = q.replace(" ", ""), k.replace(" ", "")
+    if len(cq) < 2 or not k:
+        return [0.0] * 5
+    if cq == ck:
+        return [1.0, 0.0, 0.0, 0.0, 0.0]
+    if len(cq) >= len(ck):
+        return [0.0] * 5
+    words = k.split()
+    at, in_order = 0, True
+    for ch in cq:
+        at = ck.find(ch, at) + 1
+        in_order &= at > 0
+    return [
+        0.0,
+        float(k.startswith(q)),
+        float(any(" ".join(words[i:]).startswith(q) for i in range(1, len(words)))),
+        float(len(words) >= 2 and cq == "".join(w[0] for w in words)),
+        float(cq[0] == ck[0] and in_order),
+    ]
+
+
+def naive_combined(
+    query: str,
+    keys: list[str],
+    cosine: np.ndarray,
+    combination: str,
+    known: float = 1 / 16,
+    spelled: np.ndarray | None = None,
+) -> np.ndarray:
+    """Each key's score under ``combination`` ("rule-1" or "learned-1"), from the formula of
+    softdict.spelling.combination's docstring, pair by pair (the learned constants are data:
+    read from the package); ``spelled``: the spelling similarities, when already known."""
+    from softdict.spelling.combination import LEARNED_1
+    from softdict.spelling.text import unknown_share
+
+    if spelled is None:
+        spelled = np.array([naive_spelling(query, key) for key in keys])
+    if combination == "rule-1":
+        weight = 4.0 * (known + (1 - known) * unknown_share(query))
+        return cosine + weight * np.maximum(spelled - 0.4, 0) / 0.6
+    x = np.array(naive_description(query))
+    a = np.array(LEARNED_1.meaning)
+    b, c = np.array(LEARNED_1.ramps), np.array(LEARNED_1.marks)
+    knots = LEARNED_1.knots
+    factor = max(0.0, 1.0 + float(a @ x[[1, 2, 3, 5]]))
+    scores = []
+    for key, cos, s in zip(keys, cosine, spelled):
+        ramps = np.array(
+            [min(1.0, max(0.0, (s - lo) / (hi - lo))) for lo, hi in itertools.pairwise(knots)]
+        )
+        marks = np.array(naive_marks(query, key))
+        scores.append(cos * factor + ramps @ (b @ x) + marks @ (c @ x))
+    return np.array(scores)

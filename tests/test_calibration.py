@@ -317,20 +317,26 @@ def test_a_store_too_small_to_tell_keeps_its_temperature_and_says_so() -> None:
 
 
 def test_calibrate_chooses_how_much_spelling_weighs_between_real_words() -> None:
-    """Values that follow spelling (a word's English frequency rank, shared by its inflections,
-    "run"/"runs"/"running") make calibrate raise lexical_known from its default, where the fake
-    encoder's meaning knows nothing of them; lexical itself is left alone. Values unrelated to
-    spelling keep the default."""
+    """Under the hand-set rule, values that follow spelling (a word's English frequency rank,
+    shared by its inflections, "run"/"runs"/"running") make calibrate raise lexical_known from
+    its default, where the fake encoder's meaning knows nothing of them; lexical itself is left
+    alone. Values unrelated to spelling keep the default. The learned combination has nothing
+    the values can judge but the temperature: lexical_known stays."""
     from wordfreq import top_n_list
 
     words = [w for w in top_n_list("en", 3000) if w.isalpha() and len(w) >= 4][:400]
     stems = {w: w[:4] for w in words}
     value_of_stem = {stem: float(i) for i, stem in enumerate(dict.fromkeys(stems.values()))}
-    follows = SoftDict({w: value_of_stem[stems[w]] for w in words}, encoder=FakeEncoder())
+    items = {w: value_of_stem[stems[w]] for w in words}
+    follows = SoftDict(items, encoder=FakeEncoder(), combination="rule-1")
     follows.calibrate(choose_k=False)
     assert follows.lexical_known > 1 / 16 and follows.lexical == 1.0
     rng = np.random.default_rng(0)
-    unrelated = SoftDict({w: float(rng.normal()) for w in words}, encoder=FakeEncoder())
+    unrelated = SoftDict(
+        {w: float(rng.normal()) for w in words}, encoder=FakeEncoder(), combination="rule-1"
+    )
     unrelated.calibrate(choose_k=False)
-    print(follows.lexical_known, unrelated.temperature, unrelated.lexical_known)
     assert unrelated.lexical_known == 1 / 16
+    learned = SoftDict(items, encoder=FakeEncoder())
+    learned.calibrate(choose_k=False)
+    assert (learned.lexical_known, learned.lexical) == (1 / 16, 1.0)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from _support import close
+from _support import close, naive_combined
 
 from softdict import SoftDict
 from softdict._cli import main
@@ -326,27 +326,30 @@ def test_temperature_option_and_explain_shortens_long_keys(tmp_path: Path) -> No
 
 
 def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path) -> None:
-    """Each key's meaning and spelling scores, and the rule that makes its score of them;
-    --lexical 0 turns spelling off for a query."""
+    """Each key's meaning and spelling scores and marks, and how the combination makes its
+    score of them; --lexical 0 turns spelling off for a query."""
     _, store = build(tmp_path, "name,price\nbanana bread,5\napple pie,10\n")
     explained = run("query", store, "bananna bread", "--explain").stdout
     line = next(row for row in explained.splitlines() if "banana bread" in row)
     assert "meaning " in line and "spelling 0.9" in line
-    assert "score = meaning + " in explained and "spelling − 0.4" in explained
+    assert "score = meaning × " in explained and "(learned-1)" in explained
     answer = json.loads(run("query", store, "bananna bread", "--json").stdout)
     best = answer["keys"][0]
-    assert best["key"] == "banana bread" and best["spelling"] > 0.9
-    weight, term = answer["spelling_weight"], (best["spelling"] - 0.4) / 0.6
-    assert best["score"] == close(best["meaning"] + weight * term)
+    assert best["key"] == "banana bread" and best["spelling"] > 0.9 and best["marks"] == []
+    expected = naive_combined("bananna bread", ["banana bread"], [best["meaning"]], "learned-1")
+    assert best["score"] == close(expected[0])
+    assert answer["meaning_factor"] < 1  # a misspelt word: its meaning is a guess
+    cut = json.loads(run("query", store, "banana b", "--json").stdout)["keys"][0]
+    assert cut["key"] == "banana bread" and cut["marks"] == ["start", "abbreviation"]
     off = json.loads(run("query", store, "bananna bread", "--json", "--lexical", "0").stdout)
     assert "spelling" not in off["keys"][0] and off["spelling_weight"] == 0.0
     assert off["keys"][0]["score"] == close(off["keys"][0]["meaning"])
-    assert "spelling     lexical 1" in run("info", store).stdout
+    assert "spelling     lexical 1, combination learned-1" in run("info", store).stdout
     # A key whose spelling could not matter is not scored: "-" when explained, null in JSON
     # (strict JSON: no NaN).
-    unlike = json.loads(run("query", store, "ae", "--json").stdout, parse_constant=_no_nan)
+    unlike = json.loads(run("query", store, "e", "--json").stdout, parse_constant=_no_nan)
     assert [key["spelling"] for key in unlike["keys"]] == [None, None]
-    assert "spelling -)" in run("query", store, "ae", "--explain").stdout
+    assert "spelling -)" in run("query", store, "e", "--explain").stdout
 
 
 def _no_nan(name: str) -> None:

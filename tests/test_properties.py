@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pycountry
-from _support import FakeEncoder, naive_spelling, same_value
+from _support import FakeEncoder, naive_combined, naive_spelling, same_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -252,31 +252,40 @@ _NAMES = sorted(c.name for c in pycountry.countries)
 
 
 def _typo(name: str, position: int, edit: int) -> str:
+    """A letter dropped or replaced, the name itself, or the name cut short (what marks)."""
     i = position % max(len(name), 1)
-    return [name[:i] + name[i + 1 :], name[:i] + "x" + name[i + 1 :], name[:i] + name[i:]][edit]
+    return [
+        name[:i] + name[i + 1 :],
+        name[:i] + "x" + name[i + 1 :],
+        name[:i] + name[i:],
+        name[: i + 2],
+    ][edit]
 
 
 @given(
     picked=st.lists(st.sampled_from(_NAMES), min_size=2, max_size=60, unique=True),
     target=st.integers(0, 10_000),
     position=st.integers(0, 40),
-    edit=st.integers(0, 2),
+    edit=st.integers(0, 3),
     top_k=st.sampled_from([None, 1, 3]),
+    combination=st.sampled_from(["rule-1", "learned-1"]),
 )
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=80, deadline=None)
 def test_spelling_scored_where_it_matters_answers_as_scoring_every_key(
-    picked: list[str], target: int, position: int, edit: int, top_k: int | None
+    picked: list[str], target: int, position: int, edit: int, top_k: int | None, combination: str
 ) -> None:
     """Against every key's exact combined score, computed naively: the same best key (and the
     same k best under top_k), and weights within the reported bound, itself under 1e-4."""
     values = np.arange(len(picked), dtype=float)
-    sd = SoftDict(dict(zip(picked, values)), encoder=FakeEncoder(), temperature=0.05, top_k=top_k)
+    sd = SoftDict(
+        dict(zip(picked, values)), encoder=FakeEncoder(), temperature=0.05, top_k=top_k,
+        combination=combination,
+    )  # fmt: skip
     query = _typo(picked[target % len(picked)], position, edit)
     encoder = FakeEncoder()
     q, K = encoder.encode([query])[0], encoder.encode(picked)
     cosine = K @ q / (np.linalg.norm(K, axis=1) * np.linalg.norm(q) + 1e-300)
-    spelled = np.array([naive_spelling(query, key) for key in picked])
-    combined = cosine + sd.attend(query).spelling_weight * np.maximum(spelled - 0.4, 0) / 0.6
+    combined = naive_combined(query, picked, cosine, combination)
     attention = sd.attend(query)
     order = np.argsort(-combined, kind="stable")
     ties = np.isclose(combined, combined[order[0]], rtol=0, atol=1e-6)

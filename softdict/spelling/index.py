@@ -186,21 +186,28 @@ class SpellingIndex:
     def marks(self, queries: SpellingQueries, ids: np.ndarray) -> np.ndarray:
         """The marks (``evidence``) of each query with the keys of ``ids``: (c,) ids shared by
         every query, or (m, c) one row per query with -1 for padding (no mark there). Float64
-        (m, c, E). Only keys that hold every character of the query are looked at."""
+        (m, c, E)."""
         ids = np.asarray(ids, dtype=np.int64)
         shape = ids.shape if ids.ndim == 2 else (len(queries), len(ids))
         result = np.zeros((*shape, len(EVIDENCE)))
-        for i, form in enumerate(queries.forms):
-            if not markable(form):
-                continue
+        for i in range(len(queries)):
             row_ids = ids[i] if ids.ndim == 2 else ids
             found = np.flatnonzero(row_ids >= 0)
-            rows = self._held_rows(row_ids[found])
-            possible = could_mark(queries.counts[i], self._counts.view[:, rows])
-            found, rows = found[possible], rows[possible]
-            key_forms = list(self._forms.view[rows])
-            result[i, found] = evidence_marks([form] * len(key_forms), key_forms)
+            result[i, found] = self._marks_of_rows(queries, i, self._held_rows(row_ids[found]))
         return result
+
+    def _marks_of_rows(self, queries: SpellingQueries, i: int, rows: np.ndarray) -> np.ndarray:
+        """(len(rows), E): query ``i``'s marks with the keys of ``rows``. Only keys that hold
+        every character of the query can bear one (``bounds.could_mark``): the others are not
+        looked at."""
+        marks = np.zeros((len(rows), len(EVIDENCE)))
+        form = queries.forms[i]
+        if not markable(form):
+            return marks
+        possible = np.flatnonzero(could_mark(queries.counts[i], self._counts.view[:, rows]))
+        key_forms = list(self._forms.view[rows[possible]])
+        marks[possible] = evidence_marks([form] * len(key_forms), key_forms)
+        return marks
 
     def _held_rows(self, ids: np.ndarray) -> np.ndarray:
         rows = self._rows.rows_of(ids)
@@ -253,10 +260,16 @@ class SpellingIndex:
         return combined, similarity, error
 
     def candidates(
-        self, queries: SpellingQueries, n: int, allow: Allow | None
+        self,
+        queries: SpellingQueries,
+        n: int,
+        allow: Allow | None,
+        terms: QueryTerms | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The ``n`` allowed keys spelled most like each query: ids (m, n), best first, and
-        their spelling similarities (m, n) float64, padded with -1 and NaN."""
+        their spelling similarities (m, n) float64, padded with -1 and NaN. With ``terms``,
+        "most like" is by what spelling and marks add to the queries' scores (a key a mark
+        points at ranks by it too), else by similarity."""
         m = len(queries)
         ids = np.full((m, n), -1, dtype=np.int64)
         similarities = np.full((m, n), np.nan)
@@ -275,7 +288,13 @@ class SpellingIndex:
         for i, pool in enumerate(pools):
             pool = np.union1d(pool, self._short_neighbours(queries.forms[i], admissible))
             scores = spelling_similarity(queries.row(i), self._key_forms(pool))[0]
-            best = np.argsort(-scores, kind="stable")[:n]
+            rank = scores.astype(np.float64)
+            if terms is not None:
+                one = np.full(len(pool), i)
+                rank = terms.spelling_part(scores, one)
+                if terms.marks.shape[1]:
+                    rank = rank + terms.marks_part(self._marks_of_rows(queries, i, pool), one)
+            best = np.argsort(-rank, kind="stable")[:n]
             ids[i, : len(best)] = self._rows.ids[pool[best]]
             similarities[i, : len(best)] = scores[best]
         return ids, similarities
