@@ -100,10 +100,11 @@ def softdict_store(encoder, task: Task) -> SoftDict:
     return sd
 
 
-def softdict_ranker(encoder, lexical: float) -> Ranker:
+def softdict_ranker(encoder, lexical: float, combination: str = "learned-1") -> Ranker:
     def rank(task: Task) -> list[list[str]]:
         sd = softdict_store(encoder, task)
         sd.lexical = lexical
+        sd.combination = combination
         return [[key for key, _ in row] for row in sd.nearest(task.queries, TOP)]
 
     return rank
@@ -212,8 +213,12 @@ def no_match_study(encoder, part: str, n: int, out: Path | None) -> None:
     task = Task("no match", kept, queries, queries)
     sd = softdict_store(encoder, task)
     rows = []
-    for label, lexical in (("meaning alone (cosine), today", 0.0), ("meaning + spelling", 1.0)):
-        sd.lexical = lexical
+    for label, lexical, combination in (
+        ("meaning alone (cosine)", 0.0, "learned-1"),
+        ("meaning + spelling, hand-set rule", 1.0, "rule-1"),
+        ("meaning + spelling, learned (the default)", 1.0, "learned-1"),
+    ):
+        sd.lexical, sd.combination = lexical, combination
         best = np.array([attention.scores[0] for attention in sd.attend(queries)])
         threshold, precision, recall, f1 = best_threshold(best, no_key)
         rows.append(f"| {label} | {threshold:.3f} | {precision:.3f} | {recall:.3f} | {f1:.3f} |")
@@ -265,6 +270,7 @@ def main() -> None:
         for name, encoder in encoders.items():
             label = f" [{name}]" if name is not None else ""
             methods[f"softdict{label}"] = softdict_ranker(encoder, 1.0)
+            methods[f"softdict, hand-set rule{label}"] = softdict_ranker(encoder, 1.0, "rule-1")
             methods[f"softdict, dense only{label}"] = softdict_ranker(encoder, 0.0)
         methods |= {
             f"rapidfuzz cdist ({best})": rapidfuzz_scorer(best),

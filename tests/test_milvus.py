@@ -205,6 +205,30 @@ def test_reopening_sees_the_store_with_its_options(milvus_store_location: str) -
         )
 
 
+def test_a_store_of_format_1_keeps_the_hand_set_rule(milvus_store_location: str) -> None:
+    """A store written before the learned combination (softdict-milvus format 1, whose config
+    names none) answered with the hand-set rule, and opens with it."""
+    from pymilvus import MilvusClient
+
+    collection = fresh_collection()
+    items = {name: float(i) for i, name in enumerate(COUNTRIES[:40])}
+    made = SoftDict(
+        items, encoder=FakeEncoder(), store=milvus_store_location, collection=collection
+    )
+    assert made.combination == "learned-1"
+    client = MilvusClient(milvus_store_location.removeprefix("milvus:"))
+    meta = collection + "__softdict"
+    manifest = json.loads(client.get(meta, ids=["manifest"], output_fields=["text"])[0]["text"])
+    manifest["format_version"] = 1
+    del manifest["config"]["combination"]
+    text = json.dumps(manifest)
+    client.upsert(meta, [{"name": "manifest", "text": text, "unused": [0.0, 0.0]}])
+    old = SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())
+    assert old.combination == "rule-1"
+    rule = SoftDict(items, encoder=FakeEncoder(), combination="rule-1")
+    assert old.attend("Germny").scores[:5] == close(rule.attend("Germny").scores[:5])
+
+
 class _OtherEncoder(FakeEncoder):
     name = "another-encoder"
 
