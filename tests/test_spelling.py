@@ -328,6 +328,19 @@ def test_a_large_store_takes_the_union_and_its_tail_bound_holds(
         assert np.mean(covered) >= 0.85 and max(errors) <= 0.03
 
 
+def test_a_code_whose_meaning_weighs_nothing_is_found_by_spelling_in_a_large_store(
+    english_words: list[str],
+) -> None:
+    """A short query of unknown letters is a code to the learned combination: its meaning
+    weighs nothing (factor 0), and the union of candidates, padded, still gives finite scores
+    and weights (0 · -inf padding stays -inf, without a floating-point warning)."""
+    sd = SoftDict(dict.fromkeys(english_words, 1.0), encoder=FakeEncoder(), index="hnsw")
+    attention = sd.attend("qzx")
+    assert attention.meaning_factor == 0.0 and attention.k < len(sd)
+    assert np.all(np.isfinite(attention.scores)) and np.all(np.isfinite(attention.weights))
+    assert sd.lookup(["qzx", "wxy"]) == close([1.0, 1.0])
+
+
 def test_nearest_ranks_by_the_combined_score(
     large_store: SoftDict, english_words: list[str]
 ) -> None:

@@ -162,7 +162,8 @@ class QueryTerms:
         scale = self.scale[:, None] if rows is None else self.scale[rows]
         meaning = np.asarray(meaning, dtype=np.float64)
         # Padding (-inf) stays -inf where meaning weighs nothing (0 · -inf is NaN).
-        return np.where(meaning == -np.inf, -np.inf, meaning * scale)
+        with np.errstate(invalid="ignore"):
+            return np.where(meaning == -np.inf, -np.inf, meaning * scale)
 
     def spelling_part(self, similarity: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """What spelling adds: (m, c) similarities of the batch, or (p,) of queries ``rows``.
