@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import itertools
 
 from categories import CATEGORIES
-from matching import cached_embeddings, tasks
-from matching_data import Task
+from matching import best_threshold, cached_embeddings, tasks
+from matching_data import Task, country_aliases, key_sets, split_of, typo
 from matching_design import ISSUE, cosine, library_spelling
 
 from softdict.encoders import resolve_encoder
@@ -167,14 +167,73 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
 def design(b: Batch, i: int) -> np.ndarray:
     """The features of query ``i``'s candidates: (c, p); the score is cos + features @ θ, θ the
     flattened (a, B, C) of ``softdict.spelling.combination``."""
-    x = b.x[i]
-    ramp = ramps(b.spelling[i], KNOTS)
+    return features(b.cos[i], b.spelling[i], b.evidence[i], b.x[i])
+
+
+def features(cos: np.ndarray, s: np.ndarray, marks: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """(c, p) for one query (description ``x``) and c keys (cosines, similarities, marks)."""
+    ramp = ramps(s, KNOTS)
     parts = [
-        b.cos[i][:, None] * x[None, MEANING_PARTS],
+        cos[:, None] * x[None, MEANING_PARTS],
         (ramp[:, :, None] * x[None, None, :]).reshape(len(ramp), -1),
-        (b.evidence[i][:, :, None] * x[None, None, :]).reshape(len(ramp), -1),
+        (marks[:, :, None] * x[None, None, :]).reshape(len(ramp), -1),
     ]
     return np.concatenate(parts, axis=1)
+
+
+def no_match_offset(encoder, theta: np.ndarray) -> np.ndarray:
+    """The offset d (one per part of the description) that a query's scores all get, fitted so
+    that the best score tells a query with a key from one without: on the dev half only, a
+    store of the dev countries; queries with a key, their names with one or two typos and in 8
+    languages; without, dev cities' names and common English words (another stretch of
+    wordfreq's list than ``matching.py --no-match``'s). An offset moves every key of a query
+    alike: no weight and no ranking changes, only what ``min_score`` compares."""
+    from scipy.optimize import minimize
+    from wordfreq import top_n_list
+
+    countries = [c for c in key_sets()["countries"] if split_of(c) == "dev"]
+    cities = [c for c in key_sets()["cities"] if split_of(c) == "dev"]
+    rng = np.random.default_rng(0)
+    with_key = [typo(c, e, rng) for e in (1, 2) for c in countries]
+    aliases = [a for a, t in country_aliases() if t in set(countries)]
+    with_key += [aliases[i] for i in rng.choice(len(aliases), min(400, len(aliases)), False)]
+    folded = {c.casefold() for c in key_sets()["countries"]}
+    words = [w for w in top_n_list("en", 6000)[3000:] if w.isalpha() and w not in folded]
+    without = [cities[i] for i in rng.choice(len(cities), len(countries), False)]
+    without += [words[i] for i in rng.choice(len(words), len(countries), False)]
+    queries = with_key + without
+    no_key = np.array([False] * len(with_key) + [True] * len(without))
+    C = cosine(
+        cached_embeddings(encoder, queries, "queries"),
+        cached_embeddings(encoder, countries, "keys"),
+    )
+    S, _ = library_spelling(queries, countries)
+    forms = [spelling_form(c) for c in countries]
+    X = np.array([describe(q) for q in queries])
+    best = np.array(
+        [
+            (C[i] + features(C[i], S[i], evidence_marks([spelling_form(q)] * len(forms), forms),
+                             X[i]) @ theta).max()
+            for i, q in enumerate(queries)
+        ]
+    )  # fmt: skip
+
+    def loss(params: np.ndarray) -> float:
+        # params: a threshold, then the offset of each part but the constant (which the
+        # threshold stands for). Above the threshold: called a match.
+        margin = best + X[:, 1:] @ params[1:] - params[0]
+        return float(np.mean(np.logaddexp(0.0, np.where(no_key, 1.0, -1.0) * margin / 0.05)))
+
+    found = minimize(loss, np.zeros(P), method="L-BFGS-B")
+    offset = np.r_[0.0, found.x[1:]]
+    shifted = best + X @ offset
+    print(f"no match on the dev half: F1 {best_f1(best, no_key):.3f} as is, "
+          f"{best_f1(shifted, no_key):.3f} with the offset", flush=True)  # fmt: skip
+    return offset
+
+
+def best_f1(scores: np.ndarray, no_key: np.ndarray) -> float:
+    return best_threshold(scores, no_key)[3]
 
 
 def bounds() -> list[tuple[float | None, float | None]]:
@@ -297,6 +356,7 @@ def main() -> None:
     encoder = resolve_encoder(None, query_cache_size=0)
     train = [batch(encoder, t, True) for t in tasks("dev", args.queries, extra=True)]
     theta = fit(train)
+    offset = no_match_offset(encoder, theta)
     print("\n| task (test half) | rule: top-1 / top-5 / target's weight | learned |\n|---|---|---|")
     for task in tasks("test", args.queries, extra=True):
         b = batch(encoder, task, False)
@@ -313,6 +373,7 @@ def main() -> None:
         print(f"meaning guard, {label}: log-likelihood {log_lik:.3f}, accuracy {acc:.3f}")
     print("the issue's queries:", issue_queries(encoder, theta))
     print("constants of LEARNED_1 (a, B, C):\n" + constants(theta))
+    print("its offset:", "(" + ", ".join(f"{v:.6g}" for v in offset) + ")")
 
 
 def issue_queries(encoder, theta: np.ndarray) -> str:

@@ -11,7 +11,8 @@ Rows (each a store built on the same keys, default options but for what the row 
 
 * softdict: the default encoder (the bundled all-MiniLM-L6-v2 on ONNX Runtime), spelling on;
   ``bundled-static`` (model2vec), ``bundled-int8``; the default with ``lexical=0`` (meaning
-  alone). Stores past 10^4 keys get the default encoder's key embeddings from the benchmark
+  alone) and with ``combination="rule-1"`` (the hand-set rule the learned combination
+  replaced). Stores past 10^4 keys get the default encoder's key embeddings from the benchmark
   cache (``~/.cache/softdict-bench``): embedding 10^6 keys takes 10 minutes; the other encoders
   embed their keys when the store is built;
 * the encoder alone, one query: ``encode_queries([q])`` (ONNX fp32, int8, static);
@@ -84,7 +85,9 @@ class KeysFromCache:
         return self.encode_query(texts)
 
 
-def build(label: str, keys: list[str], lexical: float = 1.0) -> tuple[SoftDict, float, int]:
+def build(
+    label: str, keys: list[str], lexical: float = 1.0, combination: str = "learned-1"
+) -> tuple[SoftDict, float, int]:
     """The store of ``keys`` for a row: (store, seconds to build it, memory growth)."""
     encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
     if len(keys) > EMBED_MAX[label]:
@@ -95,7 +98,13 @@ def build(label: str, keys: list[str], lexical: float = 1.0) -> tuple[SoftDict, 
     gc.collect()
     before = rss_bytes()
     began = time.perf_counter()
-    sd = SoftDict(encoder=encoder, query_cache_size=0, lexical=lexical, batch_size=1024)
+    sd = SoftDict(
+        encoder=encoder,
+        query_cache_size=0,
+        lexical=lexical,
+        combination=combination,
+        batch_size=1024,
+    )
     sd.update({key: float(i) for i, key in enumerate(keys)})
     return sd, time.perf_counter() - began, rss_bytes() - before
 
@@ -142,6 +151,8 @@ def single_queries(n: int, labels: list[str]) -> tuple[dict[str, list[float]], s
         if label == DEFAULT:
             meaning, _, _ = build(DEFAULT, keys, lexical=0.0)
             methods[f"softdict {label}, lexical=0"] = meaning.lookup
+            rule, _, _ = build(DEFAULT, keys, combination="rule-1")
+            methods[f"softdict {label}, combination=rule-1"] = rule.lookup
             vectors = key_embeddings(keys) if n > EMBED_MAX[DEFAULT] else None
             if vectors is None:
                 vectors = encoder.encode_keys(keys, batch_size=256)
@@ -173,19 +184,29 @@ def single_queries(n: int, labels: list[str]) -> tuple[dict[str, list[float]], s
     # softdict's own cost: each store's lookup and its encoder alone, alternating query by
     # query with nothing else between them (the loop above runs ten other methods in between,
     # whose data pushes the store's out of the caches).
-    for label in labels:
-        lookup = methods.get(f"softdict {label}")
-        alone = methods.get(f"encoder alone: {label}")
+    for store, encoder_label in own_cost_rows(labels):
+        lookup = methods.get(store)
+        alone = methods.get(f"encoder alone: {encoder_label}")
         if lookup is None or alone is None:
             continue
         for q in queries:
-            for name, call in ((f"paired encoder: {label}", alone), (f"paired: {label}", lookup)):
+            for name, call in ((f"paired encoder: {store}", alone), (f"paired: {store}", lookup)):
                 began = time.perf_counter()
                 call(q)
                 times.setdefault(name, []).append(time.perf_counter() - began)
     notes = f"- {n:,} keys: " + "; ".join(f"{k}: {v}" for k, v in extra.items())
     print(notes, flush=True)
     return times, notes
+
+
+def own_cost_rows(labels: list[str]) -> list[tuple[str, str]]:
+    """The stores whose own cost is measured, each with its encoder's label: every encoder's
+    default store, and the default encoder's with the hand-set rule (what the learned
+    combination costs against it)."""
+    rows = [(f"softdict {label}", label) for label in labels]
+    if DEFAULT in labels:
+        rows.insert(1, (f"softdict {DEFAULT}, combination=rule-1", DEFAULT))
+    return rows
 
 
 def bulk(labels: list[str]) -> list[str]:
@@ -261,19 +282,19 @@ def main() -> None:
     own += ["| store | " + " | ".join(f"{n:,} keys: alone / in the loop" for n in args.sizes)]
     own[-1] += " |"
     own += ["|---" * (len(args.sizes) + 1) + "|"]
-    for label in args.encoders:
+    for store, label in own_cost_rows(args.encoders):
         cells = []
         for n in args.sizes:
             times = by_size[n]
-            if f"paired: {label}" not in times:
+            if f"paired: {store}" not in times:
                 cells.append("-")
                 continue
-            paired = np.median(times[f"paired: {label}"])
-            paired -= np.median(times[f"paired encoder: {label}"])
-            looped = np.median(times[f"softdict {label}"])
+            paired = np.median(times[f"paired: {store}"])
+            paired -= np.median(times[f"paired encoder: {store}"])
+            looped = np.median(times[store])
             looped -= np.median(times[f"encoder alone: {label}"])
             cells.append(f"{paired * 1e3:.3f} / {looped * 1e3:.3f}")
-        own.append(f"| softdict {label} | " + " | ".join(cells) + " |")
+        own.append(f"| {store} | " + " | ".join(cells) + " |")
     title = "one query at a time, " + ", ".join(f"{n:,}" for n in args.sizes) + " keys"
     notes = [notes for _, notes in measured.values()]
     sections[title] = "\n".join(lines + own + ["", *notes]) + "\n"

@@ -57,6 +57,7 @@ def _build(args: argparse.Namespace) -> int:
         encoder=args.encoder,
         index=args.index,
         value_kind=args.value_kind,
+        combination=args.combination,
         progress=True if sys.stderr.isatty() else None,
         store=remote.get("store", "memory"),
         collection=remote.get("collection"),
@@ -186,6 +187,7 @@ def _report(attention: Attention, combination: str, args: argparse.Namespace) ->
             ]
             result["spelling_weight"] = attention.spelling_weight
             result["meaning_factor"] = attention.meaning_factor
+            result["score_offset"] = attention.score_offset
         else:
             result |= {
                 "min_score": min_score,
@@ -212,7 +214,8 @@ def _report(attention: Attention, combination: str, args: argparse.Namespace) ->
         print(f"  {_coverage(attention)}")
         if spelling is not None:
             print(
-                f"  score = meaning × {attention.meaning_factor:.3g} + what spelling adds "
+                f"  score = meaning × {attention.meaning_factor:.3g} "
+                f"+ {attention.score_offset:.3g} + what spelling adds "
                 f"(up to {attention.spelling_weight:.3g}) + marks ({combination})"
             )
     return True
@@ -319,6 +322,12 @@ def _parser() -> argparse.ArgumentParser:
         help="model name or path, or bundled-int8 (default: the bundled model)",
     )
     build.add_argument("--index", default="auto")
+    build.add_argument(
+        "--combination",
+        choices=["rule-1", "learned-1"],
+        default="rule-1",
+        help="how meaning and spelling make one score (default: the hand-set rule-1)",
+    )
     build.add_argument("--value-kind", choices=["scalar", "vector", "categorical"], default=None)
     build.add_argument(
         "--skip-bad-rows",

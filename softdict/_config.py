@@ -41,8 +41,8 @@ class CombinationName(str, Enum):
     """How meaning and spelling make one score (``combination=``; the formulas and constants are
     ``softdict.spelling.combination``'s)."""
 
-    LEARNED_1 = "learned-1"  # the default: learned from real names (issue 26)
-    RULE_1 = "rule-1"  # the hand-set rule of store formats up to 3
+    LEARNED_1 = "learned-1"  # learned from real names: opt-in until it keeps min_score's use
+    RULE_1 = "rule-1"  # the hand-set rule, the default (and that of store formats up to 3)
 
 
 class SoftDictConfig(BaseModel):
@@ -73,9 +73,10 @@ class SoftDictConfig(BaseModel):
     # for meaning alone; and the share of that weight a query's common English words get.
     lexical: float = Field(default=1.0, ge=0.0, le=1000.0)
     lexical_known: float = Field(default=1 / 16, ge=0.0, le=1.0)
-    # How meaning and spelling make one score (softdict.spelling.combination): the learned
-    # combination, or the hand-set rule of store formats up to 3 (whose lexical_known it uses).
-    combination: CombinationName = CombinationName.LEARNED_1
+    # How meaning and spelling make one score (softdict.spelling.combination): the hand-set rule
+    # (which uses lexical_known), or the learned combination. The rule stays the default while
+    # the learned one tells a query with no key less well by its best score (README, Spelling).
+    combination: CombinationName = CombinationName.RULE_1
 
     @field_validator("temperature")
     @classmethod

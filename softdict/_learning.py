@@ -88,7 +88,8 @@ class SpellingInputs:
     which is the store's combination (``spelling.combination``) as a function of the two options
     fit learns: ``lexical`` and, for the hand-set rule, ``lexical_known`` (the learned
     combination's ``known_gain`` is None). ``factor`` (q,) is meaning's factor at lexical 1;
-    ``gain`` and ``known_gain`` (q, n) what spelling and marks add at lexical 1 (and known 0),
+    ``gain`` and ``known_gain`` (q, n) what spelling, marks and the offset add at lexical 1 (and
+    known 0),
     and what known adds per unit. The similarities do not depend on what is learned, so they are
     computed once (rapidfuzz) and the optimiser sees fixed matrices."""
 
@@ -112,7 +113,7 @@ def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
 
     def at(known: float) -> tuple[np.ndarray, np.ndarray]:
         terms = query_terms(combination_for(config.combination, known), texts, 1.0, unit)
-        gain = terms.spelling_part(similarity)
+        gain = terms.spelling_part(similarity) + terms.offset[:, None]
         if terms.marks.shape[1]:
             gain = gain + terms.marks_part(store.spelling.marks(queries, ids))
         return terms.scale, gain

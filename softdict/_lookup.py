@@ -250,6 +250,7 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
                 spelling_scores=spelling,
                 spelling_weight=0.0 if terms is None else float(terms.weight[i]),
                 meaning_factor=1.0 if terms is None else float(terms.scale[i]),
+                score_offset=0.0 if terms is None else float(terms.offset[i]),
                 marks=_marks(store, texts[i], ids[found][order]) if texts and marking else None,
                 tail_interval=(
                     None if np.isnan(tail_mass) else (float(interval[0]), float(interval[1]))

@@ -27,9 +27,10 @@ class Attention:
             an estimated attention, where they sum to 1 − ``tail_mass`` (the sample stands
             for the rest), and in an exact one that lists only the best keys.
         scores: the scores the softmax ran on, before the temperature: each key's
-            ``meaning_scores`` times ``meaning_factor``, plus what its ``spelling_scores`` and
-            ``marks`` add (the store's combination, ``softdict.spelling.combination``); the
-            meaning scores alone when the spelling channel was off.
+            ``meaning_scores`` times ``meaning_factor``, plus ``score_offset``, plus what its
+            ``spelling_scores`` and ``marks`` add (the store's combination,
+            ``softdict.spelling.combination``); the meaning scores alone when the spelling
+            channel was off.
         k: how many keys are listed (``len(keys)``).
         tail_mass: the attention mass of the allowed keys outside ``keys``: exact for exact
             attention (0 where every key is listed), the sample's estimate for an estimated
@@ -58,6 +59,9 @@ class Attention:
         meaning_factor: what this query's meaning scores are multiplied by in ``scores``: 1
             for a query of common words, less for one of misspelt or unknown words, codes and
             short forms, whose meaning the encoder guesses at.
+        score_offset: what every key's score gets alike for this query (it changes no weight;
+            it sets the level ``min_score`` compares: a query of unknown words, a short one or
+            one of several words more likely has a key than a common word does).
         marks: for each key, the exact marks of spelling it bears (``softdict.spelling.evidence``:
             "same", "start", "word start", "initials", "abbreviation"), or None where the
             combination weighs none (or the spelling channel was off).
@@ -77,6 +81,7 @@ class Attention:
     spelling_scores: np.ndarray | None = None
     spelling_weight: float = 0.0
     meaning_factor: float = 1.0
+    score_offset: float = 0.0
     marks: tuple[tuple[str, ...], ...] | None = None
     tail_interval: tuple[float, float] | None = None
     tail_bound: float | None = None

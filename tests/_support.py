@@ -175,11 +175,12 @@ def naive_combined(
     b, c = np.array(LEARNED_1.ramps), np.array(LEARNED_1.marks)
     knots = LEARNED_1.knots
     factor = max(0.0, 1.0 + float(a @ x[[1, 2, 3, 5]]))
+    offset = float(np.array(LEARNED_1.offset) @ x)
     scores = []
     for key, cos, s in zip(keys, cosine, spelled):
         ramps = np.array(
             [min(1.0, max(0.0, (s - lo) / (hi - lo))) for lo, hi in itertools.pairwise(knots)]
         )
         marks = np.array(naive_marks(query, key))
-        scores.append(cos * factor + ramps @ (b @ x) + marks @ (c @ x))
+        scores.append(cos * factor + offset + ramps @ (b @ x) + marks @ (c @ x))
     return np.array(scores)

@@ -337,6 +337,6 @@ def test_calibrate_chooses_how_much_spelling_weighs_between_real_words() -> None
     )
     unrelated.calibrate(choose_k=False)
     assert unrelated.lexical_known == 1 / 16
-    learned = SoftDict(items, encoder=FakeEncoder())
+    learned = SoftDict(items, encoder=FakeEncoder(), combination="learned-1")
     learned.calibrate(choose_k=False)
     assert (learned.lexical_known, learned.lexical) == (1 / 16, 1.0)

@@ -325,26 +325,33 @@ def test_temperature_option_and_explain_shortens_long_keys(tmp_path: Path) -> No
     assert bad.returncode == 1 and "temperature" in bad.stderr
 
 
-def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path) -> None:
-    """Each key's meaning and spelling scores and marks, and how the combination makes its
-    score of them; --lexical 0 turns spelling off for a query."""
-    _, store = build(tmp_path, "name,price\nbanana bread,5\napple pie,10\n")
+@pytest.mark.parametrize("combination", ["rule-1", "learned-1"])
+def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path, combination: str) -> None:
+    """Each key's meaning and spelling scores (and marks, where the combination weighs them),
+    and how the combination makes its score of them; --lexical 0 turns spelling off for a
+    query."""
+    csv = "name,price\nbanana bread,5\napple pie,10\n"
+    _, store = build(tmp_path, csv, "--combination", combination)
     explained = run("query", store, "bananna bread", "--explain").stdout
     line = next(row for row in explained.splitlines() if "banana bread" in row)
     assert "meaning " in line and "spelling 0.9" in line
-    assert "score = meaning × " in explained and "(learned-1)" in explained
+    assert "score = meaning × " in explained and f"({combination})" in explained
     answer = json.loads(run("query", store, "bananna bread", "--json").stdout)
     best = answer["keys"][0]
-    assert best["key"] == "banana bread" and best["spelling"] > 0.9 and best["marks"] == []
-    expected = naive_combined("bananna bread", ["banana bread"], [best["meaning"]], "learned-1")
+    assert best["key"] == "banana bread" and best["spelling"] > 0.9
+    expected = naive_combined("bananna bread", ["banana bread"], [best["meaning"]], combination)
     assert best["score"] == close(expected[0])
-    assert answer["meaning_factor"] < 1  # a misspelt word: its meaning is a guess
     cut = json.loads(run("query", store, "banana b", "--json").stdout)["keys"][0]
-    assert cut["key"] == "banana bread" and cut["marks"] == ["start", "abbreviation"]
+    assert cut["key"] == "banana bread"
+    if combination == "learned-1":
+        assert answer["meaning_factor"] < 1  # a misspelt word: its meaning is a guess
+        assert best["marks"] == [] and cut["marks"] == ["start", "abbreviation"]
+    else:
+        assert answer["meaning_factor"] == 1 and "marks" not in best
     off = json.loads(run("query", store, "bananna bread", "--json", "--lexical", "0").stdout)
     assert "spelling" not in off["keys"][0] and off["spelling_weight"] == 0.0
     assert off["keys"][0]["score"] == close(off["keys"][0]["meaning"])
-    assert "spelling     lexical 1, combination learned-1" in run("info", store).stdout
+    assert f"spelling     lexical 1, combination {combination}" in run("info", store).stdout
     # A key whose spelling could not matter is not scored: "-" when explained, null in JSON
     # (strict JSON: no NaN).
     unlike = json.loads(run("query", store, "e", "--json").stdout, parse_constant=_no_nan)

@@ -61,15 +61,13 @@ def test_fit_raises_accuracy_on_countries_it_never_saw(
         assert report.kept and report.accuracy_after > report.accuracy_before + 0.15
         assert report.lexical == 0.0 and sd.lexical == 0.0  # spelling stays off
     else:
-        # Measured, with spelling (the learned combination): held-out 0.850 -> 0.863 (spelling
-        # already finds most German, French and Spanish names: "Deutschland" aside, they are
-        # spelled like the English); unseen 0.833 -> 0.804, as lexical falls to 0.71 (under the
-        # hand-set rule: 0.825 -> 0.837 and 0.824 -> 0.814). The weights learned are in force.
+        # Measured, with spelling: held-out 0.825 -> 0.837 (spelling already finds most German,
+        # French and Spanish names: "Deutschland" aside, they are spelled like the English);
+        # unseen 0.824 -> 0.814. The weights learned are in force.
         assert report.accuracy_after >= report.accuracy_before
         assert (sd.lexical, sd.lexical_known) == (report.lexical, report.lexical_known)
         assert before > 0.7
-    # And it barely harms the keys it never saw: by at most 3 points.
-    assert after >= before - 0.03
+    assert after >= before - 0.02  # and it does not harm the keys it never saw
     # The projection is saved and loaded with the store.
     sd.save(tmp_path / "countries")
     loaded = SoftDict.load(tmp_path / "countries")

@@ -121,9 +121,8 @@ def test_lookup_is_softmax_of_the_combined_score(
     assert scored[0] and attention.keys[0] == COUNTRIES[int(np.argmax(combined))]
     assert_close(attention.spelling_scores[scored], spelled[scored], atol=1e-6)
     assert_close(attention.scores[scored], combined[order][scored], atol=1e-6)
-    assert_close(
-        attention.scores[~scored], attention.meaning_factor * attention.meaning_scores[~scored]
-    )
+    meaning_part = attention.meaning_factor * attention.meaning_scores + attention.score_offset
+    assert_close(attention.scores[~scored], meaning_part[~scored])
     total_variation = np.abs(attention.weights - weights[order]).sum() / 2
     assert total_variation <= attention.weight_error + 1e-6
     assert attention.weight_error <= 1e-4
@@ -334,7 +333,10 @@ def test_a_code_whose_meaning_weighs_nothing_is_found_by_spelling_in_a_large_sto
     """A short query of unknown letters is a code to the learned combination: its meaning
     weighs nothing (factor 0), and the union of candidates, padded, still gives finite scores
     and weights (0 · -inf padding stays -inf, without a floating-point warning)."""
-    sd = SoftDict(dict.fromkeys(english_words, 1.0), encoder=FakeEncoder(), index="hnsw")
+    sd = SoftDict(
+        dict.fromkeys(english_words, 1.0), encoder=FakeEncoder(), index="hnsw",
+        combination="learned-1",
+    )  # fmt: skip
     attention = sd.attend("qzx")
     assert attention.meaning_factor == 0.0 and attention.k < len(sd)
     assert np.all(np.isfinite(attention.scores)) and np.all(np.isfinite(attention.weights))
