@@ -49,9 +49,8 @@ from matching_design import ISSUE, cosine, library_spelling
 
 from softdict.encoders import resolve_encoder
 from softdict.spelling import spelling_form
-from softdict.spelling.combination import LEARNED_1, ramps, rule_1
+from softdict.spelling.combination import LEARNED_1, query_terms, ramps, rule_1
 from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, compact, describe, evidence_marks
-from softdict.spelling.scores import query_weights
 
 TEMPERATURE = 0.05
 CANDIDATES = 50
@@ -124,8 +123,8 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
         cached_embeddings(encoder, task.queries, "queries"),
         cached_embeddings(encoder, task.keys, "keys"),
     )
-    S, unknown = library_spelling(task.queries, task.keys)
-    weights = query_weights(unknown, 1.0, 1 / 16, 1.0)
+    S, _ = library_spelling(task.queries, task.keys)
+    rule = query_terms(rule_1(1 / 16), task.queries, 1.0, 1.0)
     marked = Marked(task.keys)
     index = {key: i for i, key in enumerate(task.keys)}
     out = Batch(
@@ -158,7 +157,8 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
         out.evidence.append(
             evidence_marks([form] * len(ordered), [marked.forms[j] for j in ordered])
         )
-        out.rule.append(C[i, ordered] + weights[i] * np.maximum(0, S[i, ordered] - 0.4) / 0.6)
+        one = np.full(len(ordered), i)
+        out.rule.append(rule.score(C[i, ordered], S[i, ordered], None, one))
         xs.append(describe(query))
     out.x = np.array(xs)
     return out

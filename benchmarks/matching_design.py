@@ -52,7 +52,7 @@ from matching import cached_embeddings, tasks
 
 from softdict._attention import softmax
 from softdict.encoders import resolve_encoder
-from softdict.spelling import SpellingIndex, SpellingQueries, query_weights
+from softdict.spelling import SpellingIndex, SpellingQueries
 
 TEMPERATURE = 0.05
 
@@ -136,7 +136,7 @@ def query_dependent_rules(encoder, matching, meaning_sets) -> None:
             for tau in (0.3, 0.4, 0.5):
 
                 def rule(C, S, U, lexical=lexical, known=known, tau=tau):
-                    weights = query_weights(U, lexical, known, 1.0)
+                    weights = lexical * 4.0 * (known + (1.0 - known) * U)  # rule-1's, tau aside
                     return C + weights[:, None] * np.maximum(0, S - tau) / (1 - tau)
 
                 C_i, S_i, U_i, t_i = issue

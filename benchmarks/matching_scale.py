@@ -137,7 +137,8 @@ def queries_for(keys: list[str], n: int) -> dict[str, list[tuple[str, str | None
 def measure(size: int, keys: list[str], vectors: np.ndarray, n_queries: int, exact_n: int):
     from rapidfuzz import fuzz, process, utils
 
-    from softdict.spelling import SpellingIndex, SpellingQueries, spelling_form, spelling_term
+    from softdict._lookup import spelling_terms
+    from softdict.spelling import SpellingIndex, spelling_form
 
     # The store's encoder caches query embeddings (lookups then time the retrieval); this one,
     # the same model, does not (it times the encoder).
@@ -231,10 +232,10 @@ def measure(size: int, keys: list[str], vectors: np.ndarray, n_queries: int, exa
             # The combined score over every key, exactly, for the first exact_n queries.
             embedding = store.prepare_queries(encoder.encode_queries([query]))[0]
             meaning = unit_keys @ embedding.astype(np.float32)  # cosine with every key
-            spelled = SpellingQueries.of([query])
-            similarity = store.spelling.similarity(spelled, ids)[0]
-            weight = on[j].spelling_weight
-            combined = meaning + weight * spelling_term(similarity)
+            spelled, terms = spelling_terms(store, [query])
+            similarity = store.spelling.similarity(spelled, ids)[:1]
+            marks = store.spelling.marks(spelled, ids) if terms.marks.shape[1] else None
+            combined = terms.score(meaning[None, :], similarity, marks)[0]
             # By score: keys spelled alike and embedded alike ("Varanasi", "varanasi") tie.
             same.append(bool(combined.max() <= attention.scores[0] + 1e-6))
             w = np.exp((combined - combined.max()) / temperature)

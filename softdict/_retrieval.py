@@ -19,19 +19,22 @@ The tail bound (``_attention.tail_mass_bound``) assumes the keys found are the t
 holds for exact backends, not always for approximate ones, which can miss a near key, so it is
 reported (``Selection.tail_bound``) only for exact ones.
 
-With the spelling channel (``SpellingRequest``; ``softdict.spelling``) a key's score is
-meaning + weight · term(spelling), and the same three cases run on that combined score:
+With the spelling channel (``SpellingRequest``; ``softdict.spelling``) a key's score is the
+store's combination of meaning, spelling and marks (``spelling.combination``), and the same
+three cases run on that combined score:
 
 * every key: both channels over every allowed key; a fixed k is then the k best combined scores,
   and its tail bound holds exactly.
 * otherwise, a union of candidates: the dense index's best keys by meaning (a fixed k, or the
   adaptive rounds, each judged by a bound on the combined score) and the spelling index's
-  ``SPELLING_CANDIDATES`` keys spelled most alike, each scored in the other channel (meaning
-  through ``IndexBackend.score_ids``), then ranked by the combined score. A key in neither list
-  scores at most (the last dense key's meaning) + weight · term(the last spelling candidate's
-  spelling), the ceiling the tail bound uses. That holds if both lists are the true best of their
-  channel: as exact as the dense index, and for spelling as long as no key sharing no 3-gram with
-  the query, or outside the 3-gram pool, is spelled more like it than the candidates.
+  ``SPELLING_CANDIDATES`` keys to which spelling and marks add most, each scored in the other
+  channel (meaning through ``IndexBackend.score_ids``), then ranked by the combined score. A
+  key in neither list scores at most (the last dense key's meaning part) + (what spelling and
+  marks add to the last spelling candidate), the ceiling the tail bound uses. That holds if both
+  lists are the true best of their channel: as exact as the dense index, and for spelling as
+  long as no key sharing no 3-gram with the query, or outside the 3-gram pool, gains more than
+  the candidates (a mark by initials or by abbreviation needs no shared 3-gram: "uk" for
+  "united kingdom").
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 Scoring a query's spelling against every key with rapidfuzz costs about 60 ns a key and pass
 (three passes: the forms, the token-sorted forms, the transposition-aware distance), 1.8 ms at
-10^4 keys, more than everything else in a lookup. Yet below ``SIMILARITY_FLOOR`` spelling adds
-nothing, and most keys are spelled nothing like the query. Both of the similarity's parts are
-bounded by how many characters the two texts share, counted as multisets (B):
+10^4 keys, more than everything else in a lookup. Yet below the combination's first knot
+spelling adds nothing, and most keys are spelled nothing like the query. Both of the
+similarity's parts are bounded by how many characters the two texts share, counted as
+multisets (B):
 
 * Indel (``fuzz.ratio``): 2·LCS / (|q| + |k|), and a common subsequence uses shared characters
   only, so LCS ≤ B; the token-sorted forms hold the same characters, so the same bound holds.

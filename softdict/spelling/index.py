@@ -241,17 +241,27 @@ class SpellingIndex:
         for i, form in enumerate(queries.forms):
             query = queries.row(i)
 
+            ceiling = similarity_ceiling(queries.counts[i], len(form), counts, lengths)
+            marked = could_mark(queries.counts[i], counts) if marking and markable(form) else None
+
             def exact(
-                positions: np.ndarray, query: SpellingQueries = query, form: str = form
+                positions: np.ndarray,
+                query: SpellingQueries = query,
+                form: str = form,
+                marked: np.ndarray | None = marked,
             ) -> tuple[np.ndarray, np.ndarray | None]:
                 keys = forms.subset(positions)
                 found = spelling_similarity(query, keys)[0]
                 if not marking:
                     return found, None
-                return found, evidence_marks([form] * len(keys), list(keys.forms))
+                marks = np.zeros((len(positions), len(EVIDENCE)))
+                if marked is not None:  # only keys holding every character can bear one
+                    bearing = np.flatnonzero(marked[positions])
+                    marks[bearing] = evidence_marks(
+                        [form] * len(bearing), list(keys.forms[bearing])
+                    )
+                return found, marks
 
-            ceiling = similarity_ceiling(queries.counts[i], len(form), counts, lengths)
-            marked = could_mark(queries.counts[i], counts) if marking and markable(form) else None
             row = bounded_scores(
                 meaning[i], ceiling, marked, terms.subset(np.array([i])), temperature, exact,
                 keep=keep,

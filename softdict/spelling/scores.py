@@ -1,23 +1,13 @@
-"""How alike two texts are spelled, and how much that adds to a key's score.
-
-    score(q, k) = meaning(q, k) + weight(q) · term(spelling(q, k))
+"""How alike two texts are spelled: the similarity ``combination`` turns into a score.
 
 * ``spelling`` in [0, 1]: the mean of two of rapidfuzz's normalised similarities on the spelling
   forms, the Indel one (what ``fuzz.ratio`` computes; the better of the forms and the
   token-sorted forms) and the optimal-string-alignment one (a swap of two letters is one edit).
   A query or key with an empty form (punctuation only) is alike to nothing: 0.
-* ``term`` = max(0, spelling − 0.4) / 0.6: texts less alike than 0.4 add nothing, so unrelated
-  names do not pile up mass; an exact match adds 1.
-* ``weight(q)`` = lexical · 4 · (known + (1 − known) · u(q)) in units of cosine similarity, with
-  u(q) the query's unknown share (``text.unknown_share``) and ``known`` (``lexical_known``, 1/16
-  by default) the share left for common words. A misspelt name can gain up to 4 over a cosine
-  (which lies in [-1, 1]): spelling decides it. A query of common words gains at most 0.25:
-  meaning decides it, and spelling only breaks near ties.
 
-The measure (Indel + OSA), the 0.4, the 4 and the 1/16 were chosen on the dev half of
-``benchmarks/matching.py`` (typos and aliases of real names), holding the meaning measurements
-of ``benchmarks/matching_design.py`` where they were with meaning alone; the README reports the
-test half.
+The measure (Indel + OSA) was chosen on the dev half of ``benchmarks/matching.py`` (typos and
+aliases of real names), with the hand-set rule (``combination``'s rule-1), holding the meaning
+measurements of ``benchmarks/matching_design.py`` where they were with meaning alone.
 """
 
 from __future__ import annotations
@@ -29,18 +19,8 @@ import numpy as np
 
 from softdict.spelling.text import SpellingQueries
 
-__all__ = [
-    "SIMILARITY_FLOOR",
-    "UNKNOWN_WORD_WEIGHT",
-    "KeyForms",
-    "combined_score",
-    "query_weights",
-    "spelling_similarity",
-    "spelling_term",
-]
+__all__ = ["KeyForms", "spelling_similarity"]
 
-SIMILARITY_FLOOR = 0.4
-UNKNOWN_WORD_WEIGHT = 4.0
 # rapidfuzz's threads pay off only on large blocks of pairs (measured: one query against 10^4
 # keys is faster on one thread).
 _PARALLEL_PAIRS = 200_000
@@ -100,24 +80,3 @@ def spelling_similarity(queries: SpellingQueries, keys: KeyForms) -> np.ndarray:
     if keys.empty is not None:
         similarity[:, keys.empty] = 0.0
     return similarity
-
-
-def spelling_term(similarity: np.ndarray) -> np.ndarray:
-    """What a spelling similarity adds to a score, per unit of weight: 0 up to the floor, then
-    rising linearly to 1 for an exact match."""
-    return np.maximum(np.asarray(similarity, dtype=np.float64) - SIMILARITY_FLOOR, 0.0) / (
-        1.0 - SIMILARITY_FLOOR
-    )
-
-
-def combined_score(meaning: np.ndarray, similarity: np.ndarray, weight: Any) -> np.ndarray:
-    """meaning + weight · term(spelling): a key's score with the spelling channel (the weight
-    a float, or (m, 1) per query row)."""
-    return np.asarray(meaning, dtype=np.float64) + weight * spelling_term(similarity)
-
-
-def query_weights(unknown: np.ndarray, lexical: float, known: float, unit: float) -> np.ndarray:
-    """Each query's spelling weight, in score units (``unit`` is one cosine in the store's
-    similarity: 1 for cosine)."""
-    share = known + (1.0 - known) * np.asarray(unknown, dtype=np.float64)
-    return unit * lexical * UNKNOWN_WORD_WEIGHT * share
