@@ -213,7 +213,11 @@ def test_a_store_of_format_1_keeps_the_hand_set_rule(milvus_store_location: str)
     collection = fresh_collection()
     items = {name: float(i) for i, name in enumerate(COUNTRIES[:40])}
     made = SoftDict(
-        items, encoder=FakeEncoder(), store=milvus_store_location, collection=collection
+        items,
+        encoder=FakeEncoder(),
+        store=milvus_store_location,
+        collection=collection,
+        combination="learned-1",
     )
     assert made.combination == "learned-1"
     client = MilvusClient(milvus_store_location.removeprefix("milvus:"))
