@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,15 @@ from softdict.index.base import require_vectors
 from softdict.spelling.combination import combination_for, query_terms
 from softdict.store.base import Store
 
-__all__ = ["FitReport", "Learned", "SpellingInputs", "examples_from", "fit", "fit_projection"]
+__all__ = [
+    "FitReport",
+    "Learned",
+    "SpellingInputs",
+    "combined_in_torch",
+    "examples_from",
+    "fit",
+    "fit_projection",
+]
 
 
 @dataclass(frozen=True, repr=False)
@@ -129,6 +138,15 @@ def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
         gain.astype(np.float32),
         None if known_gain is None else known_gain.astype(np.float32),
     )
+
+
+def combined_in_torch(
+    meaning: Any, factor: Any, gain: Any, known_gain: Any, lexical: Any, known: Any
+) -> Any:
+    """``SpellingInputs``' form of the store's combination, on torch tensors (meaning (q, n),
+    factor (q,), gain and known_gain (q, n)), differentiable in ``lexical`` and ``known``."""
+    scale = (1 + lexical * (factor - 1)).clamp_min(0)
+    return meaning * scale[:, None] + lexical * (gain + known * known_gain)
 
 
 def fit(
@@ -305,10 +323,9 @@ def fit_projection(
     ) -> tuple[torch.Tensor, float]:
         queries, targets, spelled = data[part]
         s = scores(queries, w)
-        if spelled is not None:  # SpellingInputs' form of the store's combination
+        if spelled is not None:
             factor, gain, known_gain = spelled
-            scale = (1 + lex.exp() * (factor - 1)).clamp_min(0)
-            s = s * scale[:, None] + lex.exp() * (gain + torch.sigmoid(kn) * known_gain)
+            s = combined_in_torch(s, factor, gain, known_gain, lex.exp(), torch.sigmoid(kn))
         loss = torch.nn.functional.cross_entropy(s / t, targets)
         return loss, float((s.argmax(dim=1) == targets).float().mean())
 

@@ -191,3 +191,38 @@ def test_a_projection_kept_through_clear_must_fit_the_new_keys() -> None:
     sd.query_projection = None
     sd.add_embeddings(["a", "b"], np.eye(4)[:2], [1.0, 2.0])
     assert sd.lookup_embeddings(np.eye(4)[0]) < 1.5
+
+
+@pytest.mark.parametrize("combination", ["rule-1", "learned-1"])
+def test_fit_scores_keys_as_a_lookup_does(combination: str) -> None:
+    """fit's form of the combination (``SpellingInputs``: the torch loss's scores) equals the
+    lookup's combined score for every key the lookup spelled, at the store's lexical and
+    lexical_known: one formula, in numpy and in torch."""
+    import pycountry
+    import torch
+
+    from softdict._learning import _spelling_inputs, combined_in_torch
+
+    names = sorted(c.name for c in pycountry.countries)
+    sd = SoftDict(
+        dict.fromkeys(names, 0.0), encoder=FakeEncoder(), combination=combination,
+        lexical=0.7, lexical_known=0.2, temperature=0.3,
+    )  # fmt: skip
+    queries = ["Germny", "united kingdm", "UK", "Switz", "Republic of", "BRA"]
+    inputs = _spelling_inputs(sd._store, queries)
+    assert inputs is not None
+    known_gain = inputs.known_gain if inputs.known_gain is not None else 0 * inputs.gain
+    column = {key: i for i, key in enumerate(names)}
+    for i, attention in enumerate(sd.attend(queries)):
+        rows = [column[key] for key in attention.keys]
+        in_torch = combined_in_torch(
+            torch.from_numpy(attention.meaning_scores)[None, :],
+            torch.from_numpy(inputs.factor[i : i + 1]),
+            torch.from_numpy(inputs.gain[i : i + 1, rows]),
+            torch.from_numpy(known_gain[i : i + 1, rows]),
+            torch.tensor(inputs.lexical),
+            torch.tensor(inputs.known),
+        )[0].numpy()
+        spelled = ~np.isnan(attention.spelling_scores)
+        assert spelled.any()
+        np.testing.assert_allclose(in_torch[spelled], attention.scores[spelled], atol=1e-5)
