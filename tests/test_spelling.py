@@ -459,6 +459,15 @@ def test_a_store_with_deleted_keys_rebuilds_its_postings_on_load(
     assert abs(a.tail_mass - b.tail_mass) <= 0.02
 
 
+def answers_as_saved(loaded: SoftDict, expected: dict) -> None:
+    """``loaded`` attends to a fixture's queries as the code that saved it did."""
+    for attention, want in zip(loaded.attend(expected["queries"]), expected["attend"]):
+        assert list(attention.keys[:10]) == want["keys"]
+        assert_close(attention.weights[:10], want["weights"])
+        assert_close(attention.scores[:10], want["scores"])
+        assert attention.value == close(want["value"])
+
+
 def test_a_store_saved_before_the_spelling_channel_answers_as_it_did(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -472,11 +481,7 @@ def test_a_store_saved_before_the_spelling_channel_answers_as_it_did(
     expected = json.loads((FIXTURE / "expected.json").read_text())
     loaded = SoftDict.load(FIXTURE / "countries_scalar", encoder=FakeEncoder())
     assert loaded.lexical == 0.0 and "France" not in loaded
-    for attention, want in zip(loaded.attend(expected["queries"]), expected["attend"]):
-        assert list(attention.keys[:10]) == want["keys"]
-        assert_close(attention.weights[:10], want["weights"])
-        assert_close(attention.scores[:10], want["scores"])
-        assert attention.value == close(want["value"])
+    answers_as_saved(loaded, expected)
     loaded.save(tmp_path / "again")
     again = SoftDict.load(tmp_path / "again", encoder=FakeEncoder())
     assert again.lexical == 0.0
@@ -498,11 +503,7 @@ def test_a_store_saved_with_the_hand_set_rule_answers_as_it_did(
     expected = json.loads((folder.parent / "expected.json").read_text())
     loaded = SoftDict.load(folder, encoder=FakeEncoder())
     assert loaded.combination == "rule-1" and "France" not in loaded
-    for attention, want in zip(loaded.attend(expected["queries"]), expected["attend"]):
-        assert list(attention.keys[:10]) == want["keys"]
-        assert_close(attention.weights[:10], want["weights"])
-        assert_close(attention.scores[:10], want["scores"])
-        assert attention.value == close(want["value"])
+    answers_as_saved(loaded, expected)
     loaded.save(tmp_path / "again")
     again = SoftDict.load(tmp_path / "again", encoder=FakeEncoder())
     assert again.combination == "rule-1"
