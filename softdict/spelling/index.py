@@ -245,22 +245,13 @@ class SpellingIndex:
             marked = could_mark(queries.counts[i], counts) if marking and markable(form) else None
 
             def exact(
-                positions: np.ndarray,
-                query: SpellingQueries = query,
-                form: str = form,
-                marked: np.ndarray | None = marked,
+                positions: np.ndarray, query: SpellingQueries = query, i: int = i
             ) -> tuple[np.ndarray, np.ndarray | None]:
-                keys = forms.subset(positions)
-                found = spelling_similarity(query, keys)[0]
+                found = spelling_similarity(query, forms.subset(positions))[0]
                 if not marking:
                     return found, None
-                marks = np.zeros((len(positions), len(EVIDENCE)))
-                if marked is not None:  # only keys holding every character can bear one
-                    bearing = np.flatnonzero(marked[positions])
-                    marks[bearing] = evidence_marks(
-                        [form] * len(bearing), list(keys.forms[bearing])
-                    )
-                return found, marks
+                held = positions if rows is None else rows[positions]
+                return found, self._marks_of_rows(queries, i, held)
 
             row = bounded_scores(
                 meaning[i], ceiling, marked, terms.subset(np.array([i])), temperature, exact,
@@ -298,13 +289,14 @@ class SpellingIndex:
         for i, pool in enumerate(pools):
             pool = np.union1d(pool, self._short_neighbours(queries.forms[i], admissible))
             scores = spelling_similarity(queries.row(i), self._key_forms(pool))[0]
-            rank = scores.astype(np.float64)
+            gain = np.zeros(len(pool))
             if terms is not None:
                 one = np.full(len(pool), i)
-                rank = terms.spelling_part(scores, one)
+                gain = terms.spelling_part(scores, one)
                 if terms.marks.shape[1]:
-                    rank = rank + terms.marks_part(self._marks_of_rows(queries, i, pool), one)
-            best = np.argsort(-rank, kind="stable")[:n]
+                    gain = gain + terms.marks_part(self._marks_of_rows(queries, i, pool), one)
+            # By gain, then by similarity among keys of equal gain (below the first knot: 0).
+            best = np.lexsort((-scores, -gain))[:n]
             ids[i, : len(best)] = self._rows.ids[pool[best]]
             similarities[i, : len(best)] = scores[best]
         return ids, similarities
