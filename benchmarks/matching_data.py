@@ -203,11 +203,17 @@ def abbreviation_pairs() -> dict[str, tuple[list[str], list[tuple[str, str]]]]:
     * subdivision codes: the letters of an ISO 3166-2 code after the country ("US-NY" -> "NY")
       -> the subdivision's name, where they are two or three letters, start with the name's
       first letter (the codes people write: US states, Canadian provinces, German Länder, ...)
-      and stand for one name only; the keys are those names.
+      and stand for one name only; the keys are those names;
+    * language codes: ISO 639-2/T three-letter codes ("deu", "fra") -> the language's name, for
+      the 184 languages that also have a two-letter code (added after ``LEARNED_1`` was
+      fitted: a kind of code it never saw).
     """
     import pycountry
 
     countries = [(c.alpha_3, c.name) for c in pycountry.countries]
+    languages = [
+        (lang.alpha_3, lang.name) for lang in pycountry.languages if hasattr(lang, "alpha_2")
+    ]
     currencies = [(c.alpha_3, c.name) for c in pycountry.currencies]
     owners: dict[str, set[str]] = {}
     for sub in pycountry.subdivisions:
@@ -230,6 +236,7 @@ def abbreviation_pairs() -> dict[str, tuple[list[str], list[tuple[str, str]]]]:
             ],
         ),
         "subdivision codes": ([name for _, name in subdivisions], subdivisions),
+        "language codes": ([name for _, name in languages], languages),
     }
 
 
