@@ -36,10 +36,9 @@ import numpy as np
 
 from softdict._attention import top_of_scores
 from softdict._config import CombinationName
-from softdict._lookup import spelling_terms
+from softdict._lookup import spelling_terms, terms_of
 from softdict._retrieval import scores_every_key
 from softdict.index.base import require_vectors
-from softdict.spelling.combination import query_terms, rule_1
 from softdict.store.base import Store
 from softdict.values.base import LossKind
 
@@ -127,9 +126,8 @@ def calibrate(
         # combination none (its constants were fitted on what people type).
         choices = {config.lexical_known: terms}
         if config.combination is CombinationName.RULE_1:
-            unit = config.similarity.cosine_unit(dim)
             for known in KNOWN_CHOICES:
-                choices.setdefault(known, query_terms(rule_1(known), texts, config.lexical, unit))
+                choices.setdefault(known, terms_of(store, texts, known=known))
         found: dict[float, Calibration] = {}
         for known, choice in choices.items():
             scores = choice.score(meaning, similarity, marks)

@@ -265,7 +265,7 @@ def _info_remote(args: argparse.Namespace) -> int:
 
 
 def _info(args: argparse.Namespace) -> int:
-    from softdict._manifest import FORMAT_NAME, MANIFEST, read_manifest
+    from softdict._manifest import FORMAT_NAME, MANIFEST, config_as_loaded, read_manifest
 
     if _remote(args.store, args.collection):
         return _info_remote(args)
@@ -273,7 +273,8 @@ def _info(args: argparse.Namespace) -> int:
     if not folder.is_dir():
         raise InputError(f"{folder}: no such store folder")
     manifest = read_manifest(folder)
-    body, config = manifest.body, manifest.body.config
+    # As the store loads: an older format with the options it answered with.
+    body, config = manifest.body, config_as_loaded(manifest.body.config, manifest.version)
     temperature = config.temperature if config.temperature is not None else "default"
     print(f"store        {folder}")
     print(f"format       {FORMAT_NAME} version {manifest.version}")
@@ -282,11 +283,8 @@ def _info(args: argparse.Namespace) -> int:
     print(f"encoder      {body.encoder.name} ({body.encoder.dim} dims)")
     print(f"similarity   {config.similarity.value}, temperature {temperature}")
     print(f"index        {config.index}")
-    # A store saved before the spelling channel (format 2) loads with it off, one saved before
-    # the learned combination (format 3) with the hand-set rule.
-    lexical = config.lexical if manifest.version >= 3 else 0.0
-    combination = config.combination.value if manifest.version >= 4 else "rule-1"
-    print(f"spelling     lexical {lexical:g}, {_combination(combination, config.lexical_known)}")
+    combination = _combination(config.combination.value, config.lexical_known)
+    print(f"spelling     lexical {config.lexical:g}, {combination}")
     total = sum(f.bytes for f in body.files.values()) + (folder / MANIFEST).stat().st_size
     print(f"files        {len(body.files) + 1}, {total:,} bytes")
     return 0

@@ -19,10 +19,11 @@ import numpy as np
 
 from softdict._config import CombinationName
 from softdict._errors import KeyTypeError, NoMatchError
-from softdict._lookup import spelling_terms
+from softdict._lookup import terms_of
 from softdict._similarity import Similarity
 from softdict.index.base import require_vectors
-from softdict.spelling.combination import combination_for, query_terms
+from softdict.spelling import SpellingQueries
+from softdict.spelling.combination import QueryTerms
 from softdict.store.base import Store
 
 __all__ = [
@@ -97,10 +98,9 @@ class SpellingInputs:
     which is the store's combination (``spelling.combination``) as a function of the two options
     fit learns: ``lexical`` and, for the hand-set rule, ``lexical_known`` (the learned
     combination's ``known_gain`` is None). ``factor`` (q,) is meaning's factor at lexical 1;
-    ``gain`` and ``known_gain`` (q, n) what spelling, marks and the offset add at lexical 1 (and
-    known 0),
-    and what known adds per unit. The similarities do not depend on what is learned, so they are
-    computed once (rapidfuzz) and the optimiser sees fixed matrices."""
+    ``gain`` (q, n) what spelling, marks and the offset add at lexical 1 (and known 0), and
+    ``known_gain`` what known adds per unit. The similarities do not depend on what is learned,
+    so they are computed once (rapidfuzz) and the optimiser sees fixed matrices."""
 
     lexical: float
     known: float
@@ -110,27 +110,22 @@ class SpellingInputs:
 
 
 def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
-    found = spelling_terms(store, texts)
-    if found is None:
-        return None
-    queries, _ = found
     config = store.config
-    assert store.dim is not None
-    unit = config.similarity.cosine_unit(store.dim)
+    if not config.lexical:
+        return None
+    queries = SpellingQueries.of(texts)
     ids = store.ids()
     similarity = store.spelling.similarity(queries, ids)
+    terms = terms_of(store, texts, lexical=1.0, known=0.0)
+    marks = store.spelling.marks(queries, ids) if terms.marks.shape[1] else None
 
-    def at(known: float) -> tuple[np.ndarray, np.ndarray]:
-        terms = query_terms(combination_for(config.combination, known), texts, 1.0, unit)
-        gain = terms.spelling_part(similarity) + terms.offset[:, None]
-        if terms.marks.shape[1]:
-            gain = gain + terms.marks_part(store.spelling.marks(queries, ids))
-        return terms.scale, gain
+    def gain_at(terms: QueryTerms) -> np.ndarray:
+        return terms.offset[:, None] + terms.gain(similarity, marks)
 
-    factor, gain = at(0.0)
+    factor, gain = terms.scale, gain_at(terms)
     known_gain = None
     if config.combination is CombinationName.RULE_1:
-        known_gain = at(1.0)[1] - gain
+        known_gain = gain_at(terms_of(store, texts, lexical=1.0, known=1.0)) - gain
     return SpellingInputs(
         config.lexical,
         config.lexical_known,

@@ -27,7 +27,14 @@ from softdict.spelling.evidence import EVIDENCE
 from softdict.store.base import Store
 from softdict.values.base import LossKind, ValueColumn
 
-__all__ = ["attentions", "lookup_values", "nearest_keys", "selections", "spelling_terms"]
+__all__ = [
+    "attentions",
+    "lookup_values",
+    "nearest_keys",
+    "selections",
+    "spelling_terms",
+    "terms_of",
+]
 
 
 # Score-matrix entries (queries x keys) of one chunk of a batch: a batch is looked up in
@@ -75,13 +82,23 @@ def spelling_terms(store: Store, texts: list[str]) -> tuple[SpellingQueries, Que
     """``texts`` as the spelling channel takes them, and their terms under the store's
     combination of meaning and spelling (``spelling.combination``); None where the store's
     ``lexical`` is 0. Lookups, fit and calibrate all start the channel here."""
-    config = store.config
-    if not config.lexical:
+    if not store.config.lexical:
         return None
+    return SpellingQueries.of(texts), terms_of(store, texts)
+
+
+def terms_of(
+    store: Store, texts: list[str], *, lexical: float | None = None, known: float | None = None
+) -> QueryTerms:
+    """The terms of ``texts`` under the store's combination, at its ``lexical`` and
+    ``lexical_known`` or at those given (what calibrate and fit try)."""
+    config = store.config
     assert store.dim is not None
     unit = config.similarity.cosine_unit(store.dim)  # the spelling weights' unit: one cosine
-    combination = combination_for(config.combination, config.lexical_known)
-    return SpellingQueries.of(texts), query_terms(combination, texts, config.lexical, unit)
+    combination = combination_for(
+        config.combination, config.lexical_known if known is None else known
+    )
+    return query_terms(combination, texts, config.lexical if lexical is None else lexical, unit)
 
 
 def _spelling_request(store: Store, texts: list[str]) -> SpellingRequest | None:
@@ -219,6 +236,7 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
     )
     terms = chosen.terms
     marking = texts is not None and terms is not None and terms.marks.shape[1] > 0
+    spelled = SpellingQueries.of(texts) if texts is not None and marking else None
     results = []
     for i in range(len(chosen.weights)):
         ids = chosen.ids if chosen.ids.ndim == 1 else chosen.ids[i]
@@ -251,7 +269,7 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
                 spelling_weight=0.0 if terms is None else float(terms.weight[i]),
                 meaning_factor=1.0 if terms is None else float(terms.scale[i]),
                 score_offset=0.0 if terms is None else float(terms.offset[i]),
-                marks=_marks(store, texts[i], ids[found][order]) if texts and marking else None,
+                marks=None if spelled is None else _marks(store, spelled.row(i), ids[found][order]),
                 tail_interval=(
                     None if np.isnan(tail_mass) else (float(interval[0]), float(interval[1]))
                 ),
@@ -264,9 +282,9 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
     return results
 
 
-def _marks(store: Store, text: str, ids: np.ndarray) -> tuple[tuple[str, ...], ...]:
-    """The names of the marks each key of ``ids`` bears for the query ``text``."""
-    found = store.spelling.marks(SpellingQueries.of([text]), ids)[0] > 0
+def _marks(store: Store, query: SpellingQueries, ids: np.ndarray) -> tuple[tuple[str, ...], ...]:
+    """The names of the marks each key of ``ids`` bears for the one ``query``."""
+    found = store.spelling.marks(query, ids)[0] > 0
     return tuple(tuple(name for name, on in zip(EVIDENCE, row) if on) for row in found)
 
 

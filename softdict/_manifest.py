@@ -18,7 +18,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from softdict._config import SoftDictConfig
+from softdict._config import CombinationName, SoftDictConfig
 from softdict._errors import StoreFormatError
 from softdict._files import canonical_json
 
@@ -30,6 +30,7 @@ __all__ = [
     "FormatOneBody",
     "FormatTwoBody",
     "Manifest",
+    "config_as_loaded",
     "read_manifest",
     "sha256",
 ]
@@ -37,6 +38,20 @@ __all__ = [
 FORMAT_NAME = "softdict-store"
 FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
+
+
+def config_as_loaded(config: SoftDictConfig, version: int) -> SoftDictConfig:
+    """The options a store saved in format ``version`` with ``config`` loads with, so that it
+    answers as it did: before format 4 (the learned combination) the hand-set rule, and before
+    format 3 (the spelling channel) meaning alone too."""
+    if version >= 4:
+        return config
+    older: dict[str, object] = {"combination": CombinationName.RULE_1}
+    if version < 3:
+        older["lexical"] = 0.0
+    return config.replace(**older)
+
+
 # A manifest lists files and a few options: anything larger is not one, and is not read.
 MAX_MANIFEST_BYTES = 64 * 2**20
 

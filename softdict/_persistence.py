@@ -53,7 +53,6 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
-from softdict._config import CombinationName
 from softdict._errors import ConfigError, EncoderError, StoreBusyError, StoreFormatError
 from softdict._files import FileReader, StoreFiles, canonical_json, encode_file
 from softdict._manifest import (
@@ -63,6 +62,7 @@ from softdict._manifest import (
     FileEntry,
     FormatOneBody,
     FormatTwoBody,
+    config_as_loaded,
     read_manifest,
     sha256,
 )
@@ -311,13 +311,7 @@ def load_store(
             state, files, identity = _read_format_1(folder, body)
         else:
             state, files, identity = _read_format_2(folder, body)
-        if manifest.version < 4:
-            # Saved before the learned combination (and before the spelling channel, below 3):
-            # it keeps the lookups it had.
-            older: dict[str, object] = {"combination": CombinationName.RULE_1}
-            if manifest.version < 3:
-                older["lexical"] = 0.0
-            state = dataclasses.replace(state, config=state.config.replace(**older))
+        state = dataclasses.replace(state, config=config_as_loaded(state.config, manifest.version))
     text_encoder = matching_encoder(
         identity, encoder, state.config.query_cache_size, accept_variant
     )

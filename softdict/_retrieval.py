@@ -365,9 +365,7 @@ def _spelling_candidates(
         if found.any():
             meaning[i, found] = backend.score_ids(queries[i : i + 1], row[found])[0]
     marks = spelling.marks(ids)
-    gain = spelling.terms.spelling_part(similarity)
-    if marks is not None:
-        gain = gain + spelling.terms.marks_part(marks)
+    gain = spelling.terms.gain(similarity, marks)
     # The last candidate's gain; with none, no key shares a 3-gram with the query, and such
     # keys are taken to gain nothing.
     last = np.where(ids >= 0, gain, np.inf).min(axis=1)

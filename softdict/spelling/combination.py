@@ -73,11 +73,6 @@ class Combination:
     marks: tuple[tuple[float, ...], ...]
     offset: tuple[float, ...] = ()
 
-    @property
-    def floor(self) -> float:
-        """Spelling at or below this adds nothing (the first knot)."""
-        return self.knots[0]
-
 
 def _rule_description(text: str) -> np.ndarray:
     return np.array([1.0, unknown_share(text)])
@@ -150,9 +145,6 @@ class QueryTerms:
     marks: np.ndarray
     offset: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.scale)
-
     @property
     def floor(self) -> float:
         """Spelling at or below this adds nothing."""
@@ -202,7 +194,13 @@ class QueryTerms:
         rows: np.ndarray | None = None,
     ) -> np.ndarray:
         """The combined score (module docstring); padding (meaning -inf) stays -inf."""
-        total = self.meaning_part(meaning, rows) + self.spelling_part(similarity, rows)
+        return self.meaning_part(meaning, rows) + self.gain(similarity, marks, rows)
+
+    def gain(
+        self, similarity: np.ndarray, marks: np.ndarray | None, rows: np.ndarray | None = None
+    ) -> np.ndarray:
+        """What spelling and ``marks`` (None: none) add to a score, beyond its meaning part."""
+        total = self.spelling_part(similarity, rows)
         if marks is not None and self.marks.shape[1]:
             total = total + self.marks_part(marks, rows)
         return total

@@ -291,10 +291,8 @@ class SpellingIndex:
             scores = spelling_similarity(queries.row(i), self._key_forms(pool))[0]
             gain = np.zeros(len(pool))
             if terms is not None:
-                one = np.full(len(pool), i)
-                gain = terms.spelling_part(scores, one)
-                if terms.marks.shape[1]:
-                    gain = gain + terms.marks_part(self._marks_of_rows(queries, i, pool), one)
+                marks = self._marks_of_rows(queries, i, pool) if terms.marks.shape[1] else None
+                gain = terms.gain(scores, marks, np.full(len(pool), i))
             # By gain, then by similarity among keys of equal gain (below the first knot: 0).
             best = np.lexsort((-scores, -gain))[:n]
             ids[i, : len(best)] = self._rows.ids[pool[best]]

@@ -202,7 +202,8 @@ class MilvusStore(Store):
         if text is None:
             raise StoreFormatError(f"{where} lacks its softdict manifest (metadata row)")
         try:
-            manifest = _Manifest.model_validate(json.loads(text))
+            parsed = json.loads(text)
+            manifest = _Manifest.model_validate(parsed)
         except (ValueError, ValidationError, RecursionError) as exc:
             raise StoreFormatError(
                 f"{where} has a damaged manifest ({str(exc)[:200]}); copy what it holds elsewhere "
@@ -215,7 +216,7 @@ class MilvusStore(Store):
                 f"{where} is in softdict-milvus format {manifest.format_version}, newer than "
                 f"this softdict reads ({FORMAT_VERSION}); upgrade softdict"
             )
-        if manifest.format_version < 2 and "combination" not in json.loads(text)["config"]:
+        if manifest.format_version < 2 and "combination" not in parsed["config"]:
             rule = manifest.config.replace(combination=CombinationName.RULE_1)
             manifest = manifest.model_copy(update={"config": rule})
         return manifest
