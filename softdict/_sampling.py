@@ -23,6 +23,10 @@ Sampling with replacement keeps the estimator and its error formula simple at an
 a second draw extend the first; the finite-population gain it gives up is small where sampling is
 used at all (N above 10⁴, M at most a few thousand). Where ``max_sample`` would reach the number
 of keys outside the head, they are scored whole instead, exactly.
+
+The formulas come first; ``with_sampled_tail`` then applies them to a retrieval's head
+(``softdict._retrieval``): it draws each query's sample from the index, scores it in both
+channels, and widens the head's ``Selection`` by the sampled keys.
 """
 
 from __future__ import annotations
@@ -34,6 +38,10 @@ from statistics import NormalDist
 
 import numpy as np
 
+from softdict._selection import RetrievalPolicy, Selection
+from softdict.index.base import Allow, IndexBackend
+from softdict.spelling.fusion import SpellingRequest
+
 __all__ = [
     "FIRST_SAMPLE",
     "TailEstimate",
@@ -41,6 +49,7 @@ __all__ = [
     "query_rng",
     "sample_size_for",
     "value_stderr",
+    "with_sampled_tail",
     "z_of",
 ]
 
@@ -128,3 +137,179 @@ def value_stderr(
         sample_values - value
     )
     return math.sqrt(n_draws) * _draws_sd(spread, n_draws)
+
+
+def with_sampled_tail(
+    backend: IndexBackend,
+    queries: np.ndarray,
+    head: Selection,
+    policy: RetrievalPolicy,
+    allow: Allow | None,
+    n_allowed: int,
+    spelling: SpellingRequest | None,
+) -> Selection:
+    """``head`` (each query's keys scored exactly, best first) with a sample of the other
+    allowed keys standing for them: full attention, estimated (``softdict._sampling``).
+
+    Each query draws ``FIRST_SAMPLE`` keys from its own generator (``IndexBackend.sample_near``),
+    and once more up to the size its tail interval asks for. Where ``max_sample`` would reach the
+    keys outside the head, they are scored whole instead."""
+    z = z_of(policy.confidence)
+    rows = []
+    for i in range(len(queries)):
+        found = head.ids[i] >= 0
+        head_ids = head.ids[i, found]
+        if n_allowed - len(head_ids) <= policy.max_sample:
+            every = allow.ids if allow is not None else backend.ids()
+            sample = _Sample(every[~np.isin(every, head_ids)], None, 0)
+            scored = _score_sample(backend, queries, i, sample.ids, spelling)
+            estimate = estimate_tail(head.scores[i, found], scored[0], None, 0, policy.temperature)
+            rows.append((found, sample, scored, estimate))
+            continue
+        rng = query_rng(policy.seed, queries[i])
+        sample = _draw(backend, queries[i], rng, FIRST_SAMPLE, allow, head_ids, policy)
+        scored = _score_sample(backend, queries, i, sample.ids, spelling)
+        estimate = estimate_tail(
+            head.scores[i, found], scored[0], sample.factors(), sample.draws, policy.temperature
+        )
+        wanted = sample_size_for(
+            estimate.tail_stderr, sample.draws, policy.tolerance, z, policy.max_sample
+        )
+        if wanted > sample.draws:
+            more = _draw(backend, queries[i], rng, wanted - sample.draws, allow, head_ids, policy)
+            scored = _concatenated(scored, _score_sample(backend, queries, i, more.ids, spelling))
+            sample = sample.extended(more)
+            estimate = estimate_tail(
+                head.scores[i, found], scored[0], sample.factors(), sample.draws,
+                policy.temperature,
+            )  # fmt: skip
+        rows.append((found, sample, scored, estimate))
+    return _assemble(head, rows, z)
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """One query's sampled keys: the ``ids`` kept of ``draws`` draws (those in the head are
+    dropped) and each kept draw's ``probability``; None: every key outside the head, scored."""
+
+    ids: np.ndarray
+    probability: np.ndarray | None
+    draws: int
+
+    def factors(self) -> np.ndarray | None:
+        """Each kept draw's f = 1/(M·p) (``softdict._sampling``); None when nothing is estimated."""
+        return None if self.probability is None else 1.0 / (self.draws * self.probability)
+
+    def extended(self, more: _Sample) -> _Sample:
+        assert self.probability is not None and more.probability is not None
+        return _Sample(
+            np.concatenate([self.ids, more.ids]),
+            np.concatenate([self.probability, more.probability]),
+            self.draws + more.draws,
+        )
+
+
+def _draw(
+    backend: IndexBackend,
+    query: np.ndarray,
+    rng: np.random.Generator,
+    count: int,
+    allow: Allow | None,
+    head_ids: np.ndarray,
+    policy: RetrievalPolicy,
+) -> _Sample:
+    """``count`` draws from the allowed keys (``IndexBackend.sample_near``), those in the head
+    dropped: they are counted exactly, and a dropped draw adds 0 to the estimate."""
+    ids, probability = backend.sample_near(query, count, rng, allow, policy.temperature)
+    kept = ~np.isin(ids, head_ids)
+    return _Sample(ids[kept], probability[kept], len(ids))
+
+
+# A sample's (combined score, meaning, spelling similarity or None) per key.
+_Scored = tuple[np.ndarray, np.ndarray, np.ndarray | None]
+
+
+def _score_sample(
+    backend: IndexBackend,
+    queries: np.ndarray,
+    i: int,
+    ids: np.ndarray,
+    spelling: SpellingRequest | None,
+) -> _Scored:
+    """Query ``i``'s (combined score, meaning, spelling similarity) on the sampled ``ids``."""
+    meaning = backend.score_ids(queries[i : i + 1], ids)[0] if len(ids) else np.zeros(0)
+    if spelling is None:
+        return meaning, meaning, None
+    request = spelling.subset(np.array([i]))
+    similarity = request.index.similarity(request.queries, ids[None, :])[0]
+    marks = request.marks(ids[None, :])
+    combined = request.score(meaning[None, :], similarity[None, :], marks)[0]
+    return combined, meaning, similarity
+
+
+def _concatenated(first: _Scored, second: _Scored) -> _Scored:
+    spelled = None
+    if first[2] is not None and second[2] is not None:
+        spelled = np.concatenate([first[2], second[2]])
+    return np.concatenate([first[0], second[0]]), np.concatenate([first[1], second[1]]), spelled
+
+
+def _assemble(
+    head: Selection,
+    rows: list[tuple[np.ndarray, _Sample, _Scored, TailEstimate]],
+    z: float,
+) -> Selection:
+    """One Selection from the head and each query's sample: the head's columns as they were
+    (weights re-estimated), then the sampled keys, padded to one width."""
+    m, width = head.ids.shape
+    extra = max((len(sample.ids) for _, sample, _, _ in rows), default=0)
+    shape = (m, width + extra)
+
+    def widen(matrix: np.ndarray | None, padding: float) -> np.ndarray | None:
+        if matrix is None:
+            return None
+        out = np.full(shape, padding, dtype=matrix.dtype)
+        out[:, :width] = matrix
+        return out
+
+    ids = widen(head.ids, -1)
+    scores = widen(head.scores, -np.inf)
+    meaning = widen(head.meaning, -np.inf)
+    similarity = widen(head.spelling, np.nan)
+    assert ids is not None and scores is not None and meaning is not None
+    weights = np.zeros(shape)
+    sampled = np.zeros(shape, dtype=bool)
+    n_sampled = np.zeros(m, dtype=np.int64)
+    n_draws = np.zeros(m, dtype=np.int64)
+    tail = np.zeros(m)
+    stderr = np.zeros(m)
+    for i, (found, sample, scored, estimate) in enumerate(rows):
+        sample_ids = sample.ids
+        columns = slice(width, width + len(sample_ids))
+        weights[i, :width][found] = estimate.head_weights
+        weights[i, columns] = estimate.sample_weights
+        ids[i, columns] = sample_ids
+        scores[i, columns] = scored[0]
+        meaning[i, columns] = scored[1]
+        if similarity is not None and scored[2] is not None:
+            similarity[i, columns] = scored[2]
+        sampled[i, columns] = True
+        n_sampled[i] = len(sample_ids)
+        n_draws[i] = sample.draws
+        tail[i], stderr[i] = estimate.tail_mass, estimate.tail_stderr
+    return Selection(
+        scores,
+        ids,
+        weights,
+        head.k,
+        tail,
+        head.tail_bound,
+        meaning,
+        similarity,
+        head.terms,
+        sampled,
+        n_sampled,
+        stderr,
+        z,
+        n_draws,
+    )

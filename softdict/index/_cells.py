@@ -154,7 +154,7 @@ class CellSampler:
         self, query: np.ndarray, temperature: float, sizes: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Each cell's probability for ``query`` (module docstring), and their running sum;
-        kept for the last query, which draws twice (``softdict._retrieval.with_sampled_tail``)."""
+        kept for the last query, which draws twice (``softdict._sampling.with_sampled_tail``)."""
         key = (query.tobytes(), temperature)
         if self._last_proposal is not None and self._last_proposal[0] == key:
             return self._last_proposal[1]

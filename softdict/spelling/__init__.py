@@ -5,8 +5,9 @@ query is common words; ``scores`` holds the similarity (rapidfuzz); ``evidence``
 description and the exact marks of a pair; ``combination`` how meaning, spelling and marks make
 one score (the hand-set rule, and the learned combination); ``bounds`` and ``bounded`` score
 spelling only where it can matter; ``index`` keeps each key's forms by id and finds spelling
-candidates in large stores through the 3-gram postings of ``ngrams``. Retrieval
-(``softdict._retrieval``) combines the channels.
+candidates in large stores through the 3-gram postings of ``ngrams``; ``fusion`` combines the
+channels in a lookup (retrieval, ``softdict._retrieval``, calls it; it is not imported here, as
+it builds on retrieval's own types).
 """
 
 from softdict.spelling.index import CANDIDATE_POOL, SpellingIndex

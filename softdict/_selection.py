@@ -1,0 +1,100 @@
+"""What a retrieval decides with and what it gives: the options that decide a selection
+(``RetrievalPolicy``, from the store's config) and the keys each query's softmax runs over, with
+their scores and weights (``Selection``). Data only; ``softdict._retrieval`` makes selections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from softdict._config import SoftDictConfig
+from softdict.spelling.combination import QueryTerms
+
+__all__ = ["RetrievalPolicy", "Selection"]
+
+
+@dataclass(frozen=True)
+class RetrievalPolicy:
+    """The options that decide a selection (from the store's config)."""
+
+    temperature: float
+    top_k: int | None = None
+    max_k: int = 1024
+    tail_tolerance: float = 0.01
+    # The sampled tail (softdict._sampling): the interval half-width wanted on the tail mass,
+    # at this confidence, with at most max_sample keys drawn per query (0: no sample).
+    tolerance: float = 0.01
+    confidence: float = 0.95
+    max_sample: int = 4096
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, config: SoftDictConfig, dim: int) -> RetrievalPolicy:
+        return cls(
+            config.temperature_for(dim),
+            config.top_k,
+            config.max_k,
+            config.tail_tolerance,
+            config.tolerance,
+            config.confidence,
+            config.max_sample,
+            config.seed,
+        )
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The keys each of m queries attends to, with their scores and weights.
+
+    Attributes:
+        scores: (m, c) float64 scores the softmax ran on (meaning + spelling, or meaning alone);
+            -inf marks padding.
+        ids: the keys' ids: (c,) shared by every query (attention over every allowed key, in
+            increasing id order), or (m, c), one row per query, best first, -1 marking padding.
+        weights: (m, c) softmax weights; 0 on padding; each row sums to 1.
+        k: (m,) how many keys each query scored exactly (its head; every allowed key when exact).
+        tail_mass: (m,) the attention mass of the allowed keys outside the head: 0 when every
+            key was scored, the sample's estimate when the tail was sampled, NaN for top-k
+            attention (which gives them nothing by its own formula).
+        tail_bound: (m,) the deterministic bound on that mass from the head's scores
+            (``tail_mass_bound``), NaN where it does not hold: an approximate index can miss
+            near keys.
+        meaning: (m, c) the similarity of the embeddings alone; -inf marks padding.
+        spelling: (m, c) spelling similarities in [0, 1] (NaN on padding), or None when the
+            spelling channel was off.
+        terms: the queries' combination of meaning and spelling (``spelling.combination``), or
+            None when the spelling channel was off.
+        sampled: (m, c) which columns are sampled keys, standing for the tail (None: none are).
+        n_sampled: (m,) how many keys each query sampled (0 when none).
+        tail_stderr: (m,) the standard error of ``tail_mass`` (0 when not sampled).
+        z: the normal quantile of the interval's confidence.
+        n_draws: (m,) how many draws each query's sample was kept from (those that fell in the
+            head were dropped; ``softdict._sampling``); 0 where the rest was scored whole.
+        weight_error: (m,) a bound on the total variation between ``weights`` and those of
+            every key's exact combined score, from spelling left unscored
+            (``spelling.bounded``); None where every score is exact.
+    """
+
+    scores: np.ndarray
+    ids: np.ndarray
+    weights: np.ndarray
+    k: np.ndarray
+    tail_mass: np.ndarray
+    tail_bound: np.ndarray
+    meaning: np.ndarray
+    spelling: np.ndarray | None = None
+    terms: QueryTerms | None = None
+    sampled: np.ndarray | None = None
+    n_sampled: np.ndarray | None = None
+    tail_stderr: np.ndarray | None = None
+    z: float = 1.96
+    n_draws: np.ndarray | None = None
+    weight_error: np.ndarray | None = None
+
+    def tail_interval(self) -> np.ndarray:
+        """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]."""
+        stderr = self.tail_stderr if self.tail_stderr is not None else np.zeros(len(self.k))
+        low = np.clip(self.tail_mass - self.z * stderr, 0.0, 1.0)
+        high = np.clip(self.tail_mass + self.z * stderr, 0.0, 1.0)
+        return np.stack([low, high], axis=1)
