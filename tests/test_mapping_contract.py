@@ -4,7 +4,7 @@ plug-ins of tests/_plugins.py): a SoftDict behaves like a plain dict."""
 from __future__ import annotations
 
 import copy
-from collections.abc import MutableMapping
+from collections.abc import Callable, ItemsView, KeysView, MutableMapping, ValuesView
 
 import numpy as np
 import pytest
@@ -70,8 +70,69 @@ def assert_matches_dict(sd: SoftDict, expected: dict[str, object]) -> None:
     assert [k for k, _ in sd.items()] == list(expected)
 
 
-def test_is_a_mutable_mapping(make_store) -> None:
-    assert isinstance(make_store(), MutableMapping)
+def _outcome(function: Callable[..., object], *args: object) -> tuple[str, object]:
+    """What a call gives: ("returned", its result, views as lists) or ("raised", the type)."""
+    try:
+        result = function(*args)
+    except Exception as exc:
+        return "raised", type(exc)
+    for view in (KeysView, ItemsView, ValuesView):
+        if isinstance(result, view):
+            return f"returned a {view.__name__}", list(result)
+    return "returned", result
+
+
+def _same(a: object, b: object) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return same_value(a, b)
+
+
+def test_mapping_methods_do_what_the_abcs_own_do(make_store, kind: str) -> None:
+    """isinstance(sd, MutableMapping) holds by declaration; what can fail is behaviour. Each
+    method MutableMapping provides, whether SoftDict inherits it or overrides it (``update``,
+    which encodes in batches, ``pop``, ``clear``, ``in``), returns, raises and leaves
+    the store as collections.abc's own implementation, built on the five abstract methods
+    alone, does on an equal store. ``popitem`` is the one that differs on purpose: it removes
+    the newest item, as ``dict.popitem`` does (the ABC removes the first)."""
+    items = list(zip(KEYS, VALUE_SAMPLES[kind]))
+    (k0, v0), (k1, _), (k2, v2), _, (_, v4) = items
+    calls: list[tuple[str, tuple[object, ...]]] = [
+        ("__contains__", (k0,)),
+        ("__contains__", ("pear",)),
+        ("__contains__", (42,)),
+        ("get", (k2,)),
+        ("get", ("pear",)),
+        ("get", ("pear", "none")),
+        ("keys", ()),
+        ("items", ()),
+        ("values", ()),
+        ("__eq__", (dict(items),)),
+        ("__eq__", (dict(items[:2]),)),
+        ("__ne__", (dict(items[::-1]),)),
+        ("pop", (k1,)),
+        ("pop", ("pear",)),
+        ("pop", ("pear", "none")),
+        ("setdefault", (k0, v4)),
+        ("setdefault", ("pear", v2)),
+        ("update", ([(k0, v2), ("pear", v0), (k1, v4)],)),
+        ("update", ({"pear": v4},)),
+        ("clear", ()),
+    ]
+    for name, args in calls:
+        ours, reference = (
+            make_store(items, value_kind=VALUE_KIND_OPTION.get(kind)),
+            make_store(items, value_kind=VALUE_KIND_OPTION.get(kind)),
+        )
+        assert isinstance(ours, MutableMapping)
+        got = _outcome(getattr(ours, name), *args)
+        expected = _outcome(getattr(MutableMapping, name), reference, *args)
+        assert got[0] == expected[0] and _same(got[1], expected[1]), (name, args)
+        assert _same(list(ours.items()), list(reference.items())), (name, args)
+    sd = make_store(items, value_kind=VALUE_KIND_OPTION.get(kind))
+    expected_items = dict(items)
+    assert _same(sd.popitem(), expected_items.popitem())
+    assert _same(list(sd.items()), list(expected_items.items()))
 
 
 def test_set_get_len_iter_contains(store, items) -> None:
