@@ -6,6 +6,8 @@ import re
 import types
 from pathlib import Path
 
+import pytest
+
 import softdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -72,11 +74,54 @@ def test_no_public_method_returns_any_and_help_shows_no_sentinel_object() -> Non
     assert "object object at" not in text
 
 
-def test_plug_in_points_are_importable_by_their_documented_names() -> None:
-    from softdict.encoders import Encoder, register_encoder_name, resolve_encoder  # noqa: F401
-    from softdict.index import IndexBackend, register_backend  # noqa: F401
-    from softdict.store import MemoryStore, Store  # noqa: F401
-    from softdict.values import ValueColumn, register_value_kind  # noqa: F401
+def test_plug_ins_registered_through_the_documented_names_are_used_by_name() -> None:
+    """One plug-in of each kind, registered under this test's own names through the names the
+    docs give; a SoftDict built by those names runs on them (not only imports them)."""
+    from _plugins import BooleanColumn, DictBackend, HashingEncoder
+
+    from softdict.encoders import Encoder, register_encoder_name, resolve_encoder
+    from softdict.index import IndexBackend, register_backend
+    from softdict.store import MemoryStore, Store, register_store
+    from softdict.values import ValueColumn, register_value_kind
+
+    class Flag(BooleanColumn):
+        kind = "public-api-flag"
+
+    searched: list[int] = []
+
+    class CountingBackend(DictBackend):
+        def score_all(self, queries, allow=None):  # type: ignore[no-untyped-def]
+            searched.append(len(queries))
+            return super().score_all(queries, allow)
+
+    opened: list[str] = []
+
+    def open_memory(location: str, config, **options) -> Store:  # type: ignore[no-untyped-def]
+        opened.append(location)
+        return MemoryStore(config)
+
+    register_value_kind(Flag)
+    register_encoder_name("public-api-encoder", HashingEncoder)
+    register_backend("public-api-index", CountingBackend)
+    register_store("public-api-store", open_memory)
+    assert issubclass(Flag, ValueColumn) and issubclass(CountingBackend, IndexBackend)
+    encoder = resolve_encoder("public-api-encoder")
+    assert isinstance(encoder.encoder, HashingEncoder) and isinstance(encoder.encoder, Encoder)
+
+    sd = softdict.SoftDict(
+        {"apple": True, "apples": True, "chair": False},
+        encoder="public-api-encoder",
+        value_kind="public-api-flag",
+        index="public-api-index",
+        store="public-api-store:here",
+    )
+    assert opened == ["here"] and sd.value_kind == "public-api-flag"
+    assert sd.encoder.name == "public-api-encoder" and sd.encoder.dim == HashingEncoder.DIM
+    attention = sd.attend("apple")
+    assert searched  # the registered backend scored the keys
+    assert sd.lookup("apple") == pytest.approx(
+        sum(w for key, w in zip(attention.keys, attention.weights) if sd[key] is True)
+    )
 
 
 def test_only_the_package_root_imports_the_facade() -> None:
