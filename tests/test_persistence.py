@@ -18,7 +18,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
-from _support import VALUE_SAMPLES, FakeEncoder, assert_close, close, same_value
+from _support import VALUE_KIND_OPTION, VALUE_SAMPLES, FakeEncoder, assert_close, close, same_value
 
 from softdict import (
     ConfigError,
@@ -92,13 +92,46 @@ def test_empty_store_round_trip(tmp_path: Path) -> None:
     assert loaded["apple"] == 1.0
 
 
-def test_store_files_are_open_formats_never_pickle(tmp_path: Path) -> None:
-    SoftDict({"apple": 1.0, "chair": 2.0}, encoder=FakeEncoder()).save(tmp_path / "s")
-    for path in (tmp_path / "s").iterdir():
+@pytest.mark.parametrize("kind", sorted(VALUE_SAMPLES))
+def test_store_files_are_open_formats_never_pickle(tmp_path: Path, kind: str) -> None:
+    """Every file is .npy (read without pickle, no object arrays) or JSON, and those open
+    formats alone hold the store: its keys, their embeddings and their values."""
+    keys = ["apple", "green apple", "red chair", "sofa", "car"]
+    values = VALUE_SAMPLES[kind]
+    SoftDict(
+        dict(zip(keys, values)), encoder=FakeEncoder(), value_kind=VALUE_KIND_OPTION.get(kind)
+    ).save(tmp_path / "s")
+    arrays, documents = [], []
+    for path in sorted((tmp_path / "s").iterdir()):
+        assert path.suffix in (".npy", ".json"), path.name
+        assert not path.read_bytes().startswith(b"\x80"), path.name  # a pickle stream's opcode
         if path.suffix == ".npy":
-            np.load(path, allow_pickle=False)  # raises if an object array (pickle) were inside
+            array = np.load(path, allow_pickle=False)
+            assert not array.dtype.hasobject, path.name
+            arrays.append(array)
         else:
-            json.loads(path.read_text())
+            documents.append(json.loads(path.read_text(encoding="utf-8")))
+
+    def held(array: np.ndarray) -> bool:
+        return any(a.shape == array.shape and a == close(array) for a in arrays)
+
+    assert keys in documents
+    embeddings = FakeEncoder().encode(keys)
+    assert held(embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True))  # cosine: unit rows
+    if kind == "categorical":  # labels as JSON texts, which an array refers to by code
+
+        def labels_in(document: list[str]) -> set[str]:
+            try:  # (an entry that is not a JSON text is a TypeError or ValueError)
+                return {json.dumps(json.loads(text), sort_keys=True) for text in document}
+            except (TypeError, ValueError):
+                return set()
+
+        labels = {json.dumps(v, sort_keys=True) for v in values}
+        assert any(labels <= labels_in(d) for d in documents if isinstance(d, list))
+    elif kind == "boolean":
+        assert held(np.array(values, dtype=bool))
+    else:  # numbers: one row per key
+        assert held(np.array([np.asarray(v, dtype=float) for v in values]))
 
 
 def test_loading_with_the_wrong_encoder_is_refused(tmp_path: Path) -> None:
