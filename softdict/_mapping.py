@@ -2,61 +2,47 @@
 
 A façade: the state lives in one store (``softdict.store``: keys, ids, values, the index
 backend, options and the query projection), and text becomes embeddings through one encoder
-(``softdict.encoders``). This class parses arguments, encodes, holds the lock, and delegates: to
-the store for the mapping, to ``_lookup`` (and through it ``_retrieval``) for soft lookups, to
+(``softdict.encoders``). It parses arguments, encodes, holds the lock, and delegates: to the
+store for the mapping, to ``_lookup`` (and through it ``_retrieval``) for soft lookups, to
 ``_calibration`` and ``_learning`` for learning, to ``_persistence`` for save and load.
 
-Thread safety: one lock guards the store. Every read and every change holds it, so a lookup sees
-the store before or after a write, never half of one. Encoding text, the slow part, happens
-outside the lock, so threads encode in parallel and only the search and the commit are
-serialised.
+This module holds the constructor, the exact mapping, copies and inserts; the other concerns are
+one class each, which ``SoftDict`` inherits (``softdict._facade`` lists them, and says how the
+lock makes it thread-safe).
 """
 
 from __future__ import annotations
 
-import os
-import threading
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from typing import Any, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from softdict import _calibration, _learning, _lookup
-from softdict._arguments import check_key, check_min_score, query_texts, update_items
-from softdict._config import SoftDictConfig, ValueKind, check_number
-from softdict._errors import (
-    CalibrationWarning,
-    ConfigError,
-    EmptyStoreError,
-    EncoderError,
-    InvalidValueError,
-    KeyTypeError,
-    ValueShapeError,
-)
+from softdict._arguments import check_key, update_items
+from softdict._config import SoftDictConfig, ValueKind
+from softdict._encoder_match import store_encoder
+from softdict._errors import ConfigError, EncoderError, KeyTypeError, ValueShapeError
 from softdict._files import StoreFiles
-from softdict._learning import FitReport
-from softdict._persistence import (
-    LOCK_TIMEOUT,
-    load_store,
-    matching_encoder,
-    restore_snapshot,
-    save_store,
-)
-from softdict._results import Attention
+from softdict._persistence import restore_snapshot
+from softdict._saving import Saving
 from softdict._similarity import Similarity
-from softdict._types import NO_DEFAULT, BatchValue, Label, Mask, NoDefault, Value
-from softdict.encoders import EncoderIdentity, TextEncoder, resolve_encoder
-from softdict.store import Store, StoreState, copy_into, open_store
+from softdict._soft_lookup import SoftLookups
+from softdict._tuning import Tuning
+from softdict._types import NO_DEFAULT, Label, NoDefault, Value
+from softdict.encoders import EncoderIdentity
+from softdict.store import StoreState, copy_into, open_store
 
 __all__ = ["SoftDict"]
+
+# Value's recursive alias refers to "Label" by name, and typing.get_type_hints resolves it in
+# the globals of the module whose methods return Value: Label must be a name here.
+_FOR_TYPE_HINTS = (Label,)
 
 D = TypeVar("D")
 
 
-class SoftDict(MutableMapping[str, Value]):
+class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
     """A dictionary whose lookups go by meaning.
 
     ``sd[key]`` is exact and raises ``KeyError`` for a missing key, as in a dict; ``sd.lookup(q)``
@@ -172,133 +158,9 @@ class SoftDict(MutableMapping[str, Value]):
         )
         # ConfigError for an unknown store, index or value kind, before the encoder loads.
         opened = open_store(store, config, collection=collection)
-        self._attach(opened, _store_encoder(opened, encoder, query_cache_size))
+        self._attach(opened, store_encoder(opened, encoder, query_cache_size))
         if data is not None:
             self.update(data)
-
-    def _attach(self, store: Store, encoder: TextEncoder) -> None:
-        self._store = store
-        self._encoder = encoder
-        self._lock = threading.RLock()
-
-    @classmethod
-    def _from_store(cls, store: Store, encoder: TextEncoder) -> SoftDict:
-        """A SoftDict over an existing store (what ``load`` gives back)."""
-        sd = cls.__new__(cls)
-        sd._attach(store, encoder)
-        return sd
-
-    # -- options -----------------------------------------------------------------------------
-
-    @property
-    def similarity(self) -> Similarity:
-        """How queries are scored against keys."""
-        return self._store.config.similarity
-
-    @property
-    def temperature(self) -> float:
-        """The softmax temperature in force (the measured default unless one was set)."""
-        # Only "scaled_dot" depends on the dimension. Before anything has been embedded it is not
-        # known; 384 is the bundled model's, and lookups always use the store's real dimension.
-        dim = self._store.dim or self._encoder.dim or 384
-        return self._store.config.temperature_for(dim)
-
-    @temperature.setter
-    def temperature(self, value: float) -> None:
-        with self._lock:
-            self._store.config = self._store.config.replace(temperature=value)
-
-    @property
-    def lexical(self) -> float:
-        """The spelling channel's weight against meaning in text lookups; 0 when it is off."""
-        return self._store.config.lexical
-
-    @lexical.setter
-    def lexical(self, value: float) -> None:
-        with self._lock:
-            self._store.config = self._store.config.replace(lexical=value)
-
-    @property
-    def combination(self) -> str:
-        """How meaning and spelling make one score: "learned-1" or "rule-1"."""
-        return self._store.config.combination.value
-
-    @combination.setter
-    def combination(self, value: str) -> None:
-        with self._lock:
-            self._store.config = self._store.config.replace(combination=value)
-
-    @property
-    def lexical_known(self) -> float:
-        """Under the "rule-1" combination, the share of the spelling weight that a query's common
-        English words keep."""
-        return self._store.config.lexical_known
-
-    @lexical_known.setter
-    def lexical_known(self, value: float) -> None:
-        with self._lock:
-            self._store.config = self._store.config.replace(lexical_known=value)
-
-    @property
-    def top_k(self) -> int | None:
-        """How many keys a query attends to; None for all of them."""
-        return self._store.config.top_k
-
-    @property
-    def index_description(self) -> str:
-        """Which index backend holds the keys now, e.g. "auto: exact" or "ivf (nlist=4000, ...)"."""
-        with self._lock:
-            return self._store.describe_index()
-
-    @property
-    def index_memory_bytes(self) -> int:
-        """Bytes this process holds for the key vectors and their ids (the index backend)."""
-        with self._lock:
-            return self._store.index_memory_bytes()
-
-    @property
-    def value_kind(self) -> ValueKind | str | None:
-        """The kind of value this store holds: a ``ValueKind`` for the built-in kinds (a str
-        enum: it equals "scalar", "vector" or "categorical"), the name of a registered plug-in
-        kind, or None while the store is empty and its kind not fixed by ``value_kind=``."""
-        kind = self._store.value_kind
-        built_in = {member.value for member in ValueKind}
-        return ValueKind(kind) if kind in built_in else kind
-
-    @property
-    def query_projection(self) -> np.ndarray | None:
-        """W_q, learned by ``fit``: every query becomes W_q·q before it is scored. None is the
-        identity. Set it to reuse a projection from another store, or to None to drop it.
-
-        Raises (on setting):
-            ValueShapeError: it is not (d, d) for the store's d-dim keys (or the store has none).
-            InvalidValueError: it holds NaN or infinity.
-        """
-        projection = self._store.projection
-        return None if projection is None else projection.copy()
-
-    @query_projection.setter
-    def query_projection(self, projection: npt.ArrayLike | None) -> None:
-        with self._lock:
-            if projection is None:
-                self._store.projection = None
-                return
-            array = np.asarray(projection, dtype=np.float64)
-            dim = self._store.dim
-            if dim is None or array.shape != (dim, dim):
-                raise ValueShapeError(
-                    f"query_projection must be a (d, d) matrix for the store's d-dim keys; got "
-                    f"shape {array.shape}"
-                    + (" and the store has no keys yet" if dim is None else f", d = {dim}")
-                )
-            if not np.all(np.isfinite(array)):
-                raise InvalidValueError("query_projection holds NaN or infinity")
-            self._store.projection = array.astype(np.float32)
-
-    @property
-    def encoder(self) -> TextEncoder:
-        """The encoder that embeds keys and queries."""
-        return self._encoder
 
     def __repr__(self) -> str:
         kind = self._store.value_kind or "no values yet"
@@ -408,7 +270,7 @@ class SoftDict(MutableMapping[str, Value]):
                     + (f" (collection {collection!r})" if collection else "")
                     + f" holds {len(target):,} keys; choose a new collection, or clear it first"
                 )
-            encoder = _store_encoder(target, self._encoder, self._store.config.query_cache_size)
+            encoder = store_encoder(target, self._encoder, self._store.config.query_cache_size)
             copy_into(self._store, target)
             return type(self)._from_store(target, encoder)
 
@@ -542,410 +404,6 @@ class SoftDict(MutableMapping[str, Value]):
         # Later duplicates win, and a key keeps its first position, as dict.update does.
         items = dict(zip(checked_keys, value_list))
         self._insert(items, dict(zip(checked_keys, array)))
-
-    # -- soft lookup -------------------------------------------------------------------------
-
-    # A str is also an Iterable[str]: the str overloads come first, so a str gets one result.
-    @overload
-    def lookup(  # type: ignore[overload-overlap]
-        self, query: str, *, min_score: float | None = None, mask: Mask = None
-    ) -> Value: ...
-    @overload
-    def lookup(  # type: ignore[overload-overlap]
-        self, query: str, *, min_score: float | None = None, default: D, mask: Mask = None
-    ) -> Value | D: ...
-    @overload
-    def lookup(
-        self, query: Iterable[str], *, min_score: float | None = None, mask: Mask = None
-    ) -> BatchValue: ...
-    @overload
-    def lookup(
-        self,
-        query: Iterable[str],
-        *,
-        min_score: float | None = None,
-        default: D,
-        mask: Mask = None,
-    ) -> npt.NDArray[np.float64] | list[Label | D]: ...
-    def lookup(
-        self,
-        query: str | Iterable[str],
-        *,
-        min_score: float | None = None,
-        default: object = NO_DEFAULT,
-        mask: Mask = None,
-    ) -> object:
-        """The attention-weighted blend of stored values for ``query`` (a str, or a list of them).
-
-        Returns a float (scalar store), a float64 array (vector store) or a label (categorical
-        store); for a list of queries, a stacked array, or a list of labels.
-
-        Args:
-            query: one query text or a sequence of them (encoded and searched in one batch).
-            min_score: if the best key's similarity score is below this, the query has no match.
-            default: returned for a query with no match; without it, no match raises.
-            mask: restrict attention to these keys (an iterable of keys; absent ones are
-                ignored) or to the keys a predicate ``mask(key) -> bool`` accepts, as in masked
-                attention. The restriction is applied inside the index search.
-
-        Raises:
-            NoMatchError: a query had no key scoring at least ``min_score``, and no default.
-            EmptyStoreError: the store has no keys, or the mask allows none.
-        """
-        texts, single = query_texts(query)
-        check_min_score(min_score)
-        with self._encoded(texts, lambda: self._check_lookup(default, single)) as embeddings:
-            return _lookup.lookup_values(
-                self._store, embeddings, mask, texts, single, min_score, default
-            )
-
-    @overload
-    def lookup_embeddings(
-        self, queries: npt.ArrayLike, *, min_score: float | None = None, mask: Mask = None
-    ) -> Value | BatchValue: ...
-    @overload
-    def lookup_embeddings(
-        self,
-        queries: npt.ArrayLike,
-        *,
-        min_score: float | None = None,
-        default: D,
-        mask: Mask = None,
-    ) -> Value | BatchValue | D: ...
-    def lookup_embeddings(
-        self,
-        queries: npt.ArrayLike,
-        *,
-        min_score: float | None = None,
-        default: object = NO_DEFAULT,
-        mask: Mask = None,
-    ) -> object:
-        """Like ``lookup``, for query embeddings: (n, d) gives n results, (d,) gives one."""
-        check_min_score(min_score)
-        array, single = self._query_array(queries)
-        with self._lock, self._store.reading():
-            self._check_lookup(default, single)
-            return _lookup.lookup_values(self._store, array, mask, None, single, min_score, default)
-
-    # A str is also an Iterable[str]: the str overloads come first, so a str gets one result.
-    @overload
-    def attend(self, query: str, *, mask: Mask = None) -> Attention: ...  # type: ignore[overload-overlap]
-    @overload
-    def attend(self, query: Iterable[str], *, mask: Mask = None) -> list[Attention]: ...
-    def attend(
-        self, query: str | Iterable[str], *, mask: Mask = None
-    ) -> Attention | list[Attention]:
-        """How ``query`` attends: an ``Attention``, or a list of them for a list of queries."""
-        texts, single = query_texts(query)
-        with self._encoded(texts, self._require_keys) as embeddings:
-            found = _lookup.attentions(self._store, embeddings, mask, texts)
-        return found[0] if single else found
-
-    def attend_embeddings(
-        self, queries: npt.ArrayLike, *, mask: Mask = None
-    ) -> Attention | list[Attention]:
-        """``attend`` for query embeddings: (n, d) gives a list of n ``Attention``, (d,) one."""
-        array, single = self._query_array(queries)
-        with self._lock, self._store.reading():
-            self._require_keys()
-            found = _lookup.attentions(self._store, array, mask, None)
-        return found[0] if single else found
-
-    # A str is also an Iterable[str]: the str overloads come first, so a str gets one result.
-    @overload
-    def nearest(  # type: ignore[overload-overlap]
-        self, query: str, k: int = 3, *, mask: Mask = None
-    ) -> list[tuple[str, float]]: ...
-    @overload
-    def nearest(
-        self, query: Iterable[str], k: int = 3, *, mask: Mask = None
-    ) -> list[list[tuple[str, float]]]: ...
-    def nearest(
-        self, query: str | Iterable[str], k: int = 3, *, mask: Mask = None
-    ) -> list[tuple[str, float]] | list[list[tuple[str, float]]]:
-        """The ``k`` keys most similar to ``query``, as (key, score) pairs, best first.
-
-        Fewer than ``k`` pairs come back when the store (or the mask) holds fewer keys. For a
-        list of queries, a list of such lists.
-        """
-        check_number("k", k, "a whole number >= 1", lambda v: v >= 1, whole=True)
-        texts, single = query_texts(query)
-        with self._encoded(texts, self._require_keys) as embeddings:
-            found = _lookup.nearest_keys(self._store, embeddings, int(k), mask, texts)
-        return found[0] if single else found
-
-    @contextmanager
-    def _encoded(self, texts: list[str], check: Callable[[], None]) -> Iterator[np.ndarray]:
-        """The query embeddings of ``texts``, with the lock held. Encoding, the slow part, runs
-        outside the lock; ``check`` runs before it (to fail fast) and again under the lock
-        (another thread may have written meanwhile)."""
-        with self._lock:
-            check()
-        embeddings = self._encode_queries(texts)
-        with self._lock, self._store.reading():
-            check()
-            yield embeddings
-
-    def _encode_queries(self, texts: list[str]) -> np.ndarray:
-        return self._encoder.encode_queries(texts, batch_size=self._store.config.batch_size)
-
-    def _query_array(self, queries: npt.ArrayLike) -> tuple[np.ndarray, bool]:
-        array = np.asarray(queries, dtype=np.float32)
-        single = array.ndim == 1
-        return (array[None, :] if single else array), single
-
-    def _require_keys(self) -> None:
-        if not len(self._store):
-            raise EmptyStoreError(
-                "soft lookup on an empty SoftDict: insert keys first "
-                "(sd[key] = value, sd.update(...) or sd.add_embeddings(...))"
-            )
-
-    def _check_lookup(self, default: object, single: bool) -> None:
-        self._require_keys()
-        column = self._store.value_column
-        if not single and not isinstance(default, NoDefault) and column is not None:
-            column.check_batch_default(default)  # a batch result is one array: default must fit
-
-    # -- learning ----------------------------------------------------------------------------
-
-    def calibrate(self, *, sample_size: int = 2000, seed: int = 0, choose_k: bool = True) -> float:
-        """Choose the temperature (and, where it clearly helps, a fixed k) that best predicts each
-        stored value from the others; set them.
-
-        Leave-one-out over the store: for each candidate temperature (a log grid from 1/50 to 50
-        times the measured default), each key's value is predicted by attention over the other
-        keys, as a lookup of that key would attend to them. Scalar and vector stores minimise the
-        squared error (each value dimension in units of its variance), categorical stores
-        maximise the likelihood of each key's own label. Stores larger than ``sample_size`` are
-        calibrated on a random sample of that many keys (``seed`` fixes it), each still predicted
-        from the whole store.
-
-        With ``choose_k``, attending to only the k best keys (k = 1, 2, 4, ..., 512) is compared
-        with attending to all of them; a fixed k is set only if its leave-one-out loss is lower by
-        more than three standard errors, and ``top_k`` is reset to None otherwise. Without it,
-        the ``top_k`` in force is kept and only the temperature is chosen. The temperature moves
-        only where the data show it predicts better: by a one-sided paired t-test of the per-key
-        losses at the 2.5% level. Otherwise it stays as it is, with a ``CalibrationWarning`` (a
-        store of three keys cannot tell).
-
-        With the spelling channel on, each key is scored as its own text would be (meaning and
-        spelling), and ``lexical_known`` (how much spelling weighs between real words) moves on
-        the same rule, among 0, 1/64, 1/16, 1/4 and 1, in stores scored exactly (up to 10,000
-        keys). ``lexical``, the weight of misspelt words, is left alone: no stored key is a
-        misspelling of another, so the values cannot judge it; ``fit`` learns it from examples.
-
-        Squared error follows the values' scale: a few keys with extreme values pull the
-        temperature towards averaging them away.
-
-        Returns:
-            The temperature chosen, now in force (``top_k`` shows the k).
-
-        Raises:
-            EmptyStoreError: the store has fewer than 2 keys.
-            ConfigError: ``sample_size`` is not a whole number >= 2, ``seed`` not one >= 0, or
-                ``choose_k`` not a bool.
-        """
-        check_number(
-            "sample_size", sample_size, "a whole number >= 2", lambda v: v >= 2, whole=True
-        )
-        check_number("seed", seed, "a whole number >= 0", lambda v: v >= 0, whole=True)
-        if not isinstance(choose_k, bool):
-            raise ConfigError(f"choose_k must be True or False, got {choose_k!r}")
-        with self._lock:
-            n_keys = len(self._store)
-            if n_keys < 2:
-                raise EmptyStoreError(
-                    f"calibrate needs at least 2 keys to predict one from the others; the store "
-                    f"has {n_keys}"
-                )
-            in_force = self.temperature
-            chosen = _calibration.calibrate(
-                self._store,
-                sample_size=int(sample_size),
-                seed=int(seed),
-                choose_k=choose_k,
-                in_force=in_force,
-            )
-            if chosen is None:
-                return in_force  # nothing to learn from: keep what is in force
-            temperature = None if chosen.kept_temperature else chosen.temperature
-            config = self._store.config
-            self._store.config = config.replace(
-                temperature=config.temperature if temperature is None else temperature,
-                top_k=chosen.top_k,
-                lexical_known=(
-                    config.lexical_known if chosen.lexical_known is None else chosen.lexical_known
-                ),
-            )
-        if chosen.kept_temperature:
-            warnings.warn(
-                f"calibrate() kept the temperature in force ({in_force:.4g}): no temperature "
-                f"predicted the {n_keys} stored values clearly better (leave-one-out, a paired "
-                f"t-test at the 2.5% level), as happens on a store this small or this uniform. "
-                f"Add keys, or set sd.temperature yourself",
-                CalibrationWarning,
-                stacklevel=2,
-            )
-        return chosen.temperature
-
-    def fit(
-        self,
-        pairs: Iterable[tuple[str, str]],
-        *,
-        heldout: float = 0.2,
-        max_steps: int = 300,
-        learning_rate: float = 0.01,
-        regularization: float = 1e-2,
-        patience: int = 20,
-        seed: int = 0,
-    ) -> FitReport:
-        """Learn a query projection W_q, the temperature and the spelling channel's weights
-        (``lexical``, ``lexical_known``; unless ``lexical`` is 0) from (query, target key)
-        examples.
-
-        W_q starts from the projection in force (the identity at first) and is pulled back
-        towards the identity (``regularization``); the loss is the cross-entropy of attention on
-        each query's target key over every key, scored as a lookup scores them. A ``heldout``
-        share of the pairs is kept aside for early stopping and for the report. If what was
-        learned does not reach the held-out accuracy of what is in force, nothing changes:
-        ``fit`` never makes held-out accuracy worse. Every later lookup uses W_q and the
-        learned options, and ``save`` stores them.
-
-        Raises:
-            KeyTypeError: a pair is not two strings.
-            NoMatchError: a target key is not in the store.
-            ConfigError: too few pairs to hold some out, or an option out of range.
-        """
-        check_number("heldout", heldout, "a fraction between 0 and 1", lambda v: 0 < v < 1)
-        check_number("max_steps", max_steps, "a whole number >= 1", lambda v: v >= 1, whole=True)
-        check_number("learning_rate", learning_rate, "a number > 0", lambda v: v > 0)
-        check_number("regularization", regularization, "a number >= 0", lambda v: v >= 0)
-        check_number("patience", patience, "a whole number >= 1", lambda v: v >= 1, whole=True)
-        check_number("seed", seed, "a whole number >= 0", lambda v: v >= 0, whole=True)
-        examples = _learning.examples_from(pairs)
-        n_heldout = round(len(examples) * heldout)
-        if n_heldout < 2 or len(examples) - n_heldout < 2:
-            raise ConfigError(
-                f"fit needs at least 2 training and 2 held-out pairs; {len(examples)} pairs with "
-                f"heldout={heldout} give {len(examples) - n_heldout} and {n_heldout}"
-            )
-        order = np.random.default_rng(seed).permutation(len(examples))
-        examples = [examples[i] for i in order]
-        queries = self._encode_queries([query for query, _ in examples])
-        with self._lock:
-            report, projection = _learning.fit(
-                self._store,
-                [target for _, target in examples],
-                queries,
-                [query for query, _ in examples],
-                n_heldout,
-                max_steps=int(max_steps),
-                learning_rate=float(learning_rate),
-                regularization=float(regularization),
-                patience=int(patience),
-                seed=int(seed),
-            )
-            if projection is not None:
-                # Validated first, so a bad learned option leaves the store as it was.
-                config = self._store.config.replace(
-                    temperature=report.temperature,
-                    lexical=report.lexical,
-                    lexical_known=report.lexical_known,
-                )
-                self._store.projection = projection
-                self._store.config = config
-            return report
-
-    # -- persistence -------------------------------------------------------------------------
-
-    def save(self, path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT) -> None:
-        """Save the store to the folder ``path``, atomically: a crash leaves the old or the new.
-
-        The folder holds JSON and .npy files (never pickle), a manifest with checksums, and the
-        encoder's identity. An existing folder at ``path`` is replaced only if it is a store.
-        Saves and loads of one path, from any process, take turns: each holds an advisory lock
-        (the file ``.NAME.lock`` beside the folder), waiting up to ``timeout`` seconds for it.
-
-        Raises:
-            StoreFormatError: ``path`` is not writable as a store.
-            StoreBusyError: another process held the lock for longer than ``timeout``.
-        """
-        check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
-        with self._lock:
-            save_store(self._store, self._encoder, path, float(timeout))
-
-    @classmethod
-    def open(
-        cls,
-        store: str,
-        *,
-        collection: str | None = None,
-        encoder: object = None,
-        query_cache_size: int = 1024,
-    ) -> SoftDict:
-        """Open an existing store kept outside this process (``store="milvus:..."``) with its
-        own options and encoder; unlike ``SoftDict(store=..., collection=...)``, never make one.
-
-        Args:
-            store: "milvus:PATH.db" or "milvus:http://host:19530".
-            collection: the collection that holds it.
-            encoder: the encoder to use; it must embed like the store's. None loads the
-                recorded one.
-            query_cache_size: how many query embeddings to keep in this process.
-
-        Raises:
-            StoreFormatError: no softdict store is there, or the collection is not one.
-            EncoderError: the encoder does not match the store's.
-            StoreUnavailableError: the store's server cannot be reached.
-        """
-        config = SoftDictConfig.build(query_cache_size=query_cache_size)
-        opened = open_store(store, config, collection=collection, create=False)
-        return cls._from_store(opened, _store_encoder(opened, encoder, query_cache_size))
-
-    @classmethod
-    def load(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        encoder: object = None,
-        timeout: float = LOCK_TIMEOUT,
-        accept_variant: bool = False,
-    ) -> SoftDict:
-        """Load a store saved with ``save``.
-
-        Args:
-            path: the store folder.
-            encoder: the encoder to use; it must embed like the one the store was saved with.
-                None loads the recorded encoder (a model name or path).
-            timeout: how long to wait for another process's save or load of ``path``.
-            accept_variant: use ``encoder`` although it is another variant of the recorded model
-                (``"bundled-int8"`` for a store built on the bundled model, or the reverse):
-                the keys keep their embeddings and queries get the variant's, so scores shift
-                a little. A later ``save`` records the variant in use.
-
-        Raises:
-            StoreFormatError: a file is missing, truncated, corrupted or of an unknown version.
-            EncoderError: the encoder does not match the store's, or cannot be loaded.
-            StoreBusyError: another process held the store's lock for longer than ``timeout``.
-        """
-        check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
-        store, text_encoder = load_store(
-            path, encoder, float(timeout), accept_variant=bool(accept_variant)
-        )
-        return cls._from_store(store, text_encoder)
-
-
-def _store_encoder(store: Store, encoder: object, cache_size: int) -> TextEncoder:
-    """The encoder of a store just opened: for a store that recorded one (a collection made
-    before), the recorded one or one that embeds like it; else ``encoder``, then recorded."""
-    recorded = store.recorded_encoder()
-    if recorded is not None:
-        return matching_encoder(recorded, encoder, cache_size)
-    text_encoder = resolve_encoder(encoder, query_cache_size=cache_size)
-    if type(store).record_encoder is not Store.record_encoder:
-        store.record_encoder(text_encoder.identity())
-    return text_encoder
 
 
 def _unpickle(

@@ -53,7 +53,8 @@ from typing import Any
 import numpy as np
 from filelock import FileLock, Timeout
 
-from softdict._errors import ConfigError, EncoderError, StoreBusyError, StoreFormatError
+from softdict._encoder_match import matching_encoder
+from softdict._errors import ConfigError, StoreBusyError, StoreFormatError
 from softdict._files import FileReader, StoreFiles, canonical_json, encode_file
 from softdict._manifest import (
     FORMAT_NAME,
@@ -66,7 +67,7 @@ from softdict._manifest import (
     read_manifest,
     sha256,
 )
-from softdict.encoders import EncoderIdentity, TextEncoder, are_variants, resolve_encoder
+from softdict.encoders import EncoderIdentity, TextEncoder
 from softdict.store.base import Store, StoreState
 from softdict.store.memory import MemoryStore
 
@@ -75,14 +76,11 @@ __all__ = [
     "LOCK_TIMEOUT",
     "MANIFEST",
     "load_store",
-    "matching_encoder",
     "read_manifest",
     "restore_snapshot",
     "save_store",
 ]
 
-# float32 inference on another CPU can differ in the last bits; a different model differs a lot.
-_FINGERPRINT_TOLERANCE = 1e-3
 # How long save and load wait for another process's save or load of the same store, by default.
 LOCK_TIMEOUT = 60.0
 
@@ -421,52 +419,3 @@ def _read_format_1(
         raise StoreFormatError(f"{folder} has neither embeddings.npy nor index.faiss")
     state = StoreState(config, keys, rows, rows_total, dim, kind, index_meta, projection)
     return state, FileReader(folder, translated), identity
-
-
-def matching_encoder(
-    recorded: EncoderIdentity, encoder: object, cache_size: int, accept_variant: bool = False
-) -> TextEncoder:
-    """The encoder to use: the one given, checked against the store's, or the recorded one.
-
-    Another registered variant of the recorded model (the bundled model's float32 and int8) is
-    refused by name, since a variant's fingerprint may fall within the tolerance, unless
-    ``accept_variant``; then its fingerprint is not compared, only its dimension."""
-    expected = f"{recorded.name!r} ({recorded.dim} dims)"
-    if encoder is None:
-        if not recorded.loadable_by_name:
-            raise EncoderError(
-                f"this store was built with the encoder {expected}, which softdict cannot load "
-                f"by name; pass it: SoftDict.load(path, encoder=...)"
-            )
-        text_encoder = resolve_encoder(recorded.name, query_cache_size=cache_size)
-    else:
-        text_encoder = resolve_encoder(encoder, query_cache_size=cache_size)
-    variant = are_variants(recorded.name, text_encoder.name)
-    if variant and not accept_variant:
-        raise EncoderError(
-            f"this store was built with the encoder {recorded.name!r} and is being loaded with "
-            f"{text_encoder.name!r}, another variant of the same model: its keys keep the first "
-            f"one's embeddings and queries would get the second one's, so scores shift (see the "
-            f"README's figures). Load without encoder= to use {recorded.name!r}, or pass "
-            f"accept_variant=True to use {text_encoder.name!r} anyway"
-        )
-    fingerprint = np.asarray(text_encoder.encode_keys([recorded.probe_text])[0], dtype=np.float64)
-    saved = np.asarray(recorded.fingerprint, dtype=np.float64)
-    if variant and fingerprint.shape == saved.shape:
-        return text_encoder
-    if variant:
-        raise EncoderError(
-            f"this store's keys were embedded by {recorded.name!r} in {recorded.dim} dims, and "
-            f"{text_encoder.name!r} embeds in {fingerprint.shape[0]}: a variant with another "
-            f"dimension cannot answer for them, even with accept_variant=True. Load without "
-            f"encoder= to use {recorded.name!r}, or build the store again on {text_encoder.name!r}"
-        )
-    if fingerprint.shape != saved.shape or not np.allclose(
-        fingerprint, saved, atol=_FINGERPRINT_TOLERANCE
-    ):
-        raise EncoderError(
-            f"this store expects the encoder {expected}, but {text_encoder.name!r} "
-            f"({fingerprint.shape[0]} dims) embeds the probe text differently; its embeddings "
-            f"would not match the stored keys. Load with the encoder the store was built with"
-        )
-    return text_encoder

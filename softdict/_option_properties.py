@@ -1,0 +1,129 @@
+"""SoftDict's options, as properties: read from the store's config, and set through it (the
+config model checks each value, so a bad one raises and changes nothing)."""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from softdict._config import ValueKind
+from softdict._errors import InvalidValueError, ValueShapeError
+from softdict._facade import Facade
+from softdict._similarity import Similarity
+from softdict.encoders import TextEncoder
+
+__all__ = ["OptionProperties"]
+
+
+class OptionProperties(Facade):
+    """The options of a ``SoftDict`` and what its store holds, as properties."""
+
+    @property
+    def similarity(self) -> Similarity:
+        """How queries are scored against keys."""
+        return self._store.config.similarity
+
+    @property
+    def temperature(self) -> float:
+        """The softmax temperature in force (the measured default unless one was set)."""
+        # Only "scaled_dot" depends on the dimension. Before anything has been embedded it is not
+        # known; 384 is the bundled model's, and lookups always use the store's real dimension.
+        dim = self._store.dim or self._encoder.dim or 384
+        return self._store.config.temperature_for(dim)
+
+    @temperature.setter
+    def temperature(self, value: float) -> None:
+        with self._lock:
+            self._store.config = self._store.config.replace(temperature=value)
+
+    @property
+    def lexical(self) -> float:
+        """The spelling channel's weight against meaning in text lookups; 0 when it is off."""
+        return self._store.config.lexical
+
+    @lexical.setter
+    def lexical(self, value: float) -> None:
+        with self._lock:
+            self._store.config = self._store.config.replace(lexical=value)
+
+    @property
+    def combination(self) -> str:
+        """How meaning and spelling make one score: "learned-1" or "rule-1"."""
+        return self._store.config.combination.value
+
+    @combination.setter
+    def combination(self, value: str) -> None:
+        with self._lock:
+            self._store.config = self._store.config.replace(combination=value)
+
+    @property
+    def lexical_known(self) -> float:
+        """Under the "rule-1" combination, the share of the spelling weight that a query's common
+        English words keep."""
+        return self._store.config.lexical_known
+
+    @lexical_known.setter
+    def lexical_known(self, value: float) -> None:
+        with self._lock:
+            self._store.config = self._store.config.replace(lexical_known=value)
+
+    @property
+    def top_k(self) -> int | None:
+        """How many keys a query attends to; None for all of them."""
+        return self._store.config.top_k
+
+    @property
+    def index_description(self) -> str:
+        """Which index backend holds the keys now, e.g. "auto: exact" or "ivf (nlist=4000, ...)"."""
+        with self._lock:
+            return self._store.describe_index()
+
+    @property
+    def index_memory_bytes(self) -> int:
+        """Bytes this process holds for the key vectors and their ids (the index backend)."""
+        with self._lock:
+            return self._store.index_memory_bytes()
+
+    @property
+    def value_kind(self) -> ValueKind | str | None:
+        """The kind of value this store holds: a ``ValueKind`` for the built-in kinds (a str
+        enum: it equals "scalar", "vector" or "categorical"), the name of a registered plug-in
+        kind, or None while the store is empty and its kind not fixed by ``value_kind=``."""
+        kind = self._store.value_kind
+        built_in = {member.value for member in ValueKind}
+        return ValueKind(kind) if kind in built_in else kind
+
+    @property
+    def query_projection(self) -> np.ndarray | None:
+        """W_q, learned by ``fit``: every query becomes W_q·q before it is scored. None is the
+        identity. Set it to reuse a projection from another store, or to None to drop it.
+
+        Raises (on setting):
+            ValueShapeError: it is not (d, d) for the store's d-dim keys (or the store has none).
+            InvalidValueError: it holds NaN or infinity.
+        """
+        projection = self._store.projection
+        return None if projection is None else projection.copy()
+
+    @query_projection.setter
+    def query_projection(self, projection: npt.ArrayLike | None) -> None:
+        with self._lock:
+            if projection is None:
+                self._store.projection = None
+                return
+            array = np.asarray(projection, dtype=np.float64)
+            dim = self._store.dim
+            if dim is None or array.shape != (dim, dim):
+                raise ValueShapeError(
+                    f"query_projection must be a (d, d) matrix for the store's d-dim keys; got "
+                    f"shape {array.shape}"
+                    + (" and the store has no keys yet" if dim is None else f", d = {dim}")
+                )
+            if not np.all(np.isfinite(array)):
+                raise InvalidValueError("query_projection holds NaN or infinity")
+            self._store.projection = array.astype(np.float32)
+
+    @property
+    def encoder(self) -> TextEncoder:
+        """The encoder that embeds keys and queries."""
+        return self._encoder

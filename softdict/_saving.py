@@ -1,0 +1,97 @@
+"""SoftDict's persistence: ``save`` to a folder, ``load`` from one, ``open`` a store kept
+outside this process. The folder format, its locks and its atomic swap are ``_persistence``'s."""
+
+from __future__ import annotations
+
+import os
+from typing import TypeVar
+
+from softdict._config import SoftDictConfig, check_number
+from softdict._encoder_match import store_encoder
+from softdict._facade import Facade
+from softdict._persistence import LOCK_TIMEOUT, load_store, save_store
+from softdict.store import open_store
+
+__all__ = ["Saving"]
+
+S = TypeVar("S", bound="Saving")
+
+
+class Saving(Facade):
+    """Saving a ``SoftDict`` and getting one back."""
+
+    def save(self, path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT) -> None:
+        """Save the store to the folder ``path``, atomically: a crash leaves the old or the new.
+
+        The folder holds JSON and .npy files (never pickle), a manifest with checksums, and the
+        encoder's identity. An existing folder at ``path`` is replaced only if it is a store.
+        Saves and loads of one path, from any process, take turns: each holds an advisory lock
+        (the file ``.NAME.lock`` beside the folder), waiting up to ``timeout`` seconds for it.
+
+        Raises:
+            StoreFormatError: ``path`` is not writable as a store.
+            StoreBusyError: another process held the lock for longer than ``timeout``.
+        """
+        check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
+        with self._lock:
+            save_store(self._store, self._encoder, path, float(timeout))
+
+    @classmethod
+    def open(
+        cls: type[S],
+        store: str,
+        *,
+        collection: str | None = None,
+        encoder: object = None,
+        query_cache_size: int = 1024,
+    ) -> S:
+        """Open an existing store kept outside this process (``store="milvus:..."``) with its
+        own options and encoder; unlike ``SoftDict(store=..., collection=...)``, never make one.
+
+        Args:
+            store: "milvus:PATH.db" or "milvus:http://host:19530".
+            collection: the collection that holds it.
+            encoder: the encoder to use; it must embed like the store's. None loads the
+                recorded one.
+            query_cache_size: how many query embeddings to keep in this process.
+
+        Raises:
+            StoreFormatError: no softdict store is there, or the collection is not one.
+            EncoderError: the encoder does not match the store's.
+            StoreUnavailableError: the store's server cannot be reached.
+        """
+        config = SoftDictConfig.build(query_cache_size=query_cache_size)
+        opened = open_store(store, config, collection=collection, create=False)
+        return cls._from_store(opened, store_encoder(opened, encoder, query_cache_size))
+
+    @classmethod
+    def load(
+        cls: type[S],
+        path: str | os.PathLike[str],
+        *,
+        encoder: object = None,
+        timeout: float = LOCK_TIMEOUT,
+        accept_variant: bool = False,
+    ) -> S:
+        """Load a store saved with ``save``.
+
+        Args:
+            path: the store folder.
+            encoder: the encoder to use; it must embed like the one the store was saved with.
+                None loads the recorded encoder (a model name or path).
+            timeout: how long to wait for another process's save or load of ``path``.
+            accept_variant: use ``encoder`` although it is another variant of the recorded model
+                (``"bundled-int8"`` for a store built on the bundled model, or the reverse):
+                the keys keep their embeddings and queries get the variant's, so scores shift
+                a little. A later ``save`` records the variant in use.
+
+        Raises:
+            StoreFormatError: a file is missing, truncated, corrupted or of an unknown version.
+            EncoderError: the encoder does not match the store's, or cannot be loaded.
+            StoreBusyError: another process held the store's lock for longer than ``timeout``.
+        """
+        check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
+        store, text_encoder = load_store(
+            path, encoder, float(timeout), accept_variant=bool(accept_variant)
+        )
+        return cls._from_store(store, text_encoder)
