@@ -249,7 +249,7 @@ def _listed(values: Any) -> list[Any]:
 
 
 def _info_remote(args: argparse.Namespace) -> int:
-    from softdict.store.milvus.store import FORMAT_NAME, FORMAT_VERSION
+    from softdict.store.milvus._metadata import FORMAT_NAME, FORMAT_VERSION
 
     sd = _open(args)
     kind = sd.value_kind

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from softdict._config import CombinationName, SoftDictConfig
 from softdict._errors import StoreFormatError
 from softdict._files import canonical_json
+from softdict.encoders.base import EncoderIdentity
 
 __all__ = [
     "FORMAT_NAME",
@@ -96,6 +97,23 @@ class EncoderEntry(_Schema):
         if not all(math.isfinite(x) for x in value):
             raise ValueError("must hold finite numbers")
         return value
+
+    @classmethod
+    def of(cls, identity: EncoderIdentity) -> EncoderEntry:
+        """The entry that records ``identity``."""
+        return cls(
+            name=identity.name,
+            dim=identity.dim,
+            loadable_by_name=identity.loadable_by_name,
+            probe_text=identity.probe_text,
+            fingerprint=list(identity.fingerprint),
+        )
+
+    def identity(self) -> EncoderIdentity:
+        """The identity this entry records."""
+        return EncoderIdentity(
+            self.name, self.dim, self.loadable_by_name, self.probe_text, tuple(self.fingerprint)
+        )
 
 
 class _Body(_Schema):

@@ -335,14 +335,7 @@ def _read_common(
     folder: Path, body: FormatOneBody | FormatTwoBody
 ) -> tuple[FileReader, list[str], EncoderIdentity]:
     """What both formats share: the checked files, the keys, the encoder's identity."""
-    recorded = body.encoder
-    identity = EncoderIdentity(
-        recorded.name,
-        recorded.dim,
-        recorded.loadable_by_name,
-        recorded.probe_text,
-        tuple(recorded.fingerprint),
-    )
+    identity = body.encoder.identity()
     files = FileReader(folder, _check_files(folder, body.files))
     keys = files.json_list("keys.json")
     count = body.count

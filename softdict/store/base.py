@@ -19,7 +19,7 @@ cannot fail on bad input. Commit a staged write in the same critical section as 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from softdict._config import SoftDictConfig
-from softdict._errors import InvalidValueError, ValueShapeError
+from softdict._errors import EmptyStoreError, InvalidValueError, KeyTypeError, ValueShapeError
 from softdict._files import StoreFiles
 from softdict._types import Mask, Value
 from softdict.encoders.base import EncoderIdentity
@@ -202,17 +202,23 @@ class Store(ABC):
     def spelling(self) -> SpellingIndex:
         """The keys' spelling forms by id, and spelling candidates for large stores."""
 
-    @abstractmethod
+    # Shared by every store: a store writes only ``_ids_where`` and ``_ids_of`` for masks, and
+    # ``dim`` and ``projection`` (above) for queries.
+
     def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
         """``embeddings`` as float32 (n, d), or ValueShapeError (another dimension than the
         store's keys) or InvalidValueError (NaN, infinity); ``what`` names them in the message."""
+        return checked_embeddings(embeddings, self.dim, what)
 
-    @abstractmethod
     def prepare_queries(self, embeddings: np.ndarray) -> np.ndarray:
         """Raw query embeddings (m, d) as the backend scores them: checked (ValueShapeError,
         InvalidValueError), projected by W_q, prepared for the similarity."""
+        checked = self.checked_embeddings(embeddings, "query embeddings")
+        projection = self.projection
+        if projection is not None:
+            checked = checked @ projection.T
+        return self.config.similarity.prepare_queries(checked)
 
-    @abstractmethod
     def allow(self, mask: Mask) -> Allow | None:
         """The ids a mask lets a lookup attend to; None for no mask.
 
@@ -220,6 +226,31 @@ class Store(ABC):
             KeyTypeError: the mask is neither an iterable of keys nor a predicate.
             EmptyStoreError: the mask allows no stored key.
         """
+        if mask is None:
+            return None
+        if callable(mask):
+            ids = self._ids_where(mask)
+        elif isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
+            raise KeyTypeError(
+                f"mask must be an iterable of keys or a predicate key -> bool, got "
+                f"{type(mask).__name__}; to allow one key, pass [key]"
+            )
+        else:
+            ids = self._ids_of([key for key in mask if isinstance(key, str)])
+        if not len(ids):
+            raise EmptyStoreError(
+                f"the mask allows none of the {len(self)} stored keys; a soft lookup needs at "
+                f"least one key to attend to"
+            )
+        return Allow.of(ids)
+
+    @abstractmethod
+    def _ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
+        """The ids of the stored keys ``predicate`` accepts (for ``allow``)."""
+
+    @abstractmethod
+    def _ids_of(self, keys: list[str]) -> np.ndarray:
+        """The ids of those of ``keys`` the store holds (for ``allow``)."""
 
     def reading(self) -> AbstractContextManager[None]:
         """A context a lookup runs in (the façade enters it, holding its lock). A store shared

@@ -9,18 +9,18 @@ backend holds vectors under them and compacts on its own schedule.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from softdict._config import SoftDictConfig
-from softdict._errors import EmptyStoreError, KeyTypeError
+from softdict._errors import EmptyStoreError
 from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows, compaction_due, positions_of
-from softdict._types import Mask, Value
-from softdict.index.base import Allow, IndexBackend, sorted_unique
+from softdict._types import Value
+from softdict.index.base import IndexBackend
 from softdict.index.registry import BackendSpec, backend_spec
 from softdict.spelling import SpellingIndex
 from softdict.store.base import (
@@ -29,7 +29,6 @@ from softdict.store.base import (
     StoreState,
     check_inferred_kind,
     check_projection_fits,
-    checked_embeddings,
     dump_files,
     write_column,
 )
@@ -239,9 +238,6 @@ class MemoryStore(Store):
             assert key is not None
             self._slot_of[key] = slot  # reassigning keeps the dict's (insertion) order
 
-    def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
-        return checked_embeddings(embeddings, self._dim, what)
-
     # -- reading for attention -----------------------------------------------------------------
 
     @property
@@ -258,34 +254,13 @@ class MemoryStore(Store):
     def spelling(self) -> SpellingIndex:
         return self._spelling
 
-    def prepare_queries(self, embeddings: np.ndarray) -> np.ndarray:
-        checked = self.checked_embeddings(embeddings, "query embeddings")
-        if self._projection is not None:
-            checked = checked @ self._projection.T
-        return self._config.similarity.prepare_queries(checked)
+    def _ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
+        slots = [slot for key, slot in self._slot_of.items() if predicate(key)]
+        return self._id_of_slot.view[np.asarray(slots, dtype=np.int64)]
 
-    def allow(self, mask: Mask) -> Allow | None:
-        if mask is None:
-            return None
-        if callable(mask):
-            predicate: Callable[[str], bool] = mask
-            slots = [slot for key, slot in self._slot_of.items() if predicate(key)]
-        elif isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
-            raise KeyTypeError(
-                f"mask must be an iterable of keys or a predicate key -> bool, got "
-                f"{type(mask).__name__}; to allow one key, pass [key]"
-            )
-        else:
-            slots = [
-                self._slot_of[key] for key in mask if isinstance(key, str) and key in self._slot_of
-            ]
-        if not slots:
-            raise EmptyStoreError(
-                f"the mask allows none of the {len(self)} stored keys; a soft lookup needs at "
-                f"least one key to attend to"
-            )
-        # Ids increase with slots, so the ids of sorted distinct slots are sorted and distinct.
-        return Allow(self._id_of_slot.view[sorted_unique(np.asarray(slots, dtype=np.int64))])
+    def _ids_of(self, keys: list[str]) -> np.ndarray:
+        slots = [self._slot_of[key] for key in keys if key in self._slot_of]
+        return self._id_of_slot.view[np.asarray(slots, dtype=np.int64)]
 
     def _slots(self, ids: np.ndarray) -> np.ndarray:
         held = self._id_of_slot.view

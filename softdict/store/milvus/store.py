@@ -1,7 +1,8 @@
 """``MilvusStore``: a store kept in a Milvus collection, shared by every process that opens it.
 
 Milvus holds everything (``_collection``): the keys, values and prepared vectors in one row per
-key, and the options, encoder identity and query projection in the metadata collection. Exact
+key, and the options, encoder identity and query projection in the metadata collection
+(``_metadata``). Exact
 access goes to Milvus every time: ``sd[key]`` is a get by primary key, ``len`` a count, so each
 call sees every write another process has finished (the collections are read with Strong
 consistency).
@@ -12,8 +13,9 @@ another key already holds (about once in 10^19 pairs) is refused with an Invalid
 
 **What is cached, and how it stays right.** Lookups that need every key at once (the spelling
 channel's forms, sampling the tail, masks given as predicates, iteration) read the keys into a
-``_Directory``, kept until the store changes; in a store of at most ``EXACT_MAX_KEYS`` keys, where
-every lookup scores every key and blends every value, it holds their values and vectors too.
+``Directory`` (``_directory``), kept until the store changes; in a store of at most
+``EXACT_MAX_KEYS`` keys, where every lookup scores every key and blends every value, it holds
+their values and vectors too.
 Every process that writes keeps a counter row in the metadata (``writer:<uuid>``) and raises it
 after each write; a process reuses its directory only while every counter is as it was when the
 directory was read, which one small query tells. (A writer killed between its rows and its
@@ -29,33 +31,28 @@ written is lost (tests kill the server mid-update).
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import json
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
 
-from softdict._config import EXACT_MAX_KEYS, CombinationName, SoftDictConfig
+from softdict._config import SoftDictConfig
 from softdict._errors import (
     ConfigError,
     EmptyStoreError,
     InvalidValueError,
-    KeyTypeError,
     StoreFormatError,
     ValueShapeError,
 )
 from softdict._files import StoreFiles
 from softdict._manifest import EncoderEntry
-from softdict._types import Mask, Value
+from softdict._types import Value
 from softdict.encoders import EncoderIdentity
-from softdict.index.base import Allow, IndexBackend
+from softdict.index.base import IndexBackend
 from softdict.spelling import SpellingIndex
 from softdict.store.base import (
     StagedWrite,
@@ -63,7 +60,6 @@ from softdict.store.base import (
     StoreState,
     check_inferred_kind,
     check_projection_fits,
-    checked_embeddings,
     copy_into,
     write_column,
 )
@@ -77,71 +73,29 @@ from softdict.store.milvus._collection import (
     index_type,
     meta_name,
 )
+from softdict.store.milvus._directory import Directory, View, read_directory
+from softdict.store.milvus._metadata import (
+    FIXED_OPTIONS,
+    FORMAT_NAME,
+    FORMAT_VERSION,
+    Manifest,
+    StoreMetadata,
+    adopted_config,
+    new_writer,
+)
 from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
 from softdict.values.base import ValueColumn
 from softdict.values.registry import column_class
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MilvusStore", "key_id", "open_milvus_store"]
 
-FORMAT_NAME = "softdict-milvus"
-# 2: the config names its combination of meaning and spelling (``combination``); a format 1
-# store answered with the hand-set rule, and is read so.
-FORMAT_VERSION = 2
-_MANIFEST = "manifest"
-_WRITER = "writer:"
-_PROJECTION = "projection:"
-# Base64 characters per projection row (a VARCHAR holds 65,535 bytes).
-_CHUNK = 60_000
 _ID_MASK = (1 << 63) - 1
-# Options a store keeps from its creation (they decide how its rows were written).
-_FIXED = ("similarity", "index", "value_kind")
 
 
 def key_id(key: str) -> int:
     """The id of ``key`` in a Milvus store: non-negative, below 2^63, the same in every process."""
     digest = hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest()
     return int.from_bytes(digest, "little") & _ID_MASK
-
-
-class _Manifest(BaseModel):
-    """The metadata row ``manifest``: what a store folder's manifest.json holds."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
-
-    format: str
-    format_version: int
-    config: SoftDictConfig
-    dim: int | None = None
-    value_kind: str | None = None
-    # The first value ever stored: a column made for it checks new values (a vector's length).
-    exemplar: dict[str, Any] | None = None
-    encoder: EncoderEntry | None = None
-    projection: dict[str, Any] | None = None  # {"shape": [d, d], "chunks": n, "sha256": ...}
-
-
-@dataclass
-class _View:
-    """What one lookup read of the store (``reading``): the directory it checked, or the count."""
-
-    directory: _Directory | None = None
-    count: int | None = None
-
-
-@dataclass
-class _Directory:
-    """Every key, read at one moment: ids increasing and their keys, and the iteration order."""
-
-    generation: dict[str, str]
-    ids: np.ndarray
-    keys: list[str]
-    by_order: np.ndarray  # positions in ``ids`` in iteration order
-    # Every value and vector, aligned with ``ids``, in a store small enough for lookups to
-    # attend to every key (``EXACT_MAX_KEYS``): such a lookup needs every score and value, and
-    # fetching them from Milvus each time took 25 ms of a lookup at 10^4 keys (a run of
-    # benchmarks/milvus_store.py before this; 7 ms with it).
-    column: ValueColumn[Any] | None = None
-    vectors: np.ndarray | None = None
-    spelling: SpellingIndex | None = field(default=None)
 
 
 def _json_value(value: object) -> object:
@@ -164,16 +118,18 @@ class MilvusStore(Store):
         self._location = location
         self._collection = collection
         self._client = connect(location)
-        self._meta = MetaRows(self._client, location, meta_name(collection))
-        self._writer = _WRITER + uuid.uuid4().hex
+        self._meta = StoreMetadata(
+            MetaRows(self._client, location, meta_name(collection)), location, collection
+        )
+        self._writer = new_writer(uuid.uuid4().hex)
         self._writes = 0
         self._last_order = 0
-        self._directory: _Directory | None = None
-        self._view: _View | None = None
+        self._directory: Directory | None = None
+        self._view: View | None = None
         self._projection: np.ndarray | None = None
-        if self._meta.exists():
-            self._meta.check_schema(collection)
-            self._manifest = self._read_manifest()
+        if self._meta.rows.exists():
+            self._meta.rows.check_schema(collection)
+            self._manifest = self._meta.read_manifest()
             self._config = adopted_config(self._manifest.config, config, collection)
         else:
             if KeyRows(self._client, location, collection, 1, config.similarity.metric).exists():
@@ -184,11 +140,11 @@ class MilvusStore(Store):
                     f"build one first (SoftDict(store=..., collection=...) makes it)"
                 )
             index_type(config.index)  # ConfigError before anything is created
-            self._manifest = _Manifest(
+            self._manifest = Manifest(
                 format=FORMAT_NAME, format_version=FORMAT_VERSION, config=config
             )
             self._config = config
-            self._meta.create()
+            self._meta.rows.create()
             self._write_manifest(fresh=True)
         self._index = index_type(self._manifest.config.index)
         self._rows: KeyRows | None = None
@@ -196,42 +152,17 @@ class MilvusStore(Store):
 
     # -- metadata --------------------------------------------------------------------------------
 
-    def _read_manifest(self) -> _Manifest:
-        text = self._meta.read([_MANIFEST]).get(_MANIFEST)
-        where = f"the Milvus collection {self._collection!r} at {self._location}"
-        if text is None:
-            raise StoreFormatError(f"{where} lacks its softdict manifest (metadata row)")
-        try:
-            parsed = json.loads(text)
-            manifest = _Manifest.model_validate(parsed)
-        except (ValueError, ValidationError, RecursionError) as exc:
-            raise StoreFormatError(
-                f"{where} has a damaged manifest ({str(exc)[:200]}); copy what it holds elsewhere "
-                f"and make the store again"
-            ) from None
-        if manifest.format != FORMAT_NAME:
-            raise schema_error(self._location, self._collection, "its metadata is not softdict's")
-        if manifest.format_version > FORMAT_VERSION:
-            raise StoreFormatError(
-                f"{where} is in softdict-milvus format {manifest.format_version}, newer than "
-                f"this softdict reads ({FORMAT_VERSION}); upgrade softdict"
-            )
-        if manifest.format_version < 2 and "combination" not in parsed["config"]:
-            rule = manifest.config.replace(combination=CombinationName.RULE_1)
-            manifest = manifest.model_copy(update={"config": rule})
-        return manifest
-
     def _write_manifest(self, *, fresh: bool = False, **changes: Any) -> None:
         """Write ``changes`` into the stored manifest (read again first, so that what other
         processes wrote since this one opened the store stays), or this one's when ``fresh``."""
-        base = self._manifest if fresh else self._read_manifest()
+        base = self._manifest if fresh else self._meta.read_manifest()
         manifest = base.model_copy(update=changes)
-        self._meta.write({_MANIFEST: json.dumps(manifest.model_dump(mode="json"))})
+        self._meta.write_manifest(manifest)
         self._manifest = manifest
 
     def _refresh_manifest(self) -> None:
         """Another process may have made the key collection (dim, kind) or cleared it."""
-        stored = self._read_manifest()
+        stored = self._meta.read_manifest()
         self._manifest = self._manifest.model_copy(
             update={
                 "dim": stored.dim,
@@ -265,31 +196,16 @@ class MilvusStore(Store):
 
     def recorded_encoder(self) -> EncoderIdentity | None:
         entry = self._manifest.encoder
-        if entry is None:
-            return None
-        return EncoderIdentity(
-            entry.name,
-            entry.dim,
-            entry.loadable_by_name,
-            entry.probe_text,
-            tuple(entry.fingerprint),
-        )
+        return None if entry is None else entry.identity()
 
     def record_encoder(self, identity: EncoderIdentity) -> None:
-        entry = EncoderEntry(
-            name=identity.name,
-            dim=identity.dim,
-            loadable_by_name=identity.loadable_by_name,
-            probe_text=identity.probe_text,
-            fingerprint=list(identity.fingerprint),
-        )
-        self._write_manifest(encoder=entry)
+        self._write_manifest(encoder=EncoderEntry.of(identity))
 
     def _bump(self) -> None:
         """Tell other processes (and this one's directory) that the store changed."""
         self._writes += 1
         self._directory = None
-        self._meta.write({self._writer: str(self._writes)})
+        self._meta.count_write(self._writer, self._writes)
 
     # -- options and shape ------------------------------------------------------------------------
 
@@ -299,7 +215,7 @@ class MilvusStore(Store):
 
     @config.setter
     def config(self, config: SoftDictConfig) -> None:
-        if any(getattr(config, name) != getattr(self.config, name) for name in _FIXED):
+        if any(getattr(config, name) != getattr(self.config, name) for name in FIXED_OPTIONS):
             raise ValueError("index, value_kind and similarity are fixed when a store is made")
         # Only the options changed now are written: others this process was opened with stay
         # its own.
@@ -308,7 +224,7 @@ class MilvusStore(Store):
             for name in SoftDictConfig.model_fields
             if getattr(config, name) != getattr(self._config, name)
         }
-        stored = self._read_manifest().config
+        stored = self._meta.read_manifest().config
         self._write_manifest(config=stored.replace(**changes))
         self._config = config
 
@@ -328,7 +244,7 @@ class MilvusStore(Store):
     def projection(self) -> np.ndarray | None:
         # Read once, like the options: a lookup should not cost a request more for it.
         if self._projection is None and self._manifest.projection is not None:
-            self._projection = self._read_projection(self._manifest.projection)
+            self._projection = self._meta.read_projection(self._manifest.projection)
         return self._projection
 
     @projection.setter
@@ -339,29 +255,9 @@ class MilvusStore(Store):
             self._bump()
             return
         array = np.ascontiguousarray(projection, dtype=np.float32)
-        data = array.tobytes()
-        text = base64.b64encode(data).decode("ascii")
-        chunks = [text[i : i + _CHUNK] for i in range(0, len(text), _CHUNK)]
-        self._meta.write({f"{_PROJECTION}{i}": chunk for i, chunk in enumerate(chunks)})
-        info = {
-            "shape": list(array.shape),
-            "chunks": len(chunks),
-            "sha256": hashlib.sha256(data).hexdigest(),
-        }
-        self._write_manifest(projection=info)
+        self._write_manifest(projection=self._meta.write_projection(array))
         self._projection = array.copy()
         self._bump()
-
-    def _read_projection(self, info: dict[str, Any]) -> np.ndarray:
-        names = [f"{_PROJECTION}{i}" for i in range(int(info["chunks"]))]
-        texts = self._meta.read(names)
-        data = base64.b64decode("".join(texts.get(name, "") for name in names))
-        if hashlib.sha256(data).hexdigest() != info["sha256"]:
-            raise StoreFormatError(
-                f"the query projection of the Milvus collection {self._collection!r} fails its "
-                f"checksum (another process may be writing it); open the store again"
-            )
-        return np.frombuffer(data, dtype=np.float32).reshape(info["shape"]).copy()
 
     def describe_index(self) -> str:
         kind = "exact" if self._index == "FLAT" else self._index.lower()
@@ -404,7 +300,7 @@ class MilvusStore(Store):
         if self._view is not None:
             yield
             return
-        self._view = _View()
+        self._view = View()
         try:
             yield
         finally:
@@ -585,7 +481,7 @@ class MilvusStore(Store):
     def _create_rows(self, dim: int, kind: str, exemplar: dict[str, Any]) -> None:
         rows = self._key_rows_of(dim)
         rows.create()  # checks the schema where another process made it first
-        stored = self._read_manifest()
+        stored = self._meta.read_manifest()
         if stored.dim is not None and stored.dim != dim:
             raise ValueShapeError(
                 f"the store's keys are {stored.dim}-dim embeddings (written by another process), "
@@ -622,7 +518,7 @@ class MilvusStore(Store):
 
     # -- reading for attention ---------------------------------------------------------------------
 
-    def _current_directory(self) -> _Directory:
+    def _current_directory(self) -> Directory:
         view = self._view
         if view is not None and view.directory is not None:
             return view.directory
@@ -631,39 +527,12 @@ class MilvusStore(Store):
             view.directory = directory
         return directory
 
-    def _checked_directory(self) -> _Directory:
-        generation = self._meta.read_prefix(_WRITER)
+    def _checked_directory(self) -> Directory:
+        generation = self._meta.writers()
         directory = self._directory
-        if directory is not None and directory.generation == generation:
-            return directory
-        rows = self._key_rows()
-        ids: list[int] = []
-        keys: list[str] = []
-        orders: list[int] = []
-        values: list[object] = []
-        small = rows is not None and rows.count() <= EXACT_MAX_KEYS
-        fields = ["key", "order", "value", "vector"] if small else ["key", "order"]
-        vectors: list[np.ndarray] = []
-        if rows is not None:
-            for batch in rows.scan(fields):
-                for row in batch:
-                    ids.append(row["id"])
-                    keys.append(row["key"])
-                    orders.append(row["order"])
-                    if small:
-                        values.append(row["value"]["v"])
-                        vectors.append(row["vector"])
-        id_array = np.asarray(ids, dtype=np.int64)
-        by_id = np.argsort(id_array)
-        id_array = id_array[by_id]
-        keys = [keys[i] for i in by_id.tolist()]
-        order_array = np.asarray(orders, dtype=np.int64)[by_id]
-        by_order = np.lexsort((id_array, order_array))
-        directory = _Directory(generation, id_array, keys, by_order)
-        if small and ids:
-            directory.column = self._column_of([values[i] for i in by_id.tolist()], keys)
-            directory.vectors = np.asarray(vectors, dtype=np.float32).reshape(len(ids), -1)[by_id]
-        self._directory = directory
+        if directory is None or directory.generation != generation:
+            directory = read_directory(self._key_rows(), generation, self._column_of)
+            self._directory = directory
         return directory
 
     def _local_vectors(self) -> tuple[np.ndarray, np.ndarray] | None:
@@ -686,55 +555,22 @@ class MilvusStore(Store):
 
     @property
     def spelling(self) -> SpellingIndex:
+        return self._current_directory().spelling_index()
+
+    def _ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
         directory = self._current_directory()
-        if directory.spelling is None:
-            spelling = SpellingIndex()
-            if len(directory.ids):
-                spelling.add(directory.ids, directory.keys)
-                spelling.maintain()
-            directory.spelling = spelling
-        return directory.spelling
+        return directory.ids[[i for i, key in enumerate(directory.keys) if predicate(key)]]
 
-    def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
-        return checked_embeddings(embeddings, self.dim, what)
-
-    def prepare_queries(self, embeddings: np.ndarray) -> np.ndarray:
-        checked = self.checked_embeddings(embeddings, "query embeddings")
-        projection = self.projection
-        if projection is not None:
-            checked = checked @ projection.T
-        return self.config.similarity.prepare_queries(checked)
-
-    def allow(self, mask: Mask) -> Allow | None:
-        if mask is None:
-            return None
-        if callable(mask):
-            predicate: Callable[[str], bool] = mask
-            directory = self._current_directory()
-            ids = directory.ids[[i for i, key in enumerate(directory.keys) if predicate(key)]]
-        elif isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
-            raise KeyTypeError(
-                f"mask must be an iterable of keys or a predicate key -> bool, got "
-                f"{type(mask).__name__}; to allow one key, pass [key]"
-            )
-        else:
-            found, _ = self._found([key for key in mask if isinstance(key, str)], [])
-            ids = np.array([row["id"] for row in found.values()], np.int64)
-        if not len(ids):
-            raise EmptyStoreError(
-                f"the mask allows none of the {len(self)} stored keys; a soft lookup needs at "
-                f"least one key to attend to"
-            )
-        return Allow.of(ids)
+    def _ids_of(self, keys: list[str]) -> np.ndarray:
+        found, _ = self._found(keys, [])
+        return np.array([row["id"] for row in found.values()], np.int64)
 
     def values_of(self, ids: np.ndarray) -> tuple[ValueColumn[Any], np.ndarray]:
         if self._directory is not None and self._directory.column is not None:
             directory = self._current_directory()  # one request: whether it is still current
-            if directory.column is not None and len(directory.ids):
-                wanted = np.maximum(ids, 0)  # padding (-1) points at any slot: its weight is 0
-                slots = np.searchsorted(directory.ids, wanted).clip(0, len(directory.ids) - 1)
-                if np.all((directory.ids[slots] == wanted) | (ids < 0)):
-                    return directory.column, slots
+            slots = directory.slots_of(ids)
+            if slots is not None and directory.column is not None:
+                return directory.column, slots
         wanted = np.unique(ids[ids >= 0])
         rows = self._key_rows()
         found = {} if rows is None else {row["id"]: row for row in rows.get(wanted, ["value"])}
@@ -784,32 +620,6 @@ class MilvusStore(Store):
 
     def snapshot(self) -> tuple[StoreState, StoreFiles]:
         return self.to_memory().snapshot()
-
-
-def adopted_config(
-    stored: SoftDictConfig, given: SoftDictConfig, collection: str
-) -> SoftDictConfig:
-    """The options of an existing store opened with ``given``: its own, and those ``given``
-    sets to another value than their default, for this process. ``_FIXED`` options decide how
-    the rows were written: one given must be the store's (ConfigError)."""
-    defaults = SoftDictConfig()
-    changed = {
-        name: getattr(given, name)
-        for name in SoftDictConfig.model_fields
-        if getattr(given, name) != getattr(defaults, name)
-        and getattr(given, name) != getattr(stored, name)
-    }
-    conflicts = [
-        f"{name}={changed[name]!r} (it has {getattr(stored, name)!r})"
-        for name in _FIXED
-        if name in changed
-    ]
-    if conflicts:
-        raise ConfigError(
-            f"the collection {collection!r} holds a store made with other options: "
-            f"{', '.join(conflicts)}; open it without them (a store keeps them for good)"
-        )
-    return stored.replace(**changed)
 
 
 def open_milvus_store(location: str, config: SoftDictConfig, **options: Any) -> MilvusStore:

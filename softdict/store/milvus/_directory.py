@@ -1,0 +1,103 @@
+"""A Milvus store's key directory in this process: every key, read at one moment, for the
+lookups that need every key at once (the spelling channel's forms, sampling the tail, masks
+given as predicates, iteration). In a store of at most ``EXACT_MAX_KEYS`` keys, where every
+lookup scores every key and blends every value, it holds their values and vectors too.
+
+A directory is reused only while every writer's counter (``_metadata.StoreMetadata.writers``) is
+as it was when it was read; one lookup checks that once, through its ``View``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from softdict._config import EXACT_MAX_KEYS
+from softdict.spelling import SpellingIndex
+from softdict.store.milvus._collection import KeyRows
+from softdict.values.base import ValueColumn
+
+__all__ = ["Directory", "View", "read_directory"]
+
+
+@dataclass
+class View:
+    """What one lookup read of the store (``reading``): the directory it checked, or the count."""
+
+    directory: Directory | None = None
+    count: int | None = None
+
+
+@dataclass
+class Directory:
+    """Every key, read at one moment: ids increasing and their keys, and the iteration order."""
+
+    generation: dict[str, str]
+    ids: np.ndarray
+    keys: list[str]
+    by_order: np.ndarray  # positions in ``ids`` in iteration order
+    # Every value and vector, aligned with ``ids``, in a store small enough for lookups to
+    # attend to every key (``EXACT_MAX_KEYS``): such a lookup needs every score and value, and
+    # fetching them from Milvus each time took 25 ms of a lookup at 10^4 keys (a run of
+    # benchmarks/milvus_store.py before this; 7 ms with it).
+    column: ValueColumn[Any] | None = None
+    vectors: np.ndarray | None = None
+    spelling: SpellingIndex | None = field(default=None)
+
+    def spelling_index(self) -> SpellingIndex:
+        """The spelling forms of every key, built on first use."""
+        if self.spelling is None:
+            spelling = SpellingIndex()
+            if len(self.ids):
+                spelling.add(self.ids, self.keys)
+                spelling.maintain()
+            self.spelling = spelling
+        return self.spelling
+
+    def slots_of(self, ids: np.ndarray) -> np.ndarray | None:
+        """The slots of ``ids`` in ``column`` (padding, -1, at any slot: its weight is 0); None
+        where the directory holds no values or lacks one of the ids."""
+        if self.column is None or not len(self.ids):
+            return None
+        wanted = np.maximum(ids, 0)
+        slots = np.searchsorted(self.ids, wanted).clip(0, len(self.ids) - 1)
+        return slots if np.all((self.ids[slots] == wanted) | (ids < 0)) else None
+
+
+def read_directory(
+    rows: KeyRows | None,
+    generation: dict[str, str],
+    column_of: Callable[[list[object], list[str]], ValueColumn[Any]],
+) -> Directory:
+    """Read every key of ``rows`` (and, in a small store, every value and vector), as of the
+    writers' counters ``generation``; ``column_of`` makes a value column of values and keys."""
+    ids: list[int] = []
+    keys: list[str] = []
+    orders: list[int] = []
+    values: list[object] = []
+    small = rows is not None and rows.count() <= EXACT_MAX_KEYS
+    fields = ["key", "order", "value", "vector"] if small else ["key", "order"]
+    vectors: list[np.ndarray] = []
+    if rows is not None:
+        for batch in rows.scan(fields):
+            for row in batch:
+                ids.append(row["id"])
+                keys.append(row["key"])
+                orders.append(row["order"])
+                if small:
+                    values.append(row["value"]["v"])
+                    vectors.append(row["vector"])
+    id_array = np.asarray(ids, dtype=np.int64)
+    by_id = np.argsort(id_array)
+    id_array = id_array[by_id]
+    keys = [keys[i] for i in by_id.tolist()]
+    order_array = np.asarray(orders, dtype=np.int64)[by_id]
+    by_order = np.lexsort((id_array, order_array))
+    directory = Directory(generation, id_array, keys, by_order)
+    if small and ids:
+        directory.column = column_of([values[i] for i in by_id.tolist()], keys)
+        directory.vectors = np.asarray(vectors, dtype=np.float32).reshape(len(ids), -1)[by_id]
+    return directory

@@ -1,0 +1,161 @@
+"""A Milvus store's metadata, in its metadata collection (``MetaRows``): the manifest row (the
+format, the options, the keys' dimension and value kind, the encoder's identity, the query
+projection's shape and checksum), the query projection itself as base64 chunks (a VARCHAR holds
+at most 65,535 bytes), and one counter row per process that writes (``writer:<uuid>``), which
+tells other processes' key directories that the store changed (``softdict.store.milvus.store``).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from softdict._config import CombinationName, SoftDictConfig
+from softdict._errors import ConfigError, StoreFormatError
+from softdict._manifest import EncoderEntry
+from softdict.store.milvus._client import schema_error
+from softdict.store.milvus._collection import MetaRows
+
+__all__ = [
+    "FIXED_OPTIONS",
+    "FORMAT_NAME",
+    "FORMAT_VERSION",
+    "Manifest",
+    "StoreMetadata",
+    "adopted_config",
+    "new_writer",
+]
+
+FORMAT_NAME = "softdict-milvus"
+# 2: the config names its combination of meaning and spelling (``combination``); a format 1
+# store answered with the hand-set rule, and is read so.
+FORMAT_VERSION = 2
+_MANIFEST = "manifest"
+_WRITER = "writer:"
+_PROJECTION = "projection:"
+# Base64 characters per projection row (a VARCHAR holds 65,535 bytes).
+_CHUNK = 60_000
+# Options a store keeps from its creation (they decide how its rows were written).
+FIXED_OPTIONS = ("similarity", "index", "value_kind")
+
+
+class Manifest(BaseModel):
+    """The metadata row ``manifest``: what a store folder's manifest.json holds."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    format: str
+    format_version: int
+    config: SoftDictConfig
+    dim: int | None = None
+    value_kind: str | None = None
+    # The first value ever stored: a column made for it checks new values (a vector's length).
+    exemplar: dict[str, Any] | None = None
+    encoder: EncoderEntry | None = None
+    projection: dict[str, Any] | None = None  # {"shape": [d, d], "chunks": n, "sha256": ...}
+
+
+class StoreMetadata:
+    """The metadata rows of the store in ``collection`` at ``location``."""
+
+    def __init__(self, rows: MetaRows, location: str, collection: str) -> None:
+        self.rows = rows
+        self._location = location
+        self._collection = collection
+
+    def read_manifest(self) -> Manifest:
+        """The stored manifest, checked; a format 1 store's config reads as the hand-set rule."""
+        text = self.rows.read([_MANIFEST]).get(_MANIFEST)
+        where = f"the Milvus collection {self._collection!r} at {self._location}"
+        if text is None:
+            raise StoreFormatError(f"{where} lacks its softdict manifest (metadata row)")
+        try:
+            parsed = json.loads(text)
+            manifest = Manifest.model_validate(parsed)
+        except (ValueError, ValidationError, RecursionError) as exc:
+            raise StoreFormatError(
+                f"{where} has a damaged manifest ({str(exc)[:200]}); copy what it holds elsewhere "
+                f"and make the store again"
+            ) from None
+        if manifest.format != FORMAT_NAME:
+            raise schema_error(self._location, self._collection, "its metadata is not softdict's")
+        if manifest.format_version > FORMAT_VERSION:
+            raise StoreFormatError(
+                f"{where} is in softdict-milvus format {manifest.format_version}, newer than "
+                f"this softdict reads ({FORMAT_VERSION}); upgrade softdict"
+            )
+        if manifest.format_version < 2 and "combination" not in parsed["config"]:
+            rule = manifest.config.replace(combination=CombinationName.RULE_1)
+            manifest = manifest.model_copy(update={"config": rule})
+        return manifest
+
+    def write_manifest(self, manifest: Manifest) -> None:
+        self.rows.write({_MANIFEST: json.dumps(manifest.model_dump(mode="json"))})
+
+    def write_projection(self, array: np.ndarray) -> dict[str, Any]:
+        """Write the chunks of the float32 ``array``; the manifest's entry for them (written
+        last, so a reader finds chunks that match its checksum, or fails it)."""
+        data = np.ascontiguousarray(array, dtype=np.float32).tobytes()
+        text = base64.b64encode(data).decode("ascii")
+        chunks = [text[i : i + _CHUNK] for i in range(0, len(text), _CHUNK)]
+        self.rows.write({f"{_PROJECTION}{i}": chunk for i, chunk in enumerate(chunks)})
+        return {
+            "shape": list(array.shape),
+            "chunks": len(chunks),
+            "sha256": hashlib.sha256(data).hexdigest(),
+        }
+
+    def read_projection(self, info: dict[str, Any]) -> np.ndarray:
+        names = [f"{_PROJECTION}{i}" for i in range(int(info["chunks"]))]
+        texts = self.rows.read(names)
+        data = base64.b64decode("".join(texts.get(name, "") for name in names))
+        if hashlib.sha256(data).hexdigest() != info["sha256"]:
+            raise StoreFormatError(
+                f"the query projection of the Milvus collection {self._collection!r} fails its "
+                f"checksum (another process may be writing it); open the store again"
+            )
+        return np.frombuffer(data, dtype=np.float32).reshape(info["shape"]).copy()
+
+    def writers(self) -> dict[str, str]:
+        """Every writer's counter: equal between two reads only if no write came between."""
+        return self.rows.read_prefix(_WRITER)
+
+    def count_write(self, writer: str, writes: int) -> None:
+        """Raise this process's counter (``writer``, from ``new_writer``) to ``writes``."""
+        self.rows.write({writer: str(writes)})
+
+
+def new_writer(uuid_hex: str) -> str:
+    """The counter row of a new writing process."""
+    return _WRITER + uuid_hex
+
+
+def adopted_config(
+    stored: SoftDictConfig, given: SoftDictConfig, collection: str
+) -> SoftDictConfig:
+    """The options of an existing store opened with ``given``: its own, and those ``given``
+    sets to another value than their default, for this process. ``FIXED_OPTIONS`` decide how
+    the rows were written: one given must be the store's (ConfigError)."""
+    defaults = SoftDictConfig()
+    changed = {
+        name: getattr(given, name)
+        for name in SoftDictConfig.model_fields
+        if getattr(given, name) != getattr(defaults, name)
+        and getattr(given, name) != getattr(stored, name)
+    }
+    conflicts = [
+        f"{name}={changed[name]!r} (it has {getattr(stored, name)!r})"
+        for name in FIXED_OPTIONS
+        if name in changed
+    ]
+    if conflicts:
+        raise ConfigError(
+            f"the collection {collection!r} holds a store made with other options: "
+            f"{', '.join(conflicts)}; open it without them (a store keeps them for good)"
+        )
+    return stored.replace(**changed)
