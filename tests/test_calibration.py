@@ -13,7 +13,7 @@ import pytest
 from _support import FakeEncoder, close
 
 from softdict import CalibrationWarning, ConfigError, EmptyStoreError, SoftDict
-from softdict._calibration import LeftOutScores, _all_keys_losses, _prefix_losses, _ValueSide
+from softdict._leave_one_out import LeftOutScores, ValueSide, all_keys_losses, prefix_losses
 from softdict.values import LossKind
 
 DIM = 16
@@ -264,11 +264,11 @@ def test_leave_one_out_losses_match_the_naive_formula(labels: bool) -> None:
         return values[of_ids // 3]
 
     loss = LossKind.LABEL_LIKELIHOOD if labels else LossKind.SQUARED_ERROR
-    value_side = _ValueSide.build(values, values_of, loss)
+    value_side = ValueSide.build(values, values_of, loss)
     temperatures = np.array([0.02, 0.1, 0.5])
-    every_key = _all_keys_losses(left_out, value_side, temperatures)
+    every_key = all_keys_losses(left_out, value_side, temperatures)
     needed = np.ones((3, 3), dtype=bool)
-    prefixes = _prefix_losses(left_out, value_side, temperatures, [16, 1, 4], needed)
+    prefixes = prefix_losses(left_out, value_side, temperatures, [16, 1, 4], needed)
     for t, temperature in enumerate(temperatures):
         expected = naive_leave_one_out(vectors, values, temperature, None, labels)
         # Losses sum thousands of float32 scores, in another order than the naive loop.
