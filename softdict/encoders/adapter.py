@@ -125,7 +125,7 @@ class TextEncoder:
         inserts of 2,000 keys or more when stderr is a terminal.
         """
         if not texts:
-            return np.zeros((0, self.dim or 0), dtype=np.float32)
+            return self._empty()
         if progress is None:
             progress = len(texts) >= _PROGRESS_MIN_KEYS and sys.stderr.isatty()
         return self._call(texts, "document", batch_size, progress)
@@ -151,8 +151,15 @@ class TextEncoder:
                     while len(self._cache) > self._cache_size:
                         self._cache.popitem(last=False)
         if not texts:
-            return np.zeros((0, self.dim or 0), np.float32)
+            return self._empty()
         return np.stack([rows[text] for text in texts])
+
+    def _empty(self) -> np.ndarray:
+        """(0, d) float32: an empty batch has the encoder's dimension too, which an encoder
+        object states nowhere but in its output; the first empty batch embeds one text for it."""
+        if self.dim is None:
+            self._call_once([PROBE_TEXT], "document")  # sets self.dim
+        return np.zeros((0, self.dim or 0), dtype=np.float32)
 
     def identity(self) -> EncoderIdentity:
         """Name, dimension and fingerprint, as a saved store records them."""
