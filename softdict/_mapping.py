@@ -137,25 +137,10 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         store: str = "memory",
         collection: str | None = None,
     ) -> None:
-        config = SoftDictConfig.build(
-            similarity=similarity,
-            temperature=temperature,
-            top_k=top_k,
-            max_k=max_k,
-            tail_tolerance=tail_tolerance,
-            tolerance=tolerance,
-            confidence=confidence,
-            max_sample=max_sample,
-            seed=seed,
-            lexical=lexical,
-            combination=combination,
-            lexical_known=lexical_known,
-            index=index,
-            value_kind=value_kind,
-            query_cache_size=query_cache_size,
-            batch_size=batch_size,
-            progress=progress,
-        )
+        # The options are SoftDictConfig's fields, by name: the signature above lists each once
+        # more for editors and help(), and tests/test_options.py checks the two agree.
+        given = locals()
+        config = SoftDictConfig.build(**{name: given[name] for name in SoftDictConfig.model_fields})
         # ConfigError for an unknown store, index or value kind, before the encoder loads.
         opened = open_store(store, config, collection=collection)
         self._attach(opened, store_encoder(opened, encoder, query_cache_size))

@@ -1,0 +1,94 @@
+"""Options are declared once, in the config model (``SoftDictConfig``): SoftDict's signature,
+its docstring and the retrieval policy's defaults are checked against it here."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+
+import pytest
+
+from softdict import SoftDict
+from softdict._config import SoftDictConfig
+from softdict._selection import RetrievalPolicy
+from tests._support import FakeEncoder
+
+# Arguments of SoftDict() that are not options of the store's config.
+NOT_OPTIONS = {"self", "data", "encoder", "store", "collection"}
+FIELDS = SoftDictConfig.model_fields
+
+
+def options_of_signature() -> dict[str, inspect.Parameter]:
+    parameters = inspect.signature(SoftDict.__init__).parameters
+    return {name: p for name, p in parameters.items() if name not in NOT_OPTIONS}
+
+
+def test_the_signature_lists_exactly_the_config_options_with_their_defaults() -> None:
+    options = options_of_signature()
+    assert set(options) == set(FIELDS)
+    for name, parameter in options.items():
+        assert parameter.kind is inspect.Parameter.KEYWORD_ONLY, name
+        # A default in the signature is what the config makes of it (an enum from its value).
+        built = getattr(SoftDictConfig.build(**{name: parameter.default}), name)
+        assert built == FIELDS[name].default, name
+
+
+def test_the_docstring_documents_every_option() -> None:
+    doc = inspect.getdoc(SoftDict) or ""
+    missing = [name for name in FIELDS if f"\n    {name}: " not in doc]
+    assert not missing, f"SoftDict's docstring does not document {missing}"
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("similarity", "dot"),
+        ("temperature", 0.3),
+        ("top_k", 5),
+        ("max_k", 64),
+        ("tail_tolerance", 0.05),
+        ("tolerance", 0.02),
+        ("confidence", 0.9),
+        ("max_sample", 100),
+        ("seed", 7),
+        ("index", "flat"),
+        ("value_kind", "vector"),
+        ("query_cache_size", 3),
+        ("batch_size", 8),
+        ("progress", True),
+        ("lexical", 0.5),
+        ("lexical_known", 0.25),
+        ("combination", "learned-1"),
+    ],
+)
+def test_each_option_given_reaches_the_store(name: str, value: object) -> None:
+    assert name in FIELDS
+    sd = SoftDict(encoder=FakeEncoder(), **{name: value})  # type: ignore[arg-type]
+    assert getattr(sd._store.config, name) == getattr(SoftDictConfig.build(**{name: value}), name)
+    assert getattr(sd._store.config, name) != FIELDS[name].default
+
+
+def test_every_option_is_covered_by_the_test_above() -> None:
+    marks = test_each_option_given_reaches_the_store.pytestmark  # type: ignore[attr-defined]
+    covered = {name for name, _ in marks[0].args[1]}
+    assert covered == set(FIELDS)
+
+
+def test_the_retrieval_policy_takes_its_defaults_and_values_from_the_config() -> None:
+    config = SoftDictConfig()
+    policy = RetrievalPolicy.from_config(config, dim=384)
+    for field in dataclasses.fields(RetrievalPolicy):
+        if field.name == "temperature":
+            assert policy.temperature == config.temperature_for(384)
+            continue
+        assert field.default == FIELDS[field.name].default, field.name
+        assert getattr(policy, field.name) == getattr(config, field.name), field.name
+    changed = config.replace(top_k=3, max_k=16, tail_tolerance=0.2, tolerance=0.1, seed=4)
+    policy = RetrievalPolicy.from_config(changed, dim=384)
+    assert (policy.top_k, policy.max_k, policy.tail_tolerance, policy.tolerance, policy.seed) == (
+        3,
+        16,
+        0.2,
+        0.1,
+        4,
+    )
