@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from softdict._attention import tail_mass_bound
-from softdict._selection import RetrievalPolicy
+from softdict._selection import RetrievalPolicy, Route
 from softdict.index.base import Allow, IndexBackend
 
 __all__ = ["INITIAL_K", "adaptive_top_k", "valid_bound"]
@@ -18,10 +18,10 @@ INITIAL_K = 64
 _GROWTH = 4
 
 
-def valid_bound(backend: IndexBackend, bound: np.ndarray) -> np.ndarray:
+def valid_bound(route: Route, bound: np.ndarray) -> np.ndarray:
     """The tail bound where it holds (exact neighbours), NaN elsewhere: an approximate index can
     miss a near key, and the bound assumes the keys found are the true best."""
-    return bound if backend.capabilities.exact else np.full(len(bound), np.nan)
+    return bound if route.exact else np.full(len(bound), np.nan)
 
 
 def _growing_k(cap: int) -> Iterator[int]:
@@ -38,7 +38,7 @@ def adaptive_top_k(
     queries: np.ndarray,
     policy: RetrievalPolicy,
     allow: Allow | None,
-    n_allowed: int,
+    route: Route,
     bound: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k per query, with k growing 4x per round (64, 256, 1024, ...) until the tail bound is
@@ -53,8 +53,8 @@ def adaptive_top_k(
     the same lists for any k up to max_k) one search at the largest k serves every round: each
     query is cut where the rounds would stop. Both give the same keys for an exact backend.
     """
-    cap = min(policy.max_k, n_allowed)
-    in_rounds = backend.capabilities.cost_grows_with_k
+    cap = min(policy.max_k, route.n_allowed)
+    in_rounds = route.capabilities.cost_grows_with_k
     m = len(queries)
     scores = np.full((m, cap), -np.inf)
     ids = np.full((m, cap), -1, dtype=np.int64)
@@ -69,7 +69,7 @@ def adaptive_top_k(
             )
         head_scores, head_ids = found_scores[:, :k], found_ids[:, :k]
         if bound is None:
-            tail = tail_mass_bound(head_scores, n_allowed, policy.temperature)
+            tail = tail_mass_bound(head_scores, route.n_allowed, policy.temperature)
         else:
             tail = bound(pending, head_scores, head_ids)
         # A padded result means the index has no more candidates to give.

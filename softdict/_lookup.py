@@ -16,7 +16,7 @@ from softdict._retrieval import (
     RetrievalPolicy,
     Selection,
     SpellingRequest,
-    columns_per_query,
+    route,
     select,
 )
 from softdict._sampling import value_stderr
@@ -63,19 +63,20 @@ def selections(
         policy = dataclasses.replace(policy, top_k=top_k)
     n_allowed = len(store) if allow is None else len(allow)
     spelling = _spelling_request(store, texts) if texts is not None else None
-    capabilities = store.backend.capabilities
-    width = columns_per_query(capabilities, policy, n_allowed, spelling is not None)
-    step = max(1, CHUNK_ENTRIES // width)
+    backend = store.backend
+    # Decided once for the whole batch: no step below asks the backend or the policy again.
+    decided = route(backend.capabilities, policy, n_allowed, spelling is not None)
+    step = max(1, CHUNK_ENTRIES // decided.columns)
     if len(prepared) <= step:  # one chunk: the whole batch as it is
         yield (
             slice(0, len(prepared)),
-            select(store.backend, prepared, policy, allow, n_allowed, spelling),
+            select(backend, prepared, policy, allow, n_allowed, spelling, decided=decided),
         )
         return
     for start in range(0, len(prepared), step):
         rows = slice(start, start + step)
         part = None if spelling is None else spelling.subset(np.arange(len(prepared))[rows])
-        yield rows, select(store.backend, prepared[rows], policy, allow, n_allowed, part)
+        yield rows, select(backend, prepared[rows], policy, allow, n_allowed, part, decided=decided)
 
 
 def spelling_terms(store: Store, texts: list[str]) -> tuple[SpellingQueries, QueryTerms] | None:

@@ -36,7 +36,7 @@ from softdict._attention import softmax, tail_mass_bound
 from softdict._config import EXACT_MAX_KEYS
 from softdict._head import adaptive_top_k, valid_bound
 from softdict._sampling import with_sampled_tail
-from softdict._selection import RetrievalPolicy, Selection
+from softdict._selection import RetrievalPolicy, Route, Selection
 from softdict.index.base import Allow, Capabilities, IndexBackend
 from softdict.spelling.fusion import (
     SPELLING_CANDIDATES,
@@ -48,9 +48,10 @@ from softdict.spelling.fusion import (
 __all__ = [
     "SPELLING_CANDIDATES",
     "RetrievalPolicy",
+    "Route",
     "Selection",
     "SpellingRequest",
-    "columns_per_query",
+    "route",
     "scans_every_key",
     "scores_every_key",
     "select",
@@ -77,17 +78,19 @@ def scans_every_key(
     return not spelled and policy.max_sample > 0 and n_allowed <= capabilities.scan_max_keys
 
 
-def columns_per_query(
+def route(
     capabilities: Capabilities, policy: RetrievalPolicy, n_allowed: int, spelled: bool
-) -> int:
-    """About how many keys a query's selection holds (what a batch's memory grows with): a
-    lookup is run in chunks of queries by it (``softdict._lookup``)."""
-    if scans_every_key(capabilities, policy, n_allowed, spelled):
-        return n_allowed
-    wanted = policy.top_k if policy.top_k is not None else policy.max_k + policy.max_sample
-    if spelled:
-        wanted += SPELLING_CANDIDATES  # the spelling candidates join the dense ones
-    return max(1, min(wanted, n_allowed))
+) -> Route:
+    """How a lookup over ``n_allowed`` keys chooses them, decided once (``Route``)."""
+    scans = scans_every_key(capabilities, policy, n_allowed, spelled)
+    if scans:
+        columns = n_allowed
+    else:
+        wanted = policy.top_k if policy.top_k is not None else policy.max_k + policy.max_sample
+        if spelled:
+            wanted += SPELLING_CANDIDATES  # the spelling candidates join the dense ones
+        columns = max(1, min(wanted, n_allowed))
+    return Route(n_allowed, capabilities, scores_every_key(capabilities, n_allowed), scans, columns)
 
 
 def select(
@@ -97,11 +100,14 @@ def select(
     allow: Allow | None,
     n_allowed: int,
     spelling: SpellingRequest | None = None,
+    *,
+    decided: Route | None = None,
 ) -> Selection:
     """Score prepared ``queries`` (m, d) and choose, per query, the keys its softmax runs over.
 
     ``allow`` limits the keys (None: every key); ``n_allowed`` is how many keys it allows.
     ``spelling`` adds the spelling channel (None: meaning alone, as before it existed).
+    ``decided``: the lookup's route, decided once for all its chunks (None: decided here).
     """
     m = len(queries)
     temperature = policy.temperature
@@ -111,12 +117,13 @@ def select(
         return Selection(
             empty, np.zeros((0, 0), np.int64), empty, np.zeros(0, int), none, none, empty
         )
-    every_key = scans_every_key(backend.capabilities, policy, n_allowed, spelling is not None)
+    way = decided or route(backend.capabilities, policy, n_allowed, spelling is not None)
+    assert way.n_allowed == n_allowed
     if spelling is not None:
-        if scores_every_key(backend.capabilities, n_allowed):
-            return every_key_with_spelling(backend, queries, policy, allow, n_allowed, spelling)
-        head = union_with_spelling(backend, queries, policy, allow, n_allowed, spelling)
-    elif every_key:
+        if way.scores_every_key:
+            return every_key_with_spelling(backend, queries, policy, allow, way, spelling)
+        head = union_with_spelling(backend, queries, policy, allow, way, spelling)
+    elif way.scans_every_key:
         scores, ids = backend.score_all(queries, allow)
         zeros = np.zeros(m)
         return Selection(
@@ -129,16 +136,16 @@ def select(
             # The tail is sampled whatever the head's bound says: one search, no rounds.
             scores, ids = backend.search(queries, min(policy.max_k, n_allowed), allow)
         else:
-            scores, ids = adaptive_top_k(backend, queries, policy, allow, n_allowed)
+            scores, ids = adaptive_top_k(backend, queries, policy, allow, way)
         head = Selection(
             scores,
             ids,
             softmax(scores, temperature),
             (ids >= 0).sum(axis=1),
             np.full(m, np.nan),
-            valid_bound(backend, tail_mass_bound(scores, n_allowed, temperature)),
+            valid_bound(way, tail_mass_bound(scores, n_allowed, temperature)),
             scores,
         )
     if policy.top_k is not None or policy.max_sample == 0:
         return head
-    return with_sampled_tail(backend, queries, head, policy, allow, n_allowed, spelling)
+    return with_sampled_tail(backend, queries, head, policy, allow, way, spelling)

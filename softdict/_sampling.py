@@ -38,7 +38,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from softdict._selection import RetrievalPolicy, Selection
+from softdict._selection import RetrievalPolicy, Route, Selection
 from softdict.index.base import Allow, IndexBackend
 from softdict.spelling.fusion import SpellingRequest
 
@@ -145,7 +145,7 @@ def with_sampled_tail(
     head: Selection,
     policy: RetrievalPolicy,
     allow: Allow | None,
-    n_allowed: int,
+    route: Route,
     spelling: SpellingRequest | None,
 ) -> Selection:
     """``head`` (each query's keys scored exactly, best first) with a sample of the other
@@ -159,7 +159,7 @@ def with_sampled_tail(
     for i in range(len(queries)):
         found = head.ids[i] >= 0
         head_ids = head.ids[i, found]
-        if n_allowed - len(head_ids) <= policy.max_sample:
+        if route.n_allowed - len(head_ids) <= policy.max_sample:
             every = allow.ids if allow is not None else backend.ids()
             sample = _Sample(every[~np.isin(every, head_ids)], None, 0)
             scored = _score_sample(backend, queries, i, sample.ids, spelling)

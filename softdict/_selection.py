@@ -9,9 +9,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict._config import SoftDictConfig
+from softdict.index.base import Capabilities
 from softdict.spelling.combination import QueryTerms
 
-__all__ = ["RetrievalPolicy", "Selection"]
+__all__ = ["RetrievalPolicy", "Route", "Selection"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,31 @@ class RetrievalPolicy:
             config.max_sample,
             config.seed,
         )
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one lookup chooses its keys, decided once for all its queries and chunks
+    (``softdict._retrieval.route``), so no step below asks the backend or the policy again.
+
+    Attributes:
+        n_allowed: how many keys the lookup may attend to.
+        capabilities: the backend's, asked once.
+        scores_every_key: every allowed key is scored, in both channels (``scores_every_key``).
+        scans_every_key: full attention over every allowed key (``scans_every_key``).
+        columns: about how many keys a query's selection holds (a batch is chunked by it).
+    """
+
+    n_allowed: int
+    capabilities: Capabilities
+    scores_every_key: bool
+    scans_every_key: bool
+    columns: int
+
+    @property
+    def exact(self) -> bool:
+        """Whether the backend's neighbours are exact (tail bounds hold only then)."""
+        return self.capabilities.exact
 
 
 @dataclass(frozen=True)

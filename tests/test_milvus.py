@@ -33,7 +33,7 @@ from softdict import (
     StoreUnavailableError,
 )
 from softdict._cli import main
-from softdict.store.milvus import _collection, backend
+from softdict.store.milvus import _collection, _directory, backend
 from softdict.store.milvus import store as milvus_store
 
 pytestmark = pytest.mark.milvus
@@ -57,7 +57,7 @@ def vectors_where(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     """Where a small store's vectors are scored: kept in this process (the default up to
     10,000 keys), or in Milvus, as in a large store (the search, filters and limits)."""
     if request.param == "in-milvus":
-        monkeypatch.setattr(milvus_store, "EXACT_MAX_KEYS", 0)
+        monkeypatch.setattr(_directory, "EXACT_MAX_KEYS", 0)
     return request.param
 
 
@@ -306,7 +306,7 @@ def test_requests_stay_within_the_cluster_limits(
     milvus_store_location: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With the limits made tiny, every search and get keeps to them, and the answers stay."""
-    monkeypatch.setattr(milvus_store, "EXACT_MAX_KEYS", 0)  # scored in Milvus, not here
+    monkeypatch.setattr(_directory, "EXACT_MAX_KEYS", 0)  # scored in Milvus, not here
     memory, milvus = twins(milvus_store_location, top_k=20, lexical=0.0)
     expected = memory.lookup(QUERIES * 3)
     monkeypatch.setattr(backend, "MAX_TOPK", 7)

@@ -24,7 +24,7 @@ import numpy as np
 
 from softdict._attention import softmax, tail_mass_bound, top_of_scores
 from softdict._head import INITIAL_K, adaptive_top_k, valid_bound
-from softdict._selection import RetrievalPolicy, Selection
+from softdict._selection import RetrievalPolicy, Route, Selection
 from softdict.index.base import Allow, IndexBackend
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import EVIDENCE
@@ -84,7 +84,7 @@ def every_key_with_spelling(
     queries: np.ndarray,
     policy: RetrievalPolicy,
     allow: Allow | None,
-    n_allowed: int,
+    route: Route,
     spelling: SpellingRequest,
 ) -> Selection:
     """Both channels over every allowed key, spelling scored where it can matter
@@ -102,7 +102,7 @@ def every_key_with_spelling(
             combined, ids, weights, np.full(m, len(ids)), zeros, zeros, meaning, similarity,
             spelling.terms, weight_error=error,
         )  # fmt: skip
-    best, columns = top_of_scores(combined, min(policy.top_k, n_allowed))
+    best, columns = top_of_scores(combined, min(policy.top_k, route.n_allowed))
     found = columns >= 0
     safe = np.where(found, columns, 0)
 
@@ -115,7 +115,7 @@ def every_key_with_spelling(
         softmax(best, temperature),
         found.sum(axis=1),
         np.full(m, np.nan),
-        tail_mass_bound(best, n_allowed, temperature),
+        tail_mass_bound(best, route.n_allowed, temperature),
         gather(meaning, -np.inf),
         gather(similarity, np.nan),
         spelling.terms,
@@ -241,7 +241,7 @@ def union_with_spelling(
     queries: np.ndarray,
     policy: RetrievalPolicy,
     allow: Allow | None,
-    n_allowed: int,
+    route: Route,
     spelling: SpellingRequest,
 ) -> Selection:
     """The union of dense and spelling candidates, ranked by the combined score (module
@@ -252,7 +252,7 @@ def union_with_spelling(
         backend,
         queries,
         allow,
-        min(n_allowed, max(policy.top_k or 0, SPELLING_CANDIDATES)),
+        min(route.n_allowed, max(policy.top_k or 0, SPELLING_CANDIDATES)),
         spelling,
     )
     every = np.arange(m)
@@ -261,14 +261,14 @@ def union_with_spelling(
         # Judged without spelling each round's dense keys (a third of a lookup's time at 10^6
         # keys if it did): a bound at least as large as the exact one, so rounds stop no sooner.
         combined, _, _, _, ceiling = _merge(scores, ids, lexical, spelling, rows, exact=False)
-        return tail_mass_bound(combined, n_allowed, temperature, ceiling)
+        return tail_mass_bound(combined, route.n_allowed, temperature, ceiling)
 
     if policy.top_k is not None:
-        dense_k = min(max(policy.top_k, INITIAL_K), n_allowed)
+        dense_k = min(max(policy.top_k, INITIAL_K), route.n_allowed)
         dense_scores, dense_ids = backend.search(queries, dense_k, allow)
     else:
         dense_scores, dense_ids = adaptive_top_k(
-            backend, queries, policy, allow, n_allowed, round_bound
+            backend, queries, policy, allow, route, round_bound
         )
     combined, ids, meaning, similarity, ceiling = _merge(
         dense_scores, dense_ids, lexical, spelling, every
@@ -284,7 +284,7 @@ def union_with_spelling(
         softmax(combined, temperature),
         (ids >= 0).sum(axis=1),
         np.full(m, np.nan),
-        valid_bound(backend, tail_mass_bound(combined, n_allowed, temperature, ceiling)),
+        valid_bound(route, tail_mass_bound(combined, route.n_allowed, temperature, ceiling)),
         meaning,
         similarity,
         spelling.terms,
