@@ -19,7 +19,7 @@ cannot fail on bad input. Commit a staged write in the same critical section as 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -243,6 +243,36 @@ class Store(ABC):
                 f"least one key to attend to"
             )
         return Allow.of(ids)
+
+    def _split_write(
+        self,
+        keys: list[str],
+        held: Container[str],
+        vectors: Mapping[str, np.ndarray] | None,
+        replace_vectors: bool,
+    ) -> tuple[list[str], list[str], list[str]]:
+        """A write's keys, for ``stage``: the fresh ones (not ``held``, or every one with
+        ``replace_vectors``: they get a new id and vector), the kept ones (their vector stays),
+        and the fresh ones ``vectors`` has no vector for (to encode, then stage again)."""
+        if replace_vectors:
+            fresh, kept = list(keys), []
+        else:
+            fresh = [key for key in keys if key not in held]
+            kept = [key for key in keys if key in held]
+        given = vectors or {}
+        return fresh, kept, [key for key in fresh if key not in given]
+
+    def _checked_key_vectors(
+        self,
+        fresh: list[str],
+        vectors: Mapping[str, np.ndarray],
+        projection_shape: tuple[int, ...] | None,
+    ) -> np.ndarray:
+        """The fresh keys' raw vectors as float32 (n, d), checked like any embeddings, and
+        against a query projection the store keeps (``check_projection_fits``)."""
+        raw = self.checked_embeddings(np.stack([vectors[key] for key in fresh]), "key embeddings")
+        check_projection_fits(projection_shape, raw.shape[1])
+        return raw
 
     @abstractmethod
     def _ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:

@@ -28,7 +28,6 @@ from softdict.store.base import (
     Store,
     StoreState,
     check_inferred_kind,
-    check_projection_fits,
     dump_files,
     write_column,
 )
@@ -130,30 +129,23 @@ class MemoryStore(Store):
         replace_vectors: bool = False,
     ) -> StagedWrite:
         column = write_column(self._column, self._fixed_kind, items)
-        if replace_vectors:
-            fresh, kept = list(items), []
-        else:
-            fresh = [key for key in items if key not in self._slot_of]
-            kept = [key for key in items if key in self._slot_of]
+        fresh, kept, missing = self._split_write(
+            list(items), self._slot_of, vectors, replace_vectors
+        )
         staged_fresh = column.stage([items[key] for key in fresh], fresh)
         staged_kept = column.stage([items[key] for key in kept], kept)
         check_inferred_kind(
             column, self._fixed_kind, ((key, items[key]) for key in (*fresh, *kept))
         )
-        vectors = vectors or {}
-        missing = [key for key in fresh if key not in vectors]
         details: dict[str, Any] = {
             "column": column,
             "staged_fresh": staged_fresh,
             "staged_kept": staged_kept,
         }
         if fresh and not missing:
-            raw = self.checked_embeddings(
-                np.stack([vectors[key] for key in fresh]), "key embeddings"
-            )
-            check_projection_fits(
-                None if self._projection is None else self._projection.shape, raw.shape[1]
-            )
+            assert vectors is not None
+            projection = None if self._projection is None else self._projection.shape
+            raw = self._checked_key_vectors(fresh, vectors, projection)
             details["prepared"] = self._config.similarity.prepare_keys(raw)
             if self._backend is None:
                 # May raise ConfigError (a factory string that does not fit d): nothing changed.

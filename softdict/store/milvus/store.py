@@ -59,7 +59,6 @@ from softdict.store.base import (
     Store,
     StoreState,
     check_inferred_kind,
-    check_projection_fits,
     copy_into,
     write_column,
 )
@@ -397,22 +396,13 @@ class MilvusStore(Store):
         staged = column.stage([items[key] for key in keys], keys)
         check_inferred_kind(column, fixed_kind, items.items())
         found, free = self._found(keys, ["order"], writing=True)
-        if replace_vectors:
-            fresh, kept = keys, []
-        else:
-            fresh = [key for key in keys if key not in found]
-            kept = [key for key in keys if key in found]
-        vectors = vectors or {}
-        missing = [key for key in fresh if key not in vectors]
+        fresh, kept, missing = self._split_write(keys, found, vectors, replace_vectors)
         details: dict[str, Any] = {"found": found, "free": free}
         if fresh and not missing:
-            raw = self.checked_embeddings(
-                np.stack([vectors[key] for key in fresh]), "key embeddings"
-            )
+            assert vectors is not None
             projection = self._manifest.projection
-            check_projection_fits(
-                None if projection is None else tuple(projection["shape"]), raw.shape[1]
-            )
+            shape = None if projection is None else tuple(projection["shape"])
+            raw = self._checked_key_vectors(fresh, vectors, shape)
             details["prepared"] = dict(
                 zip(fresh, self._manifest.config.similarity.prepare_keys(raw))
             )
