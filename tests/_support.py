@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
-import itertools
 import re
 import unicodedata
 
@@ -89,6 +89,8 @@ def same_value(a: object, b: object) -> bool:
 # -- the spelling similarity, naively (softdict.spelling.scores) ------------------------------
 
 
+# Cached: the large-store tests ask for the forms of the same 12,000 keys for every query.
+@functools.lru_cache(maxsize=1 << 16)
 def naive_form(text: str) -> str:
     bare = "".join(
         ch for ch in unicodedata.normalize("NFKD", text) if not unicodedata.combining(ch)
@@ -176,11 +178,8 @@ def naive_combined(
     knots = LEARNED_1.knots
     factor = max(0.0, 1.0 + float(a @ x[[1, 2, 3, 5]]))
     offset = float(np.array(LEARNED_1.offset) @ x)
-    scores = []
-    for key, cos, s in zip(keys, cosine, spelled):
-        ramps = np.array(
-            [min(1.0, max(0.0, (s - lo) / (hi - lo))) for lo, hi in itertools.pairwise(knots)]
-        )
-        marks = np.array(naive_marks(query, key))
-        scores.append(cos * factor + offset + ramps @ (b @ x) + marks @ (c @ x))
-    return np.array(scores)
+    # Each ramp of each key's spelling similarity, then each key's marks, pair by pair.
+    lows, highs = np.array(knots[:-1]), np.array(knots[1:])
+    ramps = np.clip((np.asarray(spelled)[:, None] - lows) / (highs - lows), 0.0, 1.0)
+    marks = np.array([naive_marks(query, key) for key in keys]).reshape(len(keys), len(c))
+    return np.asarray(cosine) * factor + offset + ramps @ (b @ x) + marks @ (c @ x)
