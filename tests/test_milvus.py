@@ -33,8 +33,7 @@ from softdict import (
     StoreUnavailableError,
 )
 from softdict._cli import main
-from softdict.store.milvus import _collection, _directory, backend
-from softdict.store.milvus import store as milvus_store
+from softdict.store.milvus import _collection, _directory, _ids, backend
 
 pytestmark = pytest.mark.milvus
 
@@ -267,10 +266,8 @@ def test_a_hash_collision_is_refused_and_changes_nothing(
         store=milvus_store_location,
         collection=fresh_collection(),
     )
-    real = milvus_store.key_id
-    monkeypatch.setattr(
-        milvus_store, "key_id", lambda key: real("apple") if key == "pear" else real(key)
-    )
+    real = _ids.key_id
+    monkeypatch.setattr(_ids, "key_id", lambda key: real("apple") if key == "pear" else real(key))
     with pytest.raises(InvalidValueError, match="same id"):
         sd.update({"plum": 3.0, "pear": 2.0})
     assert dict(sd) == {"apple": 1.0} and "pear" not in sd

@@ -2,7 +2,7 @@
 
 ``KeyRows`` is the store itself, one row per key::
 
-    id      INT64 primary key   softdict's id of the key (``store.key_id``: from the key's text)
+    id      INT64 primary key   softdict's id of the key (``_ids.key_id``: from the key's text)
     key     VARCHAR             the key
     order   INT64               when the key was first inserted: iteration order
     value   JSON                {"v": the value}

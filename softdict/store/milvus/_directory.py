@@ -4,12 +4,14 @@ given as predicates, iteration). In a store of at most ``EXACT_MAX_KEYS`` keys, 
 lookup scores every key and blends every value, it holds their values and vectors too.
 
 A directory is reused only while every writer's counter (``_metadata.StoreMetadata.writers``) is
-as it was when it was read; one lookup checks that once, through its ``View``.
+as it was when it was read; one lookup checks that once, through its ``View`` (``KeyDirectory``
+keeps both).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +20,10 @@ import numpy as np
 from softdict._config import EXACT_MAX_KEYS
 from softdict.spelling import SpellingIndex
 from softdict.store.milvus._collection import KeyRows
+from softdict.store.milvus._metadata import StoreMetadata
 from softdict.values.base import ValueColumn
 
-__all__ = ["Directory", "View", "read_directory"]
+__all__ = ["Directory", "KeyDirectory", "View", "read_directory"]
 
 
 @dataclass
@@ -101,3 +104,77 @@ def read_directory(
         directory.column = column_of([values[i] for i in by_id.tolist()], keys)
         directory.vectors = np.asarray(vectors, dtype=np.float32).reshape(len(ids), -1)[by_id]
     return directory
+
+
+class KeyDirectory:
+    """This process's directory of a store's keys, and the view the lookup in progress reads.
+
+    Args:
+        metadata: the store's metadata rows (the writers' counters).
+        rows: the store's key collection now (None while it has none).
+        column_of: makes a value column of values and keys.
+    """
+
+    def __init__(
+        self,
+        metadata: StoreMetadata,
+        rows: Callable[[], KeyRows | None],
+        column_of: Callable[[list[object], list[str]], ValueColumn[Any]],
+    ) -> None:
+        self._metadata = metadata
+        self._rows = rows
+        self._column_of = column_of
+        self._cached: Directory | None = None
+        self._view: View | None = None
+
+    @property
+    def cached(self) -> Directory | None:
+        """The directory last read, current or not (None: none, or the store changed here)."""
+        return self._cached
+
+    def forget(self) -> None:
+        """This process wrote: the directory is stale."""
+        self._cached = None
+
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        """One lookup reads one view: the directory is checked against the writers' counters
+        once (not at every call), and the count is taken once."""
+        if self._view is not None:
+            yield
+            return
+        self._view = View()
+        try:
+            yield
+        finally:
+            self._view = None
+
+    def current(self) -> Directory:
+        """The directory as of now: the cached one while no writer's counter moved, else read
+        again; within a lookup, the one its view checked."""
+        view = self._view
+        if view is not None and view.directory is not None:
+            return view.directory
+        generation = self._metadata.writers()
+        directory = self._cached
+        if directory is None or directory.generation != generation:
+            directory = read_directory(self._rows(), generation, self._column_of)
+            self._cached = directory
+        if view is not None:
+            view.directory = directory
+        return directory
+
+    def count(self, count_rows: Callable[[], int]) -> int:
+        """How many keys the store holds: within a lookup, taken once (from the directory of a
+        small store, which one request checks and which then serves the lookup)."""
+        view = self._view
+        if view is None:
+            return count_rows()
+        small = self._cached is not None and self._cached.vectors is not None
+        if view.directory is None and small:
+            self.current()
+        if view.directory is not None:
+            return len(view.directory.ids)
+        if view.count is None:
+            view.count = count_rows()
+        return view.count

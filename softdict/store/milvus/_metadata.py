@@ -61,12 +61,60 @@ class Manifest(BaseModel):
 
 
 class StoreMetadata:
-    """The metadata rows of the store in ``collection`` at ``location``."""
+    """The metadata rows of the store in ``collection`` at ``location``, this process's copy of
+    its manifest (``manifest``: set by ``open`` or ``create``), and its writer's counter."""
 
-    def __init__(self, rows: MetaRows, location: str, collection: str) -> None:
+    manifest: Manifest
+
+    def __init__(self, rows: MetaRows, location: str, collection: str, writer: str) -> None:
         self.rows = rows
         self._location = location
         self._collection = collection
+        self._writer = writer
+        self._writes = 0
+
+    def open(self) -> Manifest:
+        """This process's copy of the stored manifest (the store exists)."""
+        self.rows.check_schema(self._collection)
+        self.manifest = self.read_manifest()
+        return self.manifest
+
+    def create(self, config: SoftDictConfig) -> None:
+        """Make the metadata collection of a new store, and its manifest."""
+        self.manifest = Manifest(format=FORMAT_NAME, format_version=FORMAT_VERSION, config=config)
+        self.rows.create()
+        self.write_manifest(self.manifest)
+
+    def update(self, **changes: Any) -> None:
+        """Write ``changes`` into the stored manifest, read again first, so that what other
+        processes wrote since this one opened the store stays; this copy becomes it."""
+        manifest = self.read_manifest().model_copy(update=changes)
+        self.write_manifest(manifest)
+        self.manifest = manifest
+
+    def refresh_shape(self) -> None:
+        """Another process may have made the key collection (dim, kind) or cleared it, or
+        recorded the encoder: this copy takes those from the stored manifest."""
+        stored = self.read_manifest()
+        shape = {name: getattr(stored, name) for name in ("dim", "value_kind", "exemplar")}
+        self.manifest = self.manifest.model_copy(update={**shape, "encoder": stored.encoder})
+
+    def update_config(self, before: SoftDictConfig, after: SoftDictConfig) -> None:
+        """Write the options that changed from ``before`` to ``after`` into the stored config;
+        the others stay as stored (this process may use its own, ``adopted_config``)."""
+        if any(getattr(after, name) != getattr(before, name) for name in FIXED_OPTIONS):
+            raise ValueError("index, value_kind and similarity are fixed when a store is made")
+        changes = {
+            name: getattr(after, name)
+            for name in SoftDictConfig.model_fields
+            if getattr(after, name) != getattr(before, name)
+        }
+        self.update(config=self.read_manifest().config.replace(**changes))
+
+    def count_write(self) -> None:
+        """Raise this process's writer counter: other processes' directories see a change."""
+        self._writes += 1
+        self.rows.write({self._writer: str(self._writes)})
 
     def read_manifest(self) -> Manifest:
         """The stored manifest, checked; a format 1 store's config reads as the hand-set rule."""
@@ -124,10 +172,6 @@ class StoreMetadata:
     def writers(self) -> dict[str, str]:
         """Every writer's counter: equal between two reads only if no write came between."""
         return self.rows.read_prefix(_WRITER)
-
-    def count_write(self, writer: str, writes: int) -> None:
-        """Raise this process's counter (``writer``, from ``new_writer``) to ``writes``."""
-        self.rows.write({writer: str(writes)})
 
 
 def new_writer(uuid_hex: str) -> str:
