@@ -53,7 +53,7 @@ def test_lookups_never_see_half_a_write(index: str) -> None:
             i += 1
 
     def read() -> None:
-        for n in range(150):
+        for n in range(60):
             value = sd.lookup("main key 3", mask=MAIN)
             seen.append(value)
             assert abs(value - round(value)) < 1e-9, f"torn read: {value}"
