@@ -13,7 +13,15 @@ import numpy as np
 
 from softdict._similarity import Similarity
 
-__all__ = ["attention", "blend", "softmax", "tail_mass_bound", "top_of_scores"]
+__all__ = [
+    "attention",
+    "blend",
+    "mass_interval",
+    "softmax",
+    "tail_mass_bound",
+    "top_of_scores",
+    "weight_error_bound",
+]
 
 # Below this, exp underflows to 0 in float64 (its smallest subnormal is e^-745.13).
 _EXP_UNDERFLOW = -745.2
@@ -114,3 +122,43 @@ def top_of_scores(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         columns = np.pad(columns, ((0, 0), (0, k - take)), constant_values=-1)
         best = np.pad(best, ((0, 0), (0, k - take)), constant_values=-np.inf)
     return best, columns
+
+
+def weight_error_bound(weights: np.ndarray, spread: np.ndarray) -> np.ndarray:
+    """Upper bound on the total variation between ``weights`` (m, n), a softmax of scores each
+    known within ± ``spread``·T (m, n; a bound on each log-weight's error), and the softmax of
+    the true scores, per query.
+
+    Each true weight is w_i·e^(a_i)/Σ_j w_j·e^(a_j) for some |a_i| <= spread_i, so it is at
+    least w_i·e^(-spread_i)/Σ_j w_j·e^(spread_j), and the total variation,
+    1 − Σ_i min(w_i, w*_i), is at most 1 − Σ_i w_i·e^(-spread_i) / Σ_j w_j·e^(spread_j)."""
+    down, up = _perturbed(weights, spread)
+    low, high = down.sum(axis=-1), up.sum(axis=-1)
+    with np.errstate(invalid="ignore"):
+        return np.clip(np.nan_to_num(1.0 - low / high, nan=1.0), 0.0, 1.0)
+
+
+def mass_interval(weights: np.ndarray, spread: np.ndarray, inside: np.ndarray) -> np.ndarray:
+    """(m, 2): where the true mass of the keys marked ``inside`` (m, n) lies, for ``weights``
+    (m, n) whose log-weights are each known within ± ``spread`` (``weight_error_bound``).
+
+    The mass M/(M + O) of the inside keys (unnormalised masses M, O) grows with M and falls with
+    O, so it is lowest with every inside score at its lowest and every other at its highest."""
+    down, up = _perturbed(weights, spread)
+    inner_low = np.where(inside, down, 0.0).sum(axis=-1)
+    inner_high = np.where(inside, up, 0.0).sum(axis=-1)
+    outer_low = np.where(inside, 0.0, down).sum(axis=-1)
+    outer_high = np.where(inside, 0.0, up).sum(axis=-1)
+    with np.errstate(invalid="ignore"):
+        low = np.nan_to_num(inner_low / (inner_low + outer_high), nan=0.0)
+        high = np.nan_to_num(inner_high / (inner_high + outer_low), nan=1.0)
+    return np.clip(np.stack([low, high], axis=-1), 0.0, 1.0)
+
+
+def _perturbed(weights: np.ndarray, spread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``weights`` times e^(-spread) and e^(spread): each at its true score's lowest and
+    highest. A weight of 0 stays 0; the exponent is capped so that no product overflows (a
+    bound that large says nothing anyway)."""
+    e = np.minimum(np.asarray(spread, dtype=np.float64), 700.0)
+    held = np.asarray(weights, dtype=np.float64)
+    return held * np.exp(-e), np.where(held > 0, held * np.exp(e), 0.0)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from softdict._attention import mass_interval
 from softdict._config import EXACT_MAX_KEYS
 from softdict._errors import NoMatchError
 from softdict._results import Attention
@@ -251,9 +252,9 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
         keys = store.keys_of(ids[found]) if listed is None else store.keys_of(ids[found][order])
         key_order = order.tolist() if listed is None else range(len(order))
         tail_mass, interval, bound = chosen.tail_mass[i], intervals[i], chosen.tail_bound[i]
-        if listed is not None:  # exact: the mass of the keys not listed
-            tail_mass = bound = max(0.0, 1.0 - float(weights[order].sum()))
-            interval = np.array([tail_mass, tail_mass])
+        if listed is not None:  # the mass of the keys not listed
+            tail_mass, interval = _unlisted_mass(chosen, i, found, order)
+            bound = interval[1]
         spelling = None if chosen.spelling is None else chosen.spelling[i, found][order]
         results.append(
             Attention(
@@ -281,6 +282,22 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
             )
         )
     return results
+
+
+def _unlisted_mass(
+    chosen: Selection, i: int, found: np.ndarray, order: np.ndarray
+) -> tuple[float, np.ndarray]:
+    """Query ``i``'s mass outside the listed columns (``order`` of the ``found`` ones) of a
+    selection of every key, and the interval it surely lies in: the mass itself where every
+    score is exact, else from the scores' error bounds (``softdict._compressed``)."""
+    weights = chosen.weights[i]
+    listed = np.zeros(len(weights), dtype=bool)
+    listed[np.flatnonzero(found)[order]] = True
+    mass = max(0.0, 1.0 - float(weights[listed].sum()))
+    if chosen.log_weight_error is None:
+        return mass, np.array([mass, mass])
+    inside = mass_interval(weights[None], chosen.log_weight_error[i][None], listed[None])[0]
+    return mass, 1.0 - inside[::-1]
 
 
 def _marks(store: Store, query: SpellingQueries, ids: np.ndarray) -> tuple[tuple[str, ...], ...]:

@@ -7,7 +7,10 @@ Three cases, decided per call:
   the backend is exact, or, for an estimated attention (``max_sample`` > 0) without the
   spelling channel, while a scan of every allowed key is cheaper than the estimate
   (``Capabilities.scan_max_keys``: any size on an exact index, 150,000 keys on HNSW). Exact;
-  ``tail_mass`` is 0.
+  ``tail_mass`` is 0. Past ``EXACT_MAX_KEYS`` on a backend that keeps compressed scores
+  (``Capabilities.approximate_scores``: ``index="compressed"``, ``"auto"`` up to
+  ``COMPRESSED_MAX_KEYS``), that scan reads every key's codes instead of its vector, and the
+  keys that weigh most are scored exactly (``softdict._compressed``), within a stated bound.
 * top-k attention: ``top_k=k``, the softmax over the k best keys and nothing else.
 * estimated full attention: otherwise. The head is the ``max_k`` best keys, found by one search,
   and a sample of the other allowed keys stands for the rest (``with_sampled_tail``,
@@ -33,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from softdict._attention import softmax, tail_mass_bound
+from softdict._compressed import from_compressed_scores
 from softdict._config import EXACT_MAX_KEYS
 from softdict._head import adaptive_top_k, valid_bound
 from softdict._sampling import with_sampled_tail
@@ -78,11 +82,25 @@ def scans_every_key(
     return not spelled and policy.max_sample > 0 and n_allowed <= capabilities.scan_max_keys
 
 
+def reads_compressed_scores(
+    capabilities: Capabilities, policy: RetrievalPolicy, n_allowed: int, spelled: bool
+) -> bool:
+    """Whether this lookup's full attention reads every allowed key's compressed score
+    (``softdict._compressed``) rather than scanning their vectors: where ``scans_every_key``
+    would scan past the exact path, on a backend that keeps them."""
+    return (
+        capabilities.approximate_scores
+        and scans_every_key(capabilities, policy, n_allowed, spelled)
+        and not scores_every_key(capabilities, n_allowed)
+    )
+
+
 def route(
     capabilities: Capabilities, policy: RetrievalPolicy, n_allowed: int, spelled: bool
 ) -> Route:
     """How a lookup over ``n_allowed`` keys chooses them, decided once (``Route``)."""
     scans = scans_every_key(capabilities, policy, n_allowed, spelled)
+    compressed = reads_compressed_scores(capabilities, policy, n_allowed, spelled)
     if scans:
         columns = n_allowed
     else:
@@ -90,7 +108,14 @@ def route(
         if spelled:
             wanted += SPELLING_CANDIDATES  # the spelling candidates join the dense ones
         columns = max(1, min(wanted, n_allowed))
-    return Route(n_allowed, capabilities, scores_every_key(capabilities, n_allowed), scans, columns)
+    return Route(
+        n_allowed,
+        capabilities,
+        scores_every_key(capabilities, n_allowed),
+        scans and not compressed,
+        columns,
+        compressed,
+    )
 
 
 def select(
@@ -123,6 +148,8 @@ def select(
         if way.scores_every_key:
             return every_key_with_spelling(backend, queries, policy, allow, way, spelling)
         head = union_with_spelling(backend, queries, policy, allow, way, spelling)
+    elif way.compressed:
+        return from_compressed_scores(backend, queries, policy, allow)
     elif way.scans_every_key:
         scores, ids = backend.score_all(queries, allow)
         zeros = np.zeros(m)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from softdict._attention import mass_interval
 from softdict._config import SoftDictConfig
 from softdict.index.base import Capabilities
 from softdict.spelling.combination import QueryTerms
@@ -55,6 +56,8 @@ class Route:
         scores_every_key: every allowed key is scored, in both channels (``scores_every_key``).
         scans_every_key: full attention over every allowed key (``scans_every_key``).
         columns: about how many keys a query's selection holds (a batch is chunked by it).
+        compressed: full attention from every allowed key's compressed score
+            (``softdict._compressed``), in place of the scan.
     """
 
     n_allowed: int
@@ -62,6 +65,7 @@ class Route:
     scores_every_key: bool
     scans_every_key: bool
     columns: int
+    compressed: bool = False
 
     @property
     def exact(self) -> bool:
@@ -99,7 +103,12 @@ class Selection:
             head were dropped; ``softdict._sampling``); 0 where the rest was scored whole.
         weight_error: (m,) a bound on the total variation between ``weights`` and those of
             every key's exact combined score, from spelling left unscored
-            (``spelling.bounded``); None where every score is exact.
+            (``spelling.bounded``) or meaning read from compressed codes (``_compressed``);
+            None where every score is exact.
+        log_weight_error: (m, c) a bound on the error of each column's log-weight (its score's
+            error over the temperature; 0 where scored exactly), where scores were read from
+            compressed codes (``softdict._compressed``): the tail, the columns not scored
+            exactly, then has a sure interval. None elsewhere.
     """
 
     scores: np.ndarray
@@ -117,9 +126,15 @@ class Selection:
     z: float = 1.96
     n_draws: np.ndarray | None = None
     weight_error: np.ndarray | None = None
+    log_weight_error: np.ndarray | None = None
 
     def tail_interval(self) -> np.ndarray:
-        """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]."""
+        """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]
+        (where scores were read from codes, the interval that surely holds)."""
+        if self.log_weight_error is not None:
+            exact = self.log_weight_error == 0
+            scored = mass_interval(self.weights, self.log_weight_error, exact)
+            return 1.0 - scored[:, ::-1]
         stderr = self.tail_stderr if self.tail_stderr is not None else np.zeros(len(self.k))
         low = np.clip(self.tail_mass - self.z * stderr, 0.0, 1.0)
         high = np.clip(self.tail_mass + self.z * stderr, 0.0, 1.0)

@@ -7,8 +7,11 @@ registers them under the names ``index=`` accepts. A new backend is one file plu
 ========== ================================================= ==================================
 index=     backend                                           file
 ========== ================================================= ==================================
-"auto"     exact numpy up to 10,000 keys, then HNSW-Flat     ``growing`` (``exact``, ``hnsw``)
+"auto"     exact numpy up to 10,000 keys, then with 4-bit    ``growing`` (``compressed``,
+           codes up to 150,000, then HNSW-Flat               ``hnsw``)
 "flat"     exact numpy                                       ``exact``
+"compressed" exact numpy and 4-bit codes of every key        ``compressed``
+"compressed_8bit" exact numpy and 8-bit codes                ``compressed``
 "hnsw"     FAISS IndexHNSWFlat                               ``hnsw``
 "ivf"      FAISS IndexIVFFlat (exact until 2,000 keys)       ``growing``, ``ivf``
 "ivf_sq8"  FAISS IndexIVFScalarQuantizer, 8 bits a dimension ``growing``, ``ivf``
@@ -24,6 +27,7 @@ from softdict._errors import ConfigError
 from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric, metric_scores
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
+from softdict.index.compressed import COMPRESSED_MAX_KEYS, CompressedBackend
 from softdict.index.exact import ExactBackend
 from softdict.index.factory import FactoryBackend, parse_error
 from softdict.index.growing import GrowingBackend
@@ -82,15 +86,23 @@ register_backend(
         dim,
         metric,
         lambda: HNSWBackend(dim, metric),
-        EXACT_MAX_KEYS + 1,
+        COMPRESSED_MAX_KEYS + 1,
         name="auto",
         large_kind="hnsw",
         # "auto" built IVF indexes until its recall on real text was measured (0.62 at k=1024).
         earlier_large=lambda: IVFBackend(dim, metric),
+        # Codes once the store passes the exact path, where full attention starts to read them.
+        make_small=lambda: CompressedBackend(dim, metric, codes_from=EXACT_MAX_KEYS),
     ),
     description="auto: exact",
 )
 register_backend("flat", lambda dim, metric: ExactBackend(dim, metric, name="flat"))
+register_backend("compressed", CompressedBackend, description="compressed")
+register_backend(
+    "compressed_8bit",
+    lambda dim, metric: CompressedBackend(dim, metric, bits=8, name="compressed_8bit"),
+    description="compressed_8bit",
+)
 register_backend("hnsw", HNSWBackend, description="hnsw (M=32, efSearch=128)")
 for _encoding in ("Flat", "SQ8"):
     _spec = _ivf(_encoding)

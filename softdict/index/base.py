@@ -70,12 +70,16 @@ class Capabilities:
         scan_max_keys: up to this many allowed keys, ``score_all`` (a scan of every key) is
             cheaper than an estimated attention's head search and sample, so full attention is
             computed exactly (0: ``score_all`` is not offered, or never cheaper).
+        approximate_scores: ``score_approximately`` gives every key's compressed score with a
+            bound on its error (``softdict.index.compressed``), and full attention over a large
+            store is computed from them (``softdict._compressed``).
     """
 
     exact: bool
     cost_grows_with_k: bool = False
     returns_vectors: bool = True
     scan_max_keys: int = 0
+    approximate_scores: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,6 +177,14 @@ class IndexBackend(ABC):
         ids = self.sample(count, rng, allow)
         n = len(allow) if allow is not None else len(self)
         return ids, np.full(len(ids), 1.0 / max(n, 1))
+
+    def score_approximately(
+        self, queries: np.ndarray, allow: Allow | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Every held (and allowed) key's approximate score for prepared ``queries`` (m, dim),
+        float64 (m, c), their ids (c,), increasing, and a bound (m, c) on each score's error.
+        Only where ``capabilities.approximate_scores``."""
+        raise NotImplementedError(f"{self.describe()} keeps no compressed scores")
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         """The prepared vectors of held ``ids`` (approximations for compressed indexes).

@@ -66,6 +66,10 @@ class ExactBackend(RowsBackend):
         return Capabilities(exact=True, scan_max_keys=SCAN_ANY_SIZE)
 
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        self._append(ids, vectors)
+
+    def _append(self, ids: np.ndarray, vectors: np.ndarray) -> None:
+        """Store ``vectors`` under ``ids`` in new rows (what ``add`` and ``restore`` share)."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         self._rows.append(ids)
         self._vectors.append(vectors)
@@ -75,11 +79,14 @@ class ExactBackend(RowsBackend):
     def remove(self, ids: np.ndarray) -> None:
         self._rows.remove(ids)
         if self._rows.needs_compaction:
-            live = self._rows.live_rows()
-            self._rows.keep(live)
-            self._vectors.keep(live)
-            if self.metric is Metric.L2:
-                self._sq_norms.keep(live)
+            self._keep(self._rows.live_rows())
+
+    def _keep(self, rows: np.ndarray) -> None:
+        """Keep only ``rows`` (increasing), renumbered from 0: compaction."""
+        self._rows.keep(rows)
+        self._vectors.keep(rows)
+        if self.metric is Metric.L2:
+            self._sq_norms.keep(rows)
 
     def score_all(
         self, queries: np.ndarray, allow: Allow | None = None
@@ -120,4 +127,4 @@ class ExactBackend(RowsBackend):
         if not increasing_ids(ids):
             raise files.error("embedding_ids.npy", "holds ids that are negative or not increasing")
         vectors = files.finite_npy("embeddings.npy", np.float32, (len(ids), self.dim))
-        self.add(ids, vectors)
+        self._append(ids, vectors)

@@ -1,0 +1,71 @@
+"""Full attention over a large store from compressed scores: every allowed key's score read
+from its codes (``softdict.index.compressed``), the keys that weigh most rescored exactly, and a
+bound on what the others' errors can change.
+
+For one query, every allowed key i gets a compressed score s̃_i with |s_i − s̃_i| <= e_i (the
+codes' bound). The head, the keys whose s̃ is within ``HEAD_MARGIN`` of the best (at most
+``max_k`` of them), is scored exactly; the softmax then runs over exact scores in the head and
+compressed ones elsewhere, and every key's value is blended. Each log-weight outside the head is
+then known within ± e_i/T, which bounds:
+
+* the total variation between these weights and exact attention's
+  (``_attention.weight_error_bound``; ``Attention.weight_error``), and with it the value's error
+  (for numbers, at most that times the range of the values);
+* the mass of the keys outside any listed set (``_attention.mass_interval``): the
+  ``tail_interval`` a lookup reports holds surely, not at a confidence.
+
+The bound is a worst case over the codes' rounding (on real text about 25 times the typical
+error), so it is loose beside the error measured (``benchmarks/real_scale.py``), but it always
+holds: nothing here is sampled.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from softdict._attention import softmax, weight_error_bound
+from softdict._selection import RetrievalPolicy, Selection
+from softdict.index.base import Allow, IndexBackend
+
+__all__ = ["HEAD_MARGIN", "from_compressed_scores"]
+
+# Keys whose compressed score is within this of the best are scored exactly (at T = 0.05 a key
+# this far below the best weighs e^-2 of it). Chosen on benchmarks/real_scale.py.
+HEAD_MARGIN = 0.1
+
+
+def from_compressed_scores(
+    backend: IndexBackend, queries: np.ndarray, policy: RetrievalPolicy, allow: Allow | None
+) -> Selection:
+    """Full attention over every allowed key from compressed scores (module docstring)."""
+    scores, ids, errors = backend.score_approximately(queries, allow)
+    m = len(queries)
+    head_sizes = np.zeros(m, dtype=np.int64)
+    for i in range(m):
+        head = _head(scores[i], policy.max_k)
+        scores[i, head] = backend.score_ids(queries[i : i + 1], ids[head])[0]
+        errors[i, head] = 0.0
+        head_sizes[i] = len(head)
+    weights = softmax(scores, policy.temperature)
+    spread = errors / policy.temperature
+    tail = np.where(errors > 0, weights, 0.0).sum(axis=1)
+    return Selection(
+        scores,
+        ids,
+        weights,
+        head_sizes,
+        tail,
+        np.full(m, np.nan),  # no bound from the head's scores alone: the head is not certified
+        scores,
+        weight_error=weight_error_bound(weights, spread),
+        log_weight_error=spread,
+    )
+
+
+def _head(scores: np.ndarray, max_k: int) -> np.ndarray:
+    """The columns of the keys within ``HEAD_MARGIN`` of the best, at most ``max_k`` of them
+    (the best)."""
+    head = np.flatnonzero(scores >= scores.max() - HEAD_MARGIN)
+    if len(head) > max_k:
+        head = head[np.argpartition(-scores[head], max_k - 1)[:max_k]]
+    return head

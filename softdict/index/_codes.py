@@ -1,0 +1,308 @@
+"""Compressed scores of every key: key vectors kept as 4-bit (or 8-bit) codes, scored for a
+batch of queries by one ONNX Runtime quantised matrix product, with a bound on every score's
+error.
+
+Why: exact attention over a large store is memory-bound, it reads 4·d bytes a key for every
+query. Codes of 4 bits a component read about an eighth of that: over 10^5 real keys the scan
+took about a seventh of exact numpy's time (issue 29's study; ``benchmarks/real_scale.py``).
+
+The codes are MatMulNBits' layout: a vector's d components in blocks of ``block`` (d padded with
+zeros to a multiple of it), each block as unsigned integers c in [0, 2^bits − 1] with a float32
+scale and an integer zero point z, a component approximated by scale·(c − z) (min-max
+quantisation, rounded to nearest). The kernel is ``com.microsoft.MatMulNBits`` at accuracy level
+4, which also rounds each block of the query to int8 (scale max|q_b|/127) and multiplies
+integers. So for a query q and a key k whose codes decode to k̃ (residual r = k − k̃), with q̃ the
+query as the kernel rounds it,
+
+    q·k − score = q·r + (q − q̃)·k̃ + rounding of the float sums
+
+and, with ‖q − q̃‖ ≤ √(Σ_b n_b·(max|q_b|/254)²) over the query's blocks b of n_b components,
+
+    |q·k − score| ≤ ‖q‖·‖r‖ + ‖q − q̃‖·‖k̃‖ + 1e-5·‖q‖·(‖k̃‖ + ‖r‖)       (``score_error``)
+
+which holds whatever the kernel does inside those roundings (a build of ONNX Runtime without the
+int8 kernel scores the decoded codes in float32: its error is the first term alone). The bound
+is a worst case: on real text it is about 25 times the typical error (the errors of the d
+components mostly cancel), which is why the lookup that uses these scores rescores its best keys
+exactly (``softdict._compressed``).
+
+The kernel needs the codes as a constant of its graph (it reorders them once, when the session
+is made: given as an input each call, it was 100x slower), so the codes of rows added since the
+session was made are not in it: those rows are scored exactly from their float32 vectors until
+they are many enough (``_OPEN_ROWS``) to make the session again. The codes themselves are kept
+in numpy for every row, so that compaction, saving and a new session need no second pass over
+the vectors.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass
+
+import numpy as np
+
+from softdict._rows import GrowableRows
+
+__all__ = ["CodeLayout", "KeyCodes", "ScoreErrors", "quantise"]
+
+# A session is made again once the rows outside it exceed this many and a sixteenth of the rows
+# in it: a lookup scans at most 1/16 more rows exactly (each 8x the bytes of a coded row), and
+# the cost of making the session (about 1.5 µs a row) is amortised over the rows added.
+_OPEN_ROWS = 4096
+_OPEN_SHARE = 16
+# ONNX Runtime's int8 path: the query rounded to int8 per block, integer products.
+_ACCURACY_INT8 = 4
+# Relative rounding of float32 sums of a few hundred products, with room to spare.
+_FLOAT_SLACK = 1e-5
+
+
+@dataclass(frozen=True)
+class CodeLayout:
+    """How a vector of ``dim`` components is coded: ``bits`` per component (4 or 8), in blocks
+    of ``block`` components, each with its own scale and zero point."""
+
+    dim: int
+    bits: int = 4
+    block: int = 32
+
+    def __post_init__(self) -> None:
+        if self.bits not in (4, 8):
+            raise ValueError(f"codes have 4 or 8 bits a component, not {self.bits}")
+        if self.block < 16 or self.block & (self.block - 1):
+            raise ValueError(f"a code block is a power of two of at least 16, not {self.block}")
+
+    @property
+    def blocks(self) -> int:
+        return -(-self.dim // self.block)
+
+    @property
+    def padded(self) -> int:
+        return self.blocks * self.block
+
+    @property
+    def levels(self) -> int:
+        return (1 << self.bits) - 1
+
+    @property
+    def blob_bytes(self) -> int:
+        """Bytes of one block's codes."""
+        return self.block * self.bits // 8
+
+    @property
+    def zero_point_bytes(self) -> int:
+        """Bytes of one row's zero points, packed as MatMulNBits reads them."""
+        return -(-self.blocks * self.bits // 8)
+
+    def bytes_per_row(self) -> int:
+        """Codes, scales, zero points and the two norms of the bound."""
+        return self.blocks * (self.blob_bytes + 4) + self.zero_point_bytes + 8
+
+
+@dataclass(frozen=True)
+class Coded:
+    """Rows of codes: ``blobs`` (n, blocks, blob_bytes) uint8, ``scales`` (n, blocks) float32,
+    ``zero_points`` (n, zero_point_bytes) uint8, and the norms of each row's residual and of its
+    decoded vector (n, 2) float32, for the bound."""
+
+    blobs: np.ndarray
+    scales: np.ndarray
+    zero_points: np.ndarray
+    norms: np.ndarray
+
+
+def quantise(vectors: np.ndarray, layout: CodeLayout) -> Coded:
+    """The codes of ``vectors`` (n, dim) float32 (module docstring)."""
+    n = len(vectors)
+    padded = np.zeros((n, layout.padded), dtype=np.float32)
+    padded[:, : layout.dim] = vectors
+    blocks = padded.reshape(n, layout.blocks, layout.block)
+    low, high = blocks.min(axis=2), blocks.max(axis=2)
+    # A block's range must hold 0 exactly (the zero point is an integer level): the padding and
+    # any zero component then decode to 0.
+    low, high = np.minimum(low, 0.0), np.maximum(high, 0.0)
+    scales = ((high - low) / layout.levels).astype(np.float32)
+    scales[scales == 0] = 1.0  # an all-zero block: any scale decodes it exactly
+    zero = np.clip(np.rint(-low / scales), 0, layout.levels)
+    levels = np.clip(np.rint(blocks / scales[..., None]) + zero[..., None], 0, layout.levels)
+    decoded = ((levels - zero[..., None]) * scales[..., None]).reshape(n, layout.padded)
+    codes = levels.astype(np.uint8)
+    zero_codes = zero.astype(np.uint8)
+    if layout.bits == 4:  # two components a byte, the first in the low nibble
+        codes = codes[..., 0::2] | (codes[..., 1::2] << 4)
+        if layout.blocks % 2:
+            zero_codes = np.concatenate([zero_codes, np.zeros((n, 1), np.uint8)], axis=1)
+        zero_codes = zero_codes[:, 0::2] | (zero_codes[:, 1::2] << 4)
+    residual = padded - decoded
+    norms = np.stack(
+        [np.linalg.norm(residual, axis=1), np.linalg.norm(decoded, axis=1)], axis=1
+    ).astype(np.float32)
+    return Coded(np.ascontiguousarray(codes), scales, np.ascontiguousarray(zero_codes), norms)
+
+
+@dataclass(frozen=True)
+class ScoreErrors:
+    """The bound on each compressed score's error (module docstring), as two factors: one per
+    query (m, 2) and one per row (rows, 2); ``of(columns)`` multiplies them out."""
+
+    query: np.ndarray
+    rows: np.ndarray
+
+    def of(self, columns: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """(m, c) float64: the bound for each query and each of the rows ``columns``."""
+        rows = self.rows[columns].astype(np.float64)
+        return self.query @ rows.T
+
+
+def query_factors(queries: np.ndarray, layout: CodeLayout) -> np.ndarray:
+    """(m, 2): the factors of ``queries`` in ``score_error``: ‖q‖·(1 + slack) against the row's
+    residual norm, and ‖q − q̃‖ + slack·‖q‖ against its decoded norm."""
+    m = len(queries)
+    padded = np.zeros((m, layout.padded), dtype=np.float64)
+    padded[:, : layout.dim] = queries
+    blocks = padded.reshape(m, layout.blocks, layout.block)
+    rounding = np.abs(blocks).max(axis=2) / 254.0  # half an int8 step of each block
+    query_error = np.sqrt((layout.block * rounding**2).sum(axis=1))
+    norm = np.linalg.norm(padded, axis=1)
+    return np.stack([norm * (1 + _FLOAT_SLACK), query_error + _FLOAT_SLACK * norm], axis=1)
+
+
+class KeyCodes:
+    """The codes of a backend's rows (tombstones included, in row order) and the session that
+    scores them; ``scores`` gives every row's compressed score and the bound on its error."""
+
+    def __init__(self, layout: CodeLayout, threads: int = 1) -> None:
+        self.layout = layout
+        self._threads = threads
+        self._blobs = GrowableRows((layout.blocks, layout.blob_bytes), np.uint8)
+        self._scales = GrowableRows((layout.blocks,), np.float32)
+        self._zero_points = GrowableRows((layout.zero_point_bytes,), np.uint8)
+        self._norms = GrowableRows((2,), np.float32)
+        self._session: object | None = None
+        self._sealed = 0  # rows 0.._sealed-1 are in the session
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._norms)
+
+    @property
+    def sealed(self) -> int:
+        """Rows the session scores from their codes; the rows after it are scored exactly."""
+        return self._sealed
+
+    def append(self, vectors: np.ndarray) -> None:
+        """Codes for rows added after the last (``vectors`` (n, dim) float32)."""
+        coded = quantise(vectors, self.layout)
+        self._blobs.append(coded.blobs)
+        self._scales.append(coded.scales)
+        self._zero_points.append(coded.zero_points)
+        self._norms.append(coded.norms)
+        if len(self) - self._sealed > max(_OPEN_ROWS, self._sealed // _OPEN_SHARE):
+            self._seal()
+
+    def keep(self, rows: np.ndarray) -> None:
+        """Keep only ``rows`` (increasing), renumbered from 0: the backend compacted."""
+        for part in (self._blobs, self._scales, self._zero_points, self._norms):
+            part.keep(rows)
+        self._session, self._sealed = None, 0
+        if len(self) > _OPEN_ROWS:
+            self._seal()
+
+    def coded(self) -> Coded:
+        """Every row's codes (views, for saving)."""
+        return Coded(self._blobs.view, self._scales.view, self._zero_points.view, self._norms.view)
+
+    @classmethod
+    def restored(cls, layout: CodeLayout, coded: Coded, threads: int = 1) -> KeyCodes:
+        """From saved codes (checked by the caller against the layout and the rows)."""
+        codes = cls(layout, threads)
+        codes._blobs.append(coded.blobs)
+        codes._scales.append(coded.scales)
+        codes._zero_points.append(coded.zero_points)
+        codes._norms.append(coded.norms)
+        if len(codes) > _OPEN_ROWS:
+            codes._seal()
+        return codes
+
+    def nbytes(self) -> int:
+        """Bytes of the codes kept here (the session keeps its own reordered copy)."""
+        return len(self) * self.layout.bytes_per_row()
+
+    def scores(self, queries: np.ndarray, vectors: np.ndarray) -> tuple[np.ndarray, ScoreErrors]:
+        """The inner products of ``queries`` (m, dim) with every row, (m, rows) float32: from
+        the codes for the rows in the session, exactly from ``vectors`` (every row's float32
+        vector) for the rest; and the bound on each one's error (0 for the exact ones)."""
+        queries = np.ascontiguousarray(queries, dtype=np.float32)
+        m, size = len(queries), len(self)
+        out = np.empty((m, size), dtype=np.float32)
+        sealed = self._sealed
+        if sealed:
+            padded = queries
+            if self.layout.padded != self.layout.dim:
+                padded = np.zeros((m, self.layout.padded), dtype=np.float32)
+                padded[:, : self.layout.dim] = queries
+            out[:, :sealed] = self._run(padded)
+        if sealed < size:
+            out[:, sealed:] = queries @ vectors[sealed:size].T
+        row_factors = np.array(self._norms.view)
+        row_factors[sealed:] = 0.0  # scored exactly
+        return out, ScoreErrors(query_factors(queries, self.layout), row_factors)
+
+    def _run(self, queries: np.ndarray) -> np.ndarray:
+        session = self._session
+        assert session is not None
+        return session.run(None, {"queries": queries})[0]  # type: ignore[attr-defined]
+
+    def _seal(self) -> None:
+        """Make the session over every row's codes."""
+        with self._lock:
+            self._session = _session(self.coded(), self.layout, self._threads)
+            self._sealed = len(self)
+
+
+def _session(coded: Coded, layout: CodeLayout, threads: int) -> object:
+    """A one-node ONNX Runtime session: (m, padded dim) float32 queries -> (m, rows) scores."""
+    import onnxruntime
+    from onnx import TensorProto, helper, numpy_helper
+
+    rows = len(coded.scales)
+    node = helper.make_node(
+        "MatMulNBits",
+        ["queries", "codes", "scales", "zero_points"],
+        ["scores"],
+        domain="com.microsoft",
+        K=layout.padded,
+        N=rows,
+        bits=layout.bits,
+        block_size=layout.block,
+        accuracy_level=_ACCURACY_INT8,
+    )
+    graph = helper.make_graph(
+        [node],
+        "compressed_scores",
+        [helper.make_tensor_value_info("queries", TensorProto.FLOAT, ["m", layout.padded])],
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, ["m", rows])],
+        [
+            numpy_helper.from_array(np.ascontiguousarray(coded.blobs), "codes"),
+            numpy_helper.from_array(np.ascontiguousarray(coded.scales).reshape(-1), "scales"),
+            numpy_helper.from_array(
+                np.ascontiguousarray(coded.zero_points).reshape(-1), "zero_points"
+            ),
+        ],
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    # As for the encoder (softdict.encoders.onnx): no worker thread spinning after a run.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+
+
+def relative_cost(layout: CodeLayout) -> float:
+    """Bytes a coded row is read as, over a float32 row's (for the docs and the benchmark)."""
+    return layout.bytes_per_row() / (4 * layout.dim) if layout.dim else math.nan
