@@ -10,7 +10,8 @@
 They import only public names (``softdict.index``, ``softdict.values``, ``softdict.encoders``).
 
 Also ``ivf-from-start`` and ``ivf_sq8-from-start``: the real IVF backends trained from the first
-insert (not after 2,000 keys), so the mapping contract runs FAISS IVF on small stores.
+insert (not after 2,000 keys), so the mapping contract runs FAISS IVF on small stores; and
+``compressed-from-start``, the compressed backend reading its codes from the first key.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from softdict.index import (
     register_backend,
     top_of_scores,
 )
+from softdict.index.compressed import CompressedBackend
 from softdict.index.growing import GrowingBackend
 from softdict.index.ivf import IVFBackend
 from softdict.values import (
@@ -191,3 +193,8 @@ for _encoding, _name in (("Flat", "ivf-from-start"), ("SQ8", "ivf_sq8-from-start
     )
 register_value_kind(BooleanColumn)
 register_encoder_name("test-hashing", HashingEncoder)
+# Codes from the first key, and a session made as soon as a sixteenth of the rows wait outside it:
+# the compressed backend's codes are read at the sizes of the conformance suites.
+register_backend(
+    "compressed-from-start", lambda dim, metric: CompressedBackend(dim, metric, open_rows=0)
+)

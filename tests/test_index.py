@@ -33,6 +33,9 @@ BACKENDS = [
     "test-dict",
     "ivf-from-start",
     "ivf_sq8-from-start",
+    "compressed",
+    "compressed_8bit",
+    "compressed-from-start",
 ]
 # Approximate backends must find this share of the true top k (exact ones all of it). These are
 # floors that catch a broken search, not tuning targets: a factory string keeps FAISS's own

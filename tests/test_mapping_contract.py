@@ -26,6 +26,7 @@ BACKENDS = [
     "test-dict",
     "ivf-from-start",
     "ivf_sq8-from-start",
+    "compressed-from-start",
 ]
 
 

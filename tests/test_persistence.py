@@ -64,7 +64,9 @@ def test_round_trip_every_value_kind(tmp_path: Path, kind: str) -> None:
     assert same_value(loaded["sofa"], VALUE_SAMPLES[kind][3])
 
 
-@pytest.mark.parametrize("index", ["flat", "hnsw", "ivf", "ivf_sq8", "IVF16,PQ4"])
+@pytest.mark.parametrize(
+    "index", ["flat", "hnsw", "ivf", "ivf_sq8", "IVF16,PQ4", "compressed-from-start"]
+)
 def test_round_trip_every_backend_with_deletes(tmp_path: Path, index: str) -> None:
     rng = np.random.default_rng(0)
     X = rng.standard_normal((3000, 16)).astype(np.float32)
@@ -74,7 +76,8 @@ def test_round_trip_every_backend_with_deletes(tmp_path: Path, index: str) -> No
         del sd[f"k{i}"]
     sd.save(tmp_path / "store")
     files = {p.name for p in (tmp_path / "store").iterdir()}
-    assert ("index.faiss" in files) == (index != "flat")
+    assert ("index.faiss" in files) == (index not in ("flat", "compressed-from-start"))
+    assert ("embedding_codes.npy" in files) == (index == "compressed-from-start")
     loaded = SoftDict.load(tmp_path / "store", encoder=FakeEncoder())
     assert loaded.index_description == sd.index_description
     a, b = sd.attend_embeddings(X[:20]), loaded.attend_embeddings(X[:20])

@@ -31,7 +31,10 @@ from softdict.index.hnsw import HNSWBackend
 from softdict.index.ivf import IVFBackend
 
 DIM = 16
-BACKENDS = ["auto", "flat", "hnsw", "ivf", "ivf_sq8", "IVF16,Flat", "HNSW16", "test-dict"]
+BACKENDS = [
+    "auto", "flat", "hnsw", "ivf", "ivf_sq8", "IVF16,Flat", "HNSW16", "test-dict",
+    "compressed-from-start",
+]  # fmt: skip
 # Backends whose answers on these stores (3,000 keys) must be exactly the formula's.
 EXACT = {"auto", "flat", "test-dict"}
 

@@ -29,7 +29,7 @@ exactly (``softdict._compressed``).
 The kernel needs the codes as a constant of its graph (it reorders them once, when the session
 is made: given as an input each call, it was 100x slower), so the codes of rows added since the
 session was made are not in it: those rows are scored exactly from their float32 vectors until
-they are many enough (``_OPEN_ROWS``) to make the session again. The codes themselves are kept
+they are many enough (``OPEN_ROWS``) to make the session again. The codes themselves are kept
 in numpy for every row, so that compaction, saving and a new session need no second pass over
 the vectors.
 """
@@ -44,12 +44,12 @@ import numpy as np
 
 from softdict._rows import GrowableRows
 
-__all__ = ["CodeLayout", "KeyCodes", "ScoreErrors", "quantise"]
+__all__ = ["OPEN_ROWS", "CodeLayout", "Coded", "KeyCodes", "ScoreErrors", "quantise"]
 
 # A session is made again once the rows outside it exceed this many and a sixteenth of the rows
 # in it: a lookup scans at most 1/16 more rows exactly (each 8x the bytes of a coded row), and
 # the cost of making the session (about 1.5 µs a row) is amortised over the rows added.
-_OPEN_ROWS = 4096
+OPEN_ROWS = 4096
 _OPEN_SHARE = 16
 # ONNX Runtime's int8 path: the query rounded to int8 per block, integer products.
 _ACCURACY_INT8 = 4
@@ -169,10 +169,14 @@ def query_factors(queries: np.ndarray, layout: CodeLayout) -> np.ndarray:
 
 class KeyCodes:
     """The codes of a backend's rows (tombstones included, in row order) and the session that
-    scores them; ``scores`` gives every row's compressed score and the bound on its error."""
+    scores them; ``scores`` gives every row's compressed score and the bound on its error.
 
-    def __init__(self, layout: CodeLayout, threads: int = 1) -> None:
+    ``open_rows``: how many rows may wait outside the session (scored exactly) before it is made
+    again, at least (module docstring); 0 makes it for the first rows (tests use it)."""
+
+    def __init__(self, layout: CodeLayout, *, open_rows: int = OPEN_ROWS, threads: int = 1) -> None:
         self.layout = layout
+        self._open_rows = open_rows
         self._threads = threads
         self._blobs = GrowableRows((layout.blocks, layout.blob_bytes), np.uint8)
         self._scales = GrowableRows((layout.blocks,), np.float32)
@@ -197,7 +201,7 @@ class KeyCodes:
         self._scales.append(coded.scales)
         self._zero_points.append(coded.zero_points)
         self._norms.append(coded.norms)
-        if len(self) - self._sealed > max(_OPEN_ROWS, self._sealed // _OPEN_SHARE):
+        if len(self) - self._sealed > max(self._open_rows, self._sealed // _OPEN_SHARE):
             self._seal()
 
     def keep(self, rows: np.ndarray) -> None:
@@ -205,24 +209,22 @@ class KeyCodes:
         for part in (self._blobs, self._scales, self._zero_points, self._norms):
             part.keep(rows)
         self._session, self._sealed = None, 0
-        if len(self) > _OPEN_ROWS:
+        if len(self) > self._open_rows:
             self._seal()
 
     def coded(self) -> Coded:
         """Every row's codes (views, for saving)."""
         return Coded(self._blobs.view, self._scales.view, self._zero_points.view, self._norms.view)
 
-    @classmethod
-    def restored(cls, layout: CodeLayout, coded: Coded, threads: int = 1) -> KeyCodes:
-        """From saved codes (checked by the caller against the layout and the rows)."""
-        codes = cls(layout, threads)
-        codes._blobs.append(coded.blobs)
-        codes._scales.append(coded.scales)
-        codes._zero_points.append(coded.zero_points)
-        codes._norms.append(coded.norms)
-        if len(codes) > _OPEN_ROWS:
-            codes._seal()
-        return codes
+    def restore(self, coded: Coded) -> None:
+        """Saved codes in place of none (checked by the caller against the layout and rows)."""
+        assert not len(self)
+        self._blobs.append(coded.blobs)
+        self._scales.append(coded.scales)
+        self._zero_points.append(coded.zero_points)
+        self._norms.append(coded.norms)
+        if len(self) > self._open_rows:
+            self._seal()
 
     def nbytes(self) -> int:
         """Bytes of the codes kept here (the session keeps its own reordered copy)."""

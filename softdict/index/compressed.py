@@ -25,7 +25,7 @@ import numpy as np
 
 from softdict._files import FileReader
 from softdict._similarity import Metric, metric_scores
-from softdict.index._codes import Coded, CodeLayout, KeyCodes
+from softdict.index._codes import OPEN_ROWS, Coded, CodeLayout, KeyCodes
 from softdict.index.base import Allow, BackendDump, Capabilities
 from softdict.index.exact import SCAN_ANY_SIZE, ExactBackend
 
@@ -53,11 +53,13 @@ class CompressedBackend(ExactBackend):
         bits: int = 4,
         block: int = CODE_BLOCK,
         codes_from: int = 0,
+        open_rows: int = OPEN_ROWS,
         name: str = "compressed",
     ) -> None:
         super().__init__(dim, metric, name=name)
         self.layout = CodeLayout(dim, bits, block)
         self.codes_from = codes_from
+        self._open_rows = open_rows
         self._codes: KeyCodes | None = None
 
     @property
@@ -82,7 +84,7 @@ class CompressedBackend(ExactBackend):
             self._code_every_row()
 
     def _code_every_row(self) -> None:
-        codes = KeyCodes(self.layout)
+        codes = KeyCodes(self.layout, open_rows=self._open_rows)
         codes.append(self._vectors.view)
         self._codes = codes
 
@@ -194,4 +196,5 @@ class CompressedBackend(ExactBackend):
             files.npy("embedding_code_zero_points.npy", np.uint8, (n, layout.zero_point_bytes)),
             files.finite_npy("embedding_code_norms.npy", np.float32, (n, 2)),
         )
-        self._codes = KeyCodes.restored(layout, coded)
+        self._codes = KeyCodes(layout, open_rows=self._open_rows)
+        self._codes.restore(coded)
