@@ -81,10 +81,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from matching_scale import LANGUAGES, key_embeddings, scale_keys
 
-from softdict import SoftDict, _retrieval
+from softdict import SoftDict, _compressed, _retrieval
 from softdict._attention import softmax
 from softdict._config import SoftDictConfig
 from softdict._similarity import Similarity
+from softdict.index.compressed import COMPRESSED_MAX_KEYS
 from softdict.index.hnsw import SCAN_MAX_KEYS
 
 T = 0.05
@@ -202,6 +203,7 @@ class Method:
     intervals: np.ndarray | None = None  # (q, 2) tail_interval
     stderr: np.ndarray | None = None  # (q, dv) value_stderr
     sampled: np.ndarray | None = None  # (q,) sample sizes
+    weight_errors: np.ndarray | None = None  # (q,) weight_error: the bound on total variation
 
 
 # Row options (not SoftDict ones): draw the sampled tail uniformly, as before the cells; and
@@ -210,6 +212,9 @@ class Method:
 UNIFORM = "uniform"
 ESTIMATE = "estimate"
 SCAN_RULE = _retrieval.scans_every_key
+# And the margin of the head that full attention from codes scores exactly (softdict._compressed).
+HEAD_MARGIN = "head_margin"
+DEFAULT_MARGIN = _compressed.HEAD_MARGIN
 
 
 def estimate_rule(capabilities, policy, n_allowed, spelled) -> bool:  # type: ignore[no-untyped-def]
@@ -235,6 +240,7 @@ def softdict_method(
     options = dict(options)
     uniform = options.pop(UNIFORM, False)
     rule = estimate_rule if options.pop(ESTIMATE, False) else SCAN_RULE
+    margin = options.pop(HEAD_MARGIN, DEFAULT_MARGIN)
     config = built_with.replace(**options)
     # The HNSW phase of "auto" (GrowingBackend._large) and its k-means cells, set aside for the
     # rows that draw the tail uniformly (benchmark only: no option turns the cells off). The
@@ -247,6 +253,7 @@ def softdict_method(
     def prepare() -> None:
         sd._store.config = config
         _retrieval.scans_every_key = rule
+        _compressed.HEAD_MARGIN = margin
         if large is not None:
             large._cells = None if uniform else cells
 
@@ -258,8 +265,9 @@ def softdict_method(
         difference = np.abs(batch - values).max()
         print(f"  ! {name}: lookup_embeddings and attend_embeddings differ by {difference:.3g}")
     heads = [np.array([position[key] for key in a.keys], dtype=np.int64) for a in attentions]
-    # A scan of every key is exact: no interval to cover (its tail is 0).
-    estimated = any(a.sampled > 0 for a in attentions)
+    # A scan of every key is exact: no interval to cover (its tail is 0). A sample's interval
+    # and the sure interval of scores read from codes are.
+    estimated = any(a.sampled > 0 or a.weight_error > 0 for a in attentions)
     stderr = None
     if any(a.value_stderr is not None for a in attentions):
         stderr = np.stack([np.asarray(a.value_stderr, dtype=np.float64) for a in attentions])
@@ -272,6 +280,7 @@ def softdict_method(
         intervals=np.array([a.tail_interval for a in attentions]) if estimated else None,
         stderr=stderr,
         sampled=np.array([a.sampled for a in attentions]),
+        weight_errors=np.array([a.weight_error for a in attentions]),
     )
 
 
@@ -342,37 +351,61 @@ def measure(corpus_name: str, n: int) -> str:
         )
     )
 
+    # Up to COMPRESSED_MAX_KEYS "auto" keeps its vectors with 4-bit codes and no graph; the
+    # HNSW graph it builds past that (the default before codes) is measured beside it, and past
+    # it, the codes "auto" no longer keeps.
+    coded = len(keys) <= COMPRESSED_MAX_KEYS
+    indexes = ["auto", "compressed_8bit", "hnsw" if coded else "compressed", "ivf"]
+    short_names = {
+        "auto": "auto",
+        "compressed_8bit": "8-bit codes",
+        "hnsw": "HNSW",
+        "compressed": "4-bit codes",
+        "ivf": "IVF",
+    }
     stores = {}
-    for index in ("auto", "ivf"):
+    for index in indexes:
         gc.collect()
         sd, build_s, description = build_store(index, keys, vectors, values)
         print(f"  store {index}: {description} in {build_s:.0f} s", flush=True)
         stores[index] = (sd, build_s, sd.index_memory_bytes / len(keys), description)
 
-    scanned = len(keys) <= SCAN_MAX_KEYS  # the default scans every key: exact
-    rows = {
-        "auto": [
+    scanned = len(keys) <= SCAN_MAX_KEYS  # HNSW scans every key up to there: exact
+    graph_rows = [
+        (
+            f"full attention: every key scanned, up to {SCAN_MAX_KEYS:,}"
+            if scanned
+            else "default (estimated full attention)",
+            {},
+        ),
+        *([("estimated (the scan set aside)", {ESTIMATE: True})] if scanned else []),
+        ("uniform sample (cells off)", {UNIFORM: True, ESTIMATE: True}),
+        ("max_sample=0 (head only)", {"max_sample": 0}),
+        ("max_k=256 (a smaller head)", {"max_k": 256, ESTIMATE: True}),
+        ("max_k=256, uniform sample", {"max_k": 256, UNIFORM: True, ESTIMATE: True}),
+        *[
             (
-                f"default (full attention: every key scanned, up to {SCAN_MAX_KEYS:,})"
-                if scanned
-                else "default (estimated full attention)",
-                {},
-            ),
-            *([("estimated (the scan set aside)", {ESTIMATE: True})] if scanned else []),
-            ("uniform sample (cells off)", {UNIFORM: True, ESTIMATE: True}),
-            ("max_sample=0 (head only)", {"max_sample": 0}),
-            ("max_k=256 (a smaller head)", {"max_k": 256, ESTIMATE: True}),
-            ("max_k=256, uniform sample", {"max_k": 256, UNIFORM: True, ESTIMATE: True}),
-            *[
-                (
-                    f"tolerance=1e-9, max_sample={m} (sample of m)",
-                    {"tolerance": 1e-9, "max_sample": m, ESTIMATE: True},
-                )
-                for m in SAMPLE_CAPS
-            ],
-            ("top_k=64", {"top_k": 64}),
-            ("top_k=256", {"top_k": 256}),
+                f"tolerance=1e-9, max_sample={m} (sample of m)",
+                {"tolerance": 1e-9, "max_sample": m, ESTIMATE: True},
+            )
+            for m in SAMPLE_CAPS
         ],
+        ("top_k=64", {"top_k": 64}),
+        ("top_k=256", {"top_k": 256}),
+    ]
+    code_rows = [
+        (f"full attention from 4-bit codes (head margin {DEFAULT_MARGIN})", {}),
+        *[(f"head margin {m}", {HEAD_MARGIN: m}) for m in (0.05, 0.2)],
+        ("top_k=64", {"top_k": 64}),
+        ("top_k=256", {"top_k": 256}),
+    ]
+    rows = {
+        "auto": [(("default, " if coded else "") + label, o) for label, o in code_rows]
+        if coded
+        else graph_rows,
+        "compressed_8bit": [("full attention from 8-bit codes", {}), ("top_k=256", {"top_k": 256})],
+        "hnsw": [row for row in graph_rows if "uniform" not in row[0] and "max_k" not in row[0]],
+        "compressed": code_rows,
         "ivf": [
             ("default (estimated full attention)", {}),
             ("top_k=256", {"top_k": 256}),
@@ -380,7 +413,7 @@ def measure(corpus_name: str, n: int) -> str:
     }
     descriptions = {}
     for index, (sd, build_s, memory, description) in stores.items():
-        short = "auto" if index == "auto" else "IVF"
+        short = short_names[index]
         descriptions[short] = description
         built_with = sd._store.config
         for label, options in rows[index]:
@@ -419,21 +452,29 @@ def measure(corpus_name: str, n: int) -> str:
     exact_norm = np.linalg.norm(ref.values, axis=1)
     lines = [
         f"{len(keys):,} keys stored, {N_QUERIES} held out as queries. "
-        f'Indexes: auto = softdict `index="auto"` (the default): {descriptions["auto"]}; '
-        f'IVF = `index="ivf"`: {descriptions["IVF"]}. Value dimension '
-        f"{values.shape[1]}. Held-out queries whose nearest stored key has cosine > 0.9999 "
-        f"(a twin embedding, e.g. the same word in another case): {twins} of {N_QUERIES}.",
+        "Indexes: "
+        + "; ".join(f"{short} = {description}" for short, description in descriptions.items())
+        + f". Value dimension {values.shape[1]}. Held-out queries whose nearest stored key has "
+        f"cosine > 0.9999 (a twin embedding, e.g. the same word in another case): {twins} of "
+        f"{N_QUERIES}.",
         "",
         "| method | p50 ms | p99 ms | speed-up | rel. error vs exact | tail cover | tail above "
-        "| value cover "
+        "| value cover | TV bound | bound held "
         "| k | m | recall@k | mass | R² vs truth | build s | index bytes/key |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    spread = values.max(axis=0) - values.min(axis=0)
     for method in methods:
         times = np.array(method.times) * 1e3
         p50, p99 = float(np.median(times)), float(np.percentile(times, 99))
         error = float(np.mean(np.linalg.norm(method.values - ref.values, axis=1) / exact_norm))
         k_mean = recall = mass = tail_cover = tail_above = value_cover = m_mean = None
+        tv_bound = bound_held = None
+        if method.weight_errors is not None and method.weight_errors.any():
+            # Total variation t moves each value component by at most t times its range.
+            tv_bound = float(method.weight_errors.mean())
+            allowed = method.weight_errors[:, None] * spread[None, :] + 1e-12
+            bound_held = float(np.mean(np.all(np.abs(method.values - ref.values) <= allowed, 1)))
         if method.heads is not None:
             masses, recalls = [], []
             for i, head in enumerate(method.heads):
@@ -460,7 +501,7 @@ def measure(corpus_name: str, n: int) -> str:
         lines.append(
             f"| {method.name} | {p50:.2f} | {p99:.2f} | "
             f"{speedup:.1f}x | {error:.2%} | {fmt(tail_cover, '.3f')} | {fmt(tail_above, '.3f')} "
-            f"| {fmt(value_cover, '.3f')} "
+            f"| {fmt(value_cover, '.3f')} | {fmt(tv_bound, '.3f')} | {fmt(bound_held, '.3f')} "
             f"| {fmt(k_mean, ',.0f')} | {fmt(m_mean, ',.0f')} | {fmt(recall, '.3f')} "
             f"| {fmt(mass, '.2%')} | {r2(method.values):.3f} | {fmt(method.build_s, '.1f')} "
             f"| {fmt(method.memory_per_key, ',.0f')} |"
@@ -469,7 +510,8 @@ def measure(corpus_name: str, n: int) -> str:
         np.mean(np.linalg.norm(values[ref.nearest] - ref.values, axis=1) / exact_norm)
     )
     lines.append(
-        f"| nearest key (exact cosine; quality only) | - | - | - | {nearest_error:.2%} | - | - | - "
+        f"| nearest key (exact cosine; quality only) | - | - | - | {nearest_error:.2%} "
+        "| - | - | - | - | - "
         f"| 1 | - | - | {float(np.mean(ref.weights[np.arange(N_QUERIES), ref.nearest])):.2%} "
         f"| {r2(values[ref.nearest]):.3f} | - | - |"
     )

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from softdict._attention import softmax, weight_error_bound
-from softdict._selection import RetrievalPolicy, Selection
+from softdict._attention import softmax
+from softdict._selection import RetrievalPolicy, ScoreBounds, Selection
 from softdict.index.base import Allow, IndexBackend
 
 __all__ = ["HEAD_MARGIN", "from_compressed_scores"]
@@ -40,25 +40,24 @@ def from_compressed_scores(
     """Full attention over every allowed key from compressed scores (module docstring)."""
     scores, ids, errors = backend.score_approximately(queries, allow)
     m = len(queries)
+    exact = np.broadcast_to(errors.exact_keys(), scores.shape).copy()
     head_sizes = np.zeros(m, dtype=np.int64)
     for i in range(m):
         head = _head(scores[i], policy.max_k)
         scores[i, head] = backend.score_ids(queries[i : i + 1], ids[head])[0]
-        errors[i, head] = 0.0
+        exact[i, head] = True
         head_sizes[i] = len(head)
-    weights = softmax(scores, policy.temperature)
-    spread = errors / policy.temperature
-    tail = np.where(errors > 0, weights, 0.0).sum(axis=1)
+    # Scores read from codes are known to about 1e-3: float32's exponentials are exact enough.
+    weights = softmax(scores, policy.temperature, single=True)
     return Selection(
         scores,
         ids,
         weights,
         head_sizes,
-        tail,
+        np.where(exact, 0.0, weights).sum(axis=1),
         np.full(m, np.nan),  # no bound from the head's scores alone: the head is not certified
         scores,
-        weight_error=weight_error_bound(weights, spread),
-        log_weight_error=spread,
+        score_bounds=ScoreBounds(errors, exact, policy.temperature),
     )
 
 

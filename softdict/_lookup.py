@@ -231,6 +231,7 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
     explained = column.explain(chosen.weights, slots, lambda: store.present_slots(column))
     stderrs = value_stderrs(column, chosen, slots, blended)
     intervals = chosen.tail_interval()
+    weight_errors = chosen.weight_errors()
     # A scan past EXACT_MAX_KEYS keys lists the max_k best, as an estimate would: listing all of
     # 10^5 keys took about 95 ms a query, against 7 ms for the lookup. The rest's mass is exact.
     listed = (
@@ -278,7 +279,7 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
                 tail_bound=_optional(bound),
                 sampled=0 if chosen.n_sampled is None else int(chosen.n_sampled[i]),
                 value_stderr=stderrs[i],
-                weight_error=0.0 if chosen.weight_error is None else float(chosen.weight_error[i]),
+                weight_error=0.0 if weight_errors is None else float(weight_errors[i]),
             )
         )
     return results
@@ -294,9 +295,10 @@ def _unlisted_mass(
     listed = np.zeros(len(weights), dtype=bool)
     listed[np.flatnonzero(found)[order]] = True
     mass = max(0.0, 1.0 - float(weights[listed].sum()))
-    if chosen.log_weight_error is None:
+    if chosen.score_bounds is None:
         return mass, np.array([mass, mass])
-    inside = mass_interval(weights[None], chosen.log_weight_error[i][None], listed[None])[0]
+    spread = chosen.score_bounds.spread[i]
+    inside = mass_interval(weights[None], spread[None], listed[None])[0]
     return mass, 1.0 - inside[::-1]
 
 

@@ -4,16 +4,17 @@ their scores and weights (``Selection``). Data only; ``softdict._retrieval`` mak
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from softdict._attention import mass_interval
+from softdict._attention import mass_interval, weight_error_bound
 from softdict._config import SoftDictConfig
-from softdict.index.base import Capabilities
+from softdict.index.base import Capabilities, ScoreErrors
 from softdict.spelling.combination import QueryTerms
 
-__all__ = ["RetrievalPolicy", "Route", "Selection"]
+__all__ = ["RetrievalPolicy", "Route", "ScoreBounds", "Selection"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,22 @@ class Route:
 
 
 @dataclass(frozen=True)
+class ScoreBounds:
+    """How far a selection's scores read from codes may be from the true ones: each within
+    ``errors``, but for the ``exact`` columns (m, c), which were scored exactly."""
+
+    errors: ScoreErrors
+    exact: np.ndarray
+    temperature: float
+
+    @functools.cached_property
+    def spread(self) -> np.ndarray:
+        """(m, c) a bound on each column's log-weight error: its score's over the temperature
+        (0 where scored exactly). Computed once, when first asked."""
+        return np.where(self.exact, 0.0, self.errors.of()) / self.temperature
+
+
+@dataclass(frozen=True)
 class Selection:
     """The keys each of m queries attends to, with their scores and weights.
 
@@ -103,12 +120,10 @@ class Selection:
             head were dropped; ``softdict._sampling``); 0 where the rest was scored whole.
         weight_error: (m,) a bound on the total variation between ``weights`` and those of
             every key's exact combined score, from spelling left unscored
-            (``spelling.bounded``) or meaning read from compressed codes (``_compressed``);
-            None where every score is exact.
-        log_weight_error: (m, c) a bound on the error of each column's log-weight (its score's
-            error over the temperature; 0 where scored exactly), where scores were read from
-            compressed codes (``softdict._compressed``): the tail, the columns not scored
-            exactly, then has a sure interval. None elsewhere.
+            (``spelling.bounded``); None where every score is exact (``weight_errors`` adds the
+            bound of scores read from codes).
+        score_bounds: where scores were read from compressed codes (``softdict._compressed``),
+            how far each may be from the true one; None elsewhere.
     """
 
     scores: np.ndarray
@@ -126,15 +141,21 @@ class Selection:
     z: float = 1.96
     n_draws: np.ndarray | None = None
     weight_error: np.ndarray | None = None
-    log_weight_error: np.ndarray | None = None
+    score_bounds: ScoreBounds | None = None
+
+    def weight_errors(self) -> np.ndarray | None:
+        """``weight_error``, or where scores were read from codes, the bound their errors give
+        (computed when an explanation asks: a lookup of values does not need it)."""
+        if self.score_bounds is not None:
+            return weight_error_bound(self.weights, self.score_bounds.spread)
+        return self.weight_error
 
     def tail_interval(self) -> np.ndarray:
         """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]
         (where scores were read from codes, the interval that surely holds)."""
-        if self.log_weight_error is not None:
-            exact = self.log_weight_error == 0
-            scored = mass_interval(self.weights, self.log_weight_error, exact)
-            return 1.0 - scored[:, ::-1]
+        if self.score_bounds is not None:
+            spread = self.score_bounds.spread
+            return 1.0 - mass_interval(self.weights, spread, spread == 0)[:, ::-1]
         stderr = self.tail_stderr if self.tail_stderr is not None else np.zeros(len(self.k))
         low = np.clip(self.tail_mass - self.z * stderr, 0.0, 1.0)
         high = np.clip(self.tail_mass + self.z * stderr, 0.0, 1.0)

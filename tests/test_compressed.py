@@ -178,7 +178,7 @@ def assert_codes_in_step(backend: CompressedBackend, X: np.ndarray, live: np.nda
     scores, ids, errors = backend.score_approximately(Q)
     np.testing.assert_array_equal(ids, live)
     exact = Q.astype(np.float64) @ X[live].astype(np.float64).T
-    assert np.all(np.abs(exact - scores) <= errors + float32_noise(Q, X[live]))
+    assert np.all(np.abs(exact - scores) <= errors.of() + float32_noise(Q, X[live]))
 
 
 def test_codes_stay_in_step_through_inserts_deletes_compaction_and_saving(tmp_path: Path) -> None:

@@ -42,9 +42,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softdict._rows import GrowableRows
+from softdict._rows import GrowableColumns, GrowableRows
+from softdict.index.base import ScoreErrors
 
-__all__ = ["OPEN_ROWS", "CodeLayout", "Coded", "KeyCodes", "ScoreErrors", "quantise"]
+__all__ = ["OPEN_ROWS", "CodeLayout", "Coded", "KeyCodes", "quantise"]
 
 # A session is made again once the rows outside it exceed this many and a sixteenth of the rows
 # in it: a lookup scans at most 1/16 more rows exactly (each 8x the bytes of a coded row), and
@@ -103,7 +104,7 @@ class CodeLayout:
 class Coded:
     """Rows of codes: ``blobs`` (n, blocks, blob_bytes) uint8, ``scales`` (n, blocks) float32,
     ``zero_points`` (n, zero_point_bytes) uint8, and the norms of each row's residual and of its
-    decoded vector (n, 2) float32, for the bound."""
+    decoded vector (n, 2) float32, for the bound (``KeyCodes`` holds them as (2, n))."""
 
     blobs: np.ndarray
     scales: np.ndarray
@@ -140,20 +141,6 @@ def quantise(vectors: np.ndarray, layout: CodeLayout) -> Coded:
     return Coded(np.ascontiguousarray(codes), scales, np.ascontiguousarray(zero_codes), norms)
 
 
-@dataclass(frozen=True)
-class ScoreErrors:
-    """The bound on each compressed score's error (module docstring), as two factors: one per
-    query (m, 2) and one per row (rows, 2); ``of(columns)`` multiplies them out."""
-
-    query: np.ndarray
-    rows: np.ndarray
-
-    def of(self, columns: np.ndarray | slice = slice(None)) -> np.ndarray:
-        """(m, c) float64: the bound for each query and each of the rows ``columns``."""
-        rows = self.rows[columns].astype(np.float64)
-        return self.query @ rows.T
-
-
 def query_factors(queries: np.ndarray, layout: CodeLayout) -> np.ndarray:
     """(m, 2): the factors of ``queries`` in ``score_error``: ‖q‖·(1 + slack) against the row's
     residual norm, and ‖q − q̃‖ + slack·‖q‖ against its decoded norm."""
@@ -174,14 +161,14 @@ class KeyCodes:
     ``open_rows``: how many rows may wait outside the session (scored exactly) before it is made
     again, at least (module docstring); 0 makes it for the first rows (tests use it)."""
 
-    def __init__(self, layout: CodeLayout, *, open_rows: int = OPEN_ROWS, threads: int = 1) -> None:
+    def __init__(self, layout: CodeLayout, *, open_rows: int = OPEN_ROWS, threads: int = 2) -> None:
         self.layout = layout
         self._open_rows = open_rows
         self._threads = threads
         self._blobs = GrowableRows((layout.blocks, layout.blob_bytes), np.uint8)
         self._scales = GrowableRows((layout.blocks,), np.float32)
         self._zero_points = GrowableRows((layout.zero_point_bytes,), np.uint8)
-        self._norms = GrowableRows((2,), np.float32)
+        self._norms = GrowableColumns(2, np.float32)  # (2, n): each factor contiguous
         self._session: object | None = None
         self._sealed = 0  # rows 0.._sealed-1 are in the session
         self._lock = threading.Lock()
@@ -213,8 +200,9 @@ class KeyCodes:
             self._seal()
 
     def coded(self) -> Coded:
-        """Every row's codes (views, for saving)."""
-        return Coded(self._blobs.view, self._scales.view, self._zero_points.view, self._norms.view)
+        """Every row's codes (views, but for the norms: for saving)."""
+        norms = np.ascontiguousarray(self._norms.view.T)
+        return Coded(self._blobs.view, self._scales.view, self._zero_points.view, norms)
 
     def restore(self, coded: Coded) -> None:
         """Saved codes in place of none (checked by the caller against the layout and rows)."""
@@ -246,8 +234,10 @@ class KeyCodes:
             out[:, :sealed] = self._run(padded)
         if sealed < size:
             out[:, sealed:] = queries @ vectors[sealed:size].T
-        row_factors = np.array(self._norms.view)
-        row_factors[sealed:] = 0.0  # scored exactly
+        row_factors = self._norms.view
+        if sealed < size:
+            row_factors = row_factors.copy()
+            row_factors[:, sealed:] = 0.0  # scored exactly
         return out, ScoreErrors(query_factors(queries, self.layout), row_factors)
 
     def _run(self, queries: np.ndarray) -> np.ndarray:

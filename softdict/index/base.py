@@ -29,6 +29,7 @@ __all__ = [
     "Capabilities",
     "IndexBackend",
     "RowsBackend",
+    "ScoreErrors",
     "require_vectors",
     "sorted_unique",
 ]
@@ -80,6 +81,28 @@ class Capabilities:
     returns_vectors: bool = True
     scan_max_keys: int = 0
     approximate_scores: bool = False
+
+
+@dataclass(frozen=True)
+class ScoreErrors:
+    """Bounds on approximate scores' errors (``IndexBackend.score_approximately``), kept as
+    factors: a pair per query, ``query`` (m, 2), and a pair per key, ``keys`` (2, c); the bound
+    for a query and a key is the dot product of their pairs. ``of`` multiplies them out."""
+
+    query: np.ndarray
+    keys: np.ndarray
+
+    def of(self, columns: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """(m, c) float64: the bound for each query and each key of ``columns``."""
+        return self.query @ self.keys[:, columns].astype(np.float64)
+
+    def restricted(self, columns: np.ndarray | slice, scale: float = 1.0) -> ScoreErrors:
+        """The bounds of the keys ``columns`` only, times ``scale``."""
+        return ScoreErrors(self.query * scale, self.keys[:, columns])
+
+    def exact_keys(self) -> np.ndarray:
+        """(c,) which keys were scored exactly (a bound of 0 whatever the query)."""
+        return (self.keys[0] == 0) & (self.keys[1] == 0)
 
 
 @dataclass(frozen=True)
@@ -180,9 +203,9 @@ class IndexBackend(ABC):
 
     def score_approximately(
         self, queries: np.ndarray, allow: Allow | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, ScoreErrors]:
         """Every held (and allowed) key's approximate score for prepared ``queries`` (m, dim),
-        float64 (m, c), their ids (c,), increasing, and a bound (m, c) on each score's error.
+        float64 (m, c), their ids (c,), increasing, and the bound on each score's error.
         Only where ``capabilities.approximate_scores``."""
         raise NotImplementedError(f"{self.describe()} keeps no compressed scores")
 

@@ -26,7 +26,7 @@ import numpy as np
 from softdict._files import FileReader
 from softdict._similarity import Metric, metric_scores
 from softdict.index._codes import OPEN_ROWS, Coded, CodeLayout, KeyCodes
-from softdict.index.base import Allow, BackendDump, Capabilities
+from softdict.index.base import Allow, BackendDump, Capabilities, ScoreErrors
 from softdict.index.exact import SCAN_ANY_SIZE, ExactBackend
 
 __all__ = ["CODE_BLOCK", "COMPRESSED_MAX_KEYS", "CompressedBackend"]
@@ -100,38 +100,39 @@ class CompressedBackend(ExactBackend):
 
     def score_approximately(
         self, queries: np.ndarray, allow: Allow | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, ScoreErrors]:
         """Every live (and allowed) key's compressed score for prepared ``queries`` (m, dim),
-        float64 (m, c); their ids (c,), increasing; and the bound on each score's error (m, c)
+        float64 (m, c); their ids (c,), increasing; and the bound on each score's error
         (``softdict.index._codes``; 0 where a key was scored exactly). Without codes, the exact
         scores and a bound of 0."""
         if self._codes is None:
             scores, ids = self.score_all(queries, allow)
-            return scores, ids, np.zeros_like(scores)
+            return scores, ids, ScoreErrors(np.zeros((len(queries), 2)), np.zeros((2, len(ids))))
         scores, errors, rows = self._approximate(queries, allow)
         return scores, self._rows.ids[rows], errors
 
     def _approximate(
         self, queries: np.ndarray, allow: Allow | None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``score_approximately`` by row: scores and error bounds (m, c), and the c rows."""
+    ) -> tuple[np.ndarray, ScoreErrors, np.ndarray]:
+        """``score_approximately`` by row: scores (m, c), their bounds, and the c rows."""
         assert self._codes is not None
         products, bound = self._codes.scores(queries, self._vectors.view)
-        if allow is None and not self._rows.has_tombstones:
+        every = allow is None and not self._rows.has_tombstones
+        if every:
             rows = np.arange(self._rows.size)
-            dots, errors = products.astype(np.float64), bound.of()
+            dots = products.astype(np.float64)
         else:
             rows = self._rows.live_rows() if allow is None else self._rows.rows_of(allow.ids)
-            dots, errors = products[:, rows].astype(np.float64), bound.of(rows)
+            dots, bound = products[:, rows].astype(np.float64), bound.restricted(rows)
         if self.metric is Metric.INNER_PRODUCT:
-            return dots, errors, rows
+            return dots, bound, rows
         # −‖q − k‖² = 2q·k − ‖q‖² − ‖k‖²: only the product is approximate.
         distance = (
             (queries.astype(np.float64) ** 2).sum(axis=1)[:, None]
             - 2.0 * dots
             + self._sq_norms.view[rows][None, :]
         )
-        return -np.maximum(distance, 0.0), 2.0 * errors, rows
+        return -np.maximum(distance, 0.0), bound.restricted(slice(None), 2.0), rows
 
     def search(
         self, queries: np.ndarray, k: int, allow: Allow | None = None
@@ -140,7 +141,7 @@ class CompressedBackend(ExactBackend):
         rule out, scored exactly."""
         if self._codes is None or not self._codes.sealed:
             return super().search(queries, k, allow)
-        scores, errors, rows = self._approximate(queries, allow)
+        scores, bound, rows = self._approximate(queries, allow)
         m, c = scores.shape
         take = min(k, c)
         best = np.full((m, k), -np.inf)
@@ -148,13 +149,22 @@ class CompressedBackend(ExactBackend):
         if not take:
             return best, ids
         for i in range(m):
-            lower, upper = scores[i] - errors[i], scores[i] + errors[i]
-            floor = np.partition(lower, c - take)[c - take]  # the true k-th best is at least it
-            candidates = rows[upper >= floor]
-            exact = self._exact_scores(queries[i : i + 1], candidates)[0]
+            row = scores[i]
+            # The k best by compressed score, scored exactly: k keys whose worst true score
+            # the true k-th best is at least, so no key whose bound stays below it can be
+            # among the k best; the others are scored exactly too.
+            first = np.argpartition(-row, take - 1)[:take] if take < c else np.arange(c)
+            first_scores = self._exact_scores(queries[i : i + 1], rows[first])[0]
+            maybe = row + bound.query[i] @ bound.keys >= first_scores.min()
+            maybe[first] = False
+            more = np.flatnonzero(maybe)
+            columns = np.concatenate([first, more])
+            exact = np.concatenate(
+                [first_scores, self._exact_scores(queries[i : i + 1], rows[more])[0]]
+            )
             order = np.argsort(-exact, kind="stable")[:take]
             best[i, :take] = exact[order]
-            ids[i, :take] = self._rows.ids[candidates[order]]
+            ids[i, :take] = self._rows.ids[rows[columns[order]]]
         return best, ids
 
     def _exact_scores(self, queries: np.ndarray, rows: np.ndarray) -> np.ndarray:

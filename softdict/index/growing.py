@@ -19,7 +19,7 @@ import numpy as np
 from softdict._files import FileReader
 from softdict._similarity import Metric
 from softdict.index._faiss import FaissBackend
-from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
+from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend, ScoreErrors
 from softdict.index.exact import ExactBackend
 
 __all__ = ["GrowingBackend"]
@@ -132,7 +132,7 @@ class GrowingBackend(IndexBackend):
 
     def score_approximately(
         self, queries: np.ndarray, allow: Allow | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> tuple[np.ndarray, np.ndarray, ScoreErrors]:
         return self._active.score_approximately(queries, allow)
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
