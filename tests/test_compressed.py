@@ -187,7 +187,7 @@ def test_codes_stay_in_step_through_inserts_deletes_compaction_and_saving(tmp_pa
     alive = np.zeros(len(X), dtype=bool)
     rng = np.random.default_rng(5)
     added = 0
-    for step in range(12):
+    for _ in range(12):
         batch = int(rng.integers(1, 1200))
         ids = np.arange(added, min(added + batch, len(X)))
         backend.add(ids, X[ids])
