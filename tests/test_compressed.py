@@ -227,5 +227,5 @@ def test_a_saved_store_keeps_its_codes_and_refuses_a_corrupt_one(tmp_path: Path)
     data = bytearray(codes.read_bytes())
     data[-1] ^= 0xFF
     codes.write_bytes(bytes(data))
-    with pytest.raises(StoreFormatError, match="embedding_codes.npy fails its SHA-256"):
+    with pytest.raises(StoreFormatError, match=r"embedding_codes\.npy fails its SHA-256"):
         SoftDict.load(tmp_path / "store", encoder=FakeEncoder())
