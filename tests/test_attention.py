@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 from _support import assert_close, close
 
-from softdict._attention import attention, softmax, tail_mass_bound, top_of_scores
+from softdict._attention import (
+    attention,
+    mass_interval,
+    softmax,
+    tail_mass_bound,
+    top_of_scores,
+    weight_error_bound,
+)
 
 
 def naive_softmax(row: list[float]) -> list[float]:
@@ -111,3 +118,50 @@ def test_top_of_scores_sorts_pads_and_skips_minus_infinity() -> None:
     assert np.all(np.isneginf(best[0, 3:])) and np.isneginf(best[1, 4])
     best, columns = top_of_scores(scores, 2)
     assert columns.tolist() == [[1, 3], [0, 1]]
+
+
+def test_softmax_in_single_precision_is_the_naive_softmax_to_float32_precision() -> None:
+    """The exponentials in float32 (for scores read from codes): the naive softmax within
+    float32's rounding, every weight finite and the rows summing to 1."""
+    rng = np.random.default_rng(3)
+    scores = rng.uniform(-1, 1, size=(5, 40))
+    scores[0, :3] = -np.inf
+    for temperature in (1.0, 0.05):
+        weights = softmax(scores, temperature, single=True)
+        for row, got in zip(scores, weights):
+            finite = np.isfinite(row)
+            want = naive_softmax(list(row[finite] / temperature))
+            assert_close(got[finite], want, rtol=1e-6, atol=1e-12)
+            assert np.all(got[~finite] == 0)
+        assert_close(weights.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_score_error_bounds_hold_for_any_errors_within_them(seed: int) -> None:
+    """Weights of scores each known within ± spread·T: for true scores anywhere in those
+    ranges (the extremes included), the total variation to the true softmax is within
+    ``weight_error_bound`` and the true mass of any set of keys within ``mass_interval``."""
+    rng = np.random.default_rng(seed)
+    n, temperature = 30, 0.05
+    approximate = rng.uniform(-0.5, 0.5, size=(1, n))
+    spread = rng.uniform(0, 0.6, size=(1, n)) * (rng.random((1, n)) < 0.7)  # some exact
+    inside = rng.random((1, n)) < 0.3
+    weights = softmax(approximate, temperature)
+    bound = weight_error_bound(weights, spread)[0]
+    low, high = mass_interval(weights, spread, inside)[0]
+    for trial in range(50):
+        # Random errors, and the two extremes of the interval.
+        if trial == 0:
+            signs = np.where(inside, -1.0, 1.0)
+        elif trial == 1:
+            signs = np.where(inside, 1.0, -1.0)
+        else:
+            signs = rng.uniform(-1, 1, size=(1, n))
+        true = softmax(approximate + signs * spread * temperature, temperature)
+        assert 0.5 * np.abs(true - weights).sum() <= bound + 1e-12
+        mass = float(true[inside].sum())
+        assert low - 1e-12 <= mass <= high + 1e-12
+        if trial < 2:  # the extremes reach the interval's ends
+            assert mass == close(low if trial == 0 else high)
+    # Nothing unknown, nothing to bound.
+    assert weight_error_bound(weights, np.zeros_like(spread))[0] == 0.0
