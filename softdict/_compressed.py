@@ -31,7 +31,7 @@ __all__ = ["HEAD_MARGIN", "from_compressed_scores"]
 
 # Keys whose compressed score is within this of the best are scored exactly (at T = 0.05 a key
 # this far below the best weighs e^-2 of it). Chosen on benchmarks/real_scale.py.
-HEAD_MARGIN = 0.1
+HEAD_MARGIN = 0.2
 
 
 def from_compressed_scores(

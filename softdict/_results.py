@@ -21,8 +21,9 @@ class Attention:
         query: the query text, or None for a query given as an embedding.
         value: the blended value (float, float64 array, or label).
         keys: the keys scored exactly, highest weight first: every allowed key (exact
-            attention; past 10,000 keys, the ``max_k`` best of them), the k nearest (top-k
-            attention), or the head of an estimated attention.
+            attention; past 10,000 keys, the ``max_k`` best of them, where those read from
+            compressed codes but not in their exact head carry their compressed score), the k
+            nearest (top-k attention), or the head of an estimated attention.
         weights: their attention weights, non-negative. They sum to 1 over ``keys``, except in
             an estimated attention, where they sum to 1 − ``tail_mass`` (the sample stands
             for the rest), and in an exact one that lists only the best keys.
@@ -37,7 +38,9 @@ class Attention:
             one, None for top-k attention (which gives them nothing by its own formula;
             ``tail_bound`` says how much full attention would).
         tail_interval: (low, high), the interval on ``tail_mass`` at the store's
-            ``confidence``; None for top-k attention.
+            ``confidence``; where scores were read from compressed codes (a large store on
+            ``index="auto"`` or ``"compressed"``), the interval the codes' bound makes sure of;
+            None for top-k attention.
         tail_bound: an upper bound on the full attention's mass outside ``keys`` from their
             scores alone, or None where it does not hold: an approximate index (IVF, HNSW)
             can miss near keys. With the spelling channel in a large store it also assumes
@@ -65,8 +68,11 @@ class Attention:
         marks: for each key, the exact marks of spelling it bears (``softdict.spelling.evidence``:
             "same", "start", "word start", "initials", "abbreviation"), or None where the
             combination weighs none (or the spelling channel was off).
-        weight_error: an upper bound on the total variation distance between ``weights`` and
-            the weights that scoring every key's spelling would give (0: they are those).
+        weight_error: an upper bound on the total variation distance between the attention
+            and the one that scoring every key exactly would give: from spelling left unscored
+            (``softdict.spelling.bounded``), or from meaning read from compressed codes (every
+            key's weight, listed or not; ``softdict._compressed``). 0: it is that attention.
+            For numbers, the value is then within ``weight_error`` times the values' range.
     """
 
     query: str | None

@@ -8,9 +8,9 @@ Three cases, decided per call:
   spelling channel, while a scan of every allowed key is cheaper than the estimate
   (``Capabilities.scan_max_keys``: any size on an exact index, 150,000 keys on HNSW). Exact;
   ``tail_mass`` is 0. Past ``EXACT_MAX_KEYS`` on a backend that keeps compressed scores
-  (``Capabilities.approximate_scores``: ``index="compressed"``, ``"auto"`` up to
-  ``COMPRESSED_MAX_KEYS``), that scan reads every key's codes instead of its vector, and the
-  keys that weigh most are scored exactly (``softdict._compressed``), within a stated bound.
+  (``Capabilities.approximate_scores``: ``index="compressed"``), that scan reads every key's
+  codes instead of its vector, and the keys that weigh most are scored exactly
+  (``softdict._compressed``), within a stated bound.
 * top-k attention: ``top_k=k``, the softmax over the k best keys and nothing else.
 * estimated full attention: otherwise. The head is the ``max_k`` best keys, found by one search,
   and a sample of the other allowed keys stands for the rest (``with_sampled_tail``,

@@ -154,22 +154,28 @@ def test_a_mask_attends_to_the_allowed_keys_only() -> None:
 
 
 @pytest.mark.parametrize("top_k", [1, 40, 1024])
-def test_top_k_from_the_codes_is_the_exact_top_k(top_k: int) -> None:
-    """The search rescores every key its bound cannot rule out: the k best are the true k best,
-    with exact scores, also after deletes."""
+def test_top_k_from_the_codes_finds_the_nearest_keys_with_exact_scores(top_k: int) -> None:
+    """A search reads the codes, then scores exactly its k + k/2 + 128 best: the keys it returns
+    carry their exact scores, best first, and are the true k best but for a rare key whose
+    compressed score fell out of the candidates (none here; floors as for HNSW), also after
+    deletes."""
     sd, X, _ = filled(top_k=top_k)
     for i in range(0, 3000, 3):
         del sd[f"k{i}"]
     live = np.array([i for i in range(N_LARGE) if i >= 3000 or i % 3])
+    position = {f"k{i}": j for j, i in enumerate(live)}
     Q = unit_rows(8, X.shape[1], seed=14)
     exact = metric_scores(
         Q / np.linalg.norm(Q, axis=1, keepdims=True), X[live], Metric.INNER_PRODUCT
     )
+    recalls = []
     for attention, row in zip(sd.attend_embeddings(Q), exact):
-        best = np.argsort(-row, kind="stable")[:top_k]
-        assert set(attention.keys) == {f"k{i}" for i in live[best]}
-        assert_close(np.sort(attention.scores), np.sort(row[best]))
-        assert attention.weight_error == 0.0
+        best = set(np.argsort(-row, kind="stable")[:top_k].tolist())
+        found = [position[key] for key in attention.keys]
+        recalls.append(len(best & set(found)) / top_k)
+        assert_close(attention.scores, row[found])
+        assert np.all(np.diff(attention.scores) <= 0) and attention.weight_error == 0.0
+    assert np.mean(recalls) >= 0.99
 
 
 def assert_codes_in_step(backend: CompressedBackend, X: np.ndarray, live: np.ndarray) -> None:

@@ -25,9 +25,7 @@ from softdict._files import FileReader
 from softdict._retrieval import SPELLING_CANDIDATES, RetrievalPolicy, select
 from softdict._similarity import Metric, metric_scores
 from softdict.index import Allow, Capabilities, IndexBackend, backend_spec, register_backend
-from softdict.index.compressed import CompressedBackend
 from softdict.index.growing import GrowingBackend
-from softdict.index.hnsw import HNSWBackend
 from softdict.index.ivf import IVFBackend
 
 DIM = 16
@@ -348,44 +346,18 @@ def test_hnsw_adaptive_k_searches_in_rounds() -> None:
         assert attention.weights.sum() + attention.tail_mass == close(1.0)
 
 
-def test_auto_is_exact_while_small_then_keeps_codes() -> None:
-    """Up to EXACT_MAX_KEYS keys "auto" scores every key exactly; past it, the same vectors
-    gain 4-bit codes, and full attention reads them (``softdict._compressed``): the keys that
-    weigh most scored exactly, the others within the bound reported."""
+@pytest.mark.usefixtures("without_scan")
+def test_auto_is_exact_while_small_then_switches_to_hnsw() -> None:
     X, labels = clustered(EXACT_MAX_KEYS + 1)
     sd = SoftDict(encoder=FakeEncoder(), temperature=0.1)
     sd.add_embeddings([f"k{i}" for i in range(EXACT_MAX_KEYS)], X[:-1], labels[:-1].astype(float))
     assert sd.index_description == "auto: exact"
     assert sd.attend_embeddings(X[0]).k == EXACT_MAX_KEYS  # every key, exactly
     sd.add_embeddings(["last"], X[-1:], [1.0])
-    assert sd.index_description == "auto: compressed (4-bit codes, blocks of 32)"
+    assert sd.index_description.startswith("auto: hnsw")
     attention = sd.attend_embeddings(X[0])
-    assert attention.keys[0] == "k0" and attention.k == 1024  # the max_k best keys listed
-    assert 0 < attention.weight_error < 1 and attention.tail_interval is not None
-    low, high = attention.tail_interval
-    assert low <= attention.tail_mass <= high == attention.tail_bound
-
-
-def test_auto_phases_exact_then_codes_then_hnsw_and_back() -> None:
-    """ "auto"'s phases, on a backend built as the registry builds it but with lower thresholds
-    (COMPRESSED_MAX_KEYS keys take minutes to build a graph of): exact, then codes, then an HNSW
-    graph; deleted back below half the switch, exact vectors with codes again."""
-    X, _ = clustered(3000)
-    ids = np.arange(len(X), dtype=np.int64)
-    ip = Metric.INNER_PRODUCT
-    auto = GrowingBackend(
-        DIM, ip, lambda: HNSWBackend(DIM, ip), 2001, name="auto", large_kind="hnsw",
-        make_small=lambda: CompressedBackend(DIM, ip, codes_from=500),
-    )  # fmt: skip
-    auto.add(ids[:500], X[:500])
-    assert auto.describe() == "auto: exact" and not auto.capabilities.approximate_scores
-    auto.add(ids[500:2000], X[500:2000])
-    assert auto.describe().startswith("auto: compressed") and auto.capabilities.approximate_scores
-    auto.add(ids[2000:], X[2000:])
-    assert auto.describe().startswith("auto: hnsw") and auto.dump().meta["large"] == "hnsw"
-    auto.remove(ids[:2100])
-    assert auto.describe().startswith("auto: compressed") and len(auto) == 900
-    np.testing.assert_array_equal(auto.search(X[2100:2105], 1)[1][:, 0], ids[2100:2105])
+    assert attention.keys[0] == "k0" and attention.k <= 1024
+    assert sd._store.snapshot()[0].index_meta["large"] == "hnsw"
 
 
 def _dumped(backend: IndexBackend) -> tuple[dict, FileReader]:

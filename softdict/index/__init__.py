@@ -7,8 +7,7 @@ registers them under the names ``index=`` accepts. A new backend is one file plu
 ========== ================================================= ==================================
 index=     backend                                           file
 ========== ================================================= ==================================
-"auto"     exact numpy up to 10,000 keys, then with 4-bit    ``growing`` (``compressed``,
-           codes up to 150,000, then HNSW-Flat               ``hnsw``)
+"auto"     exact numpy up to 10,000 keys, then HNSW-Flat     ``growing`` (``exact``, ``hnsw``)
 "flat"     exact numpy                                       ``exact``
 "compressed" exact numpy and 4-bit codes of every key        ``compressed``
 "compressed_8bit" exact numpy and 8-bit codes                ``compressed``
@@ -27,7 +26,7 @@ from softdict._errors import ConfigError
 from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric, metric_scores
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
-from softdict.index.compressed import COMPRESSED_MAX_KEYS, CompressedBackend
+from softdict.index.compressed import CompressedBackend
 from softdict.index.exact import ExactBackend
 from softdict.index.factory import FactoryBackend, parse_error
 from softdict.index.growing import GrowingBackend
@@ -86,13 +85,11 @@ register_backend(
         dim,
         metric,
         lambda: HNSWBackend(dim, metric),
-        COMPRESSED_MAX_KEYS + 1,
+        EXACT_MAX_KEYS + 1,
         name="auto",
         large_kind="hnsw",
         # "auto" built IVF indexes until its recall on real text was measured (0.62 at k=1024).
         earlier_large=lambda: IVFBackend(dim, metric),
-        # Codes once the store passes the exact path, where full attention starts to read them.
-        make_small=lambda: CompressedBackend(dim, metric, codes_from=EXACT_MAX_KEYS),
     ),
     description="auto: exact",
 )

@@ -1,20 +1,16 @@
 """``index="compressed"``: the keys' float32 vectors, kept as ``flat`` keeps them, and 4-bit
-codes of them (``softdict.index._codes``) that searches and full attention read first. Also the
-middle phase of ``index="auto"`` (``softdict.index``).
+codes of them (``softdict.index._codes``; ``"compressed_8bit"``: 8-bit) that searches and full
+attention read first.
 
-A search scores every key from its codes, then scores exactly every key whose compressed score
-could reach the k best: with each compressed score within ± e of the true one (the codes'
-bound), the true k-th best score is at least L, the k-th best of (score − e), and a key whose
-(score + e) is below L cannot be among the k best. So the answer is the exact top k, as a flat
-scan's, and the backend is exact (``Capabilities.exact``): the tail bounds of the retrieval
-policy hold on it.
+A search reads every key's compressed score, then scores exactly the ``candidates_for(k)`` best
+of them (as many as an HNSW search keeps) and returns the k best of those: an approximate index,
+like HNSW, that can miss a key whose compressed score fell out of the candidates (measured on
+real text: ``benchmarks/real_scale.py``'s recall@k). Full attention over a large store reads
+every key's compressed score (``score_approximately``) and scores exactly only the keys that
+weigh most (``softdict._compressed``), with a bound on what the others can change.
 
-Full attention over a large store reads the compressed scores of every key
-(``score_approximately``) and rescores exactly only the keys that weigh most
-(``softdict._compressed``).
-
-Up to ``codes_from`` keys there are no codes: a flat scan of that many keys is as cheap, and
-the store's exact path scores every key anyway (``softdict._config.EXACT_MAX_KEYS``).
+Up to ``codes_from`` keys (and until the codes' first session is made, past
+``_codes.OPEN_ROWS`` rows) every key is scored from its vector: the backend is exact there.
 """
 
 from __future__ import annotations
@@ -29,15 +25,18 @@ from softdict.index._codes import OPEN_ROWS, Coded, CodeLayout, KeyCodes
 from softdict.index.base import Allow, BackendDump, Capabilities, ScoreErrors
 from softdict.index.exact import SCAN_ANY_SIZE, ExactBackend
 
-__all__ = ["CODE_BLOCK", "COMPRESSED_MAX_KEYS", "CompressedBackend"]
+__all__ = ["CODE_BLOCK", "CompressedBackend", "candidates_for"]
 
 # Components per code block (one scale and zero point each): chosen by benchmarks/real_scale.py.
 CODE_BLOCK = 32
 
-# index="auto" keeps its keys here (with codes past the exact path) up to this many, then builds
-# an HNSW graph: chosen by benchmarks/real_scale.py, where full attention from the codes stops
-# being cheaper than the graph's estimate.
-COMPRESSED_MAX_KEYS = 150_000
+
+def candidates_for(k: int) -> int:
+    """How many keys, best by compressed score, a search for k scores exactly: k + k/2 + 128,
+    as many as an HNSW search keeps (``hnsw.ef_for``). Measured on real text
+    (``benchmarks/real_scale.py``'s recall@k): the true k best were among them."""
+    return k + k // 2 + 128
+
 
 _CODE_FILES = ("codes", "code_scales", "code_zero_points", "code_norms")
 
@@ -64,9 +63,15 @@ class CompressedBackend(ExactBackend):
 
     @property
     def capabilities(self) -> Capabilities:
+        reads_codes = self._reads_codes()
+        # Exact while every key is scored from its vector; approximate once searches read codes
+        # (they can miss a key whose compressed score fell out of the candidates).
         return Capabilities(
-            exact=True, scan_max_keys=SCAN_ANY_SIZE, approximate_scores=self._codes is not None
+            exact=not reads_codes, scan_max_keys=SCAN_ANY_SIZE, approximate_scores=reads_codes
         )
+
+    def _reads_codes(self) -> bool:
+        return self._codes is not None and self._codes.sealed > 0
 
     def describe(self) -> str:
         if self._codes is None:
@@ -137,31 +142,22 @@ class CompressedBackend(ExactBackend):
     def search(
         self, queries: np.ndarray, k: int, allow: Allow | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """The exact k best (module docstring): compressed scores, then the keys they cannot
-        rule out, scored exactly."""
-        if self._codes is None or not self._codes.sealed:
+        """The k best: every key's compressed score, then the ``candidates_for(k)`` best of
+        those scored exactly (module docstring)."""
+        if not self._reads_codes():
             return super().search(queries, k, allow)
-        scores, bound, rows = self._approximate(queries, allow)
+        scores, _, rows = self._approximate(queries, allow)
         m, c = scores.shape
         take = min(k, c)
         best = np.full((m, k), -np.inf)
         ids = np.full((m, k), -1, dtype=np.int64)
         if not take:
             return best, ids
+        wanted = min(candidates_for(take), c)
         for i in range(m):
             row = scores[i]
-            # The k best by compressed score, scored exactly: k keys whose worst true score
-            # the true k-th best is at least, so no key whose bound stays below it can be
-            # among the k best; the others are scored exactly too.
-            first = np.argpartition(-row, take - 1)[:take] if take < c else np.arange(c)
-            first_scores = self._exact_scores(queries[i : i + 1], rows[first])[0]
-            maybe = row + bound.query[i] @ bound.keys >= first_scores.min()
-            maybe[first] = False
-            more = np.flatnonzero(maybe)
-            columns = np.concatenate([first, more])
-            exact = np.concatenate(
-                [first_scores, self._exact_scores(queries[i : i + 1], rows[more])[0]]
-            )
+            columns = np.argpartition(-row, wanted - 1)[:wanted] if wanted < c else np.arange(c)
+            exact = self._exact_scores(queries[i : i + 1], rows[columns])[0]
             order = np.argsort(-exact, kind="stable")[:take]
             best[i, :take] = exact[order]
             ids[i, :take] = self._rows.ids[rows[columns[order]]]

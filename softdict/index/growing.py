@@ -19,16 +19,15 @@ import numpy as np
 from softdict._files import FileReader
 from softdict._similarity import Metric
 from softdict.index._faiss import FaissBackend
-from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend, ScoreErrors
+from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
 from softdict.index.exact import ExactBackend
 
 __all__ = ["GrowingBackend"]
 
 
 class GrowingBackend(IndexBackend):
-    """An exact backend (``make_small``'s: by default an ``ExactBackend``) until it holds
-    ``switch_at`` keys, then the FAISS backend that ``make_large`` creates, built from the exact
-    backend's vectors.
+    """An ``ExactBackend`` until it holds ``switch_at`` keys, then the FAISS backend that
+    ``make_large`` creates, built from the exact backend's vectors.
 
     Args:
         name: shown in ``describe`` as "<name>: exact" / "<name>: <large>"; None shows the large
@@ -49,14 +48,12 @@ class GrowingBackend(IndexBackend):
         name: str | None = None,
         large_kind: str | None = None,
         earlier_large: Callable[[], FaissBackend] | None = None,
-        make_small: Callable[[], ExactBackend] | None = None,
     ) -> None:
         super().__init__(dim, metric)
         self._make_large = make_large
-        self._make_small = make_small or (lambda: ExactBackend(dim, metric, name="exact"))
         self._large = make_large()  # created now: a factory string is checked against dim here
         self._switch_at = self._large.min_train_size() if switch_at is None else switch_at
-        self._small: ExactBackend | None = self._make_small()
+        self._small: ExactBackend | None = ExactBackend(dim, metric, name="exact")
         self.name = name
         self._large_kind, self._kind_of_large = large_kind, large_kind
         self._earlier_large = earlier_large
@@ -97,7 +94,7 @@ class GrowingBackend(IndexBackend):
             # index this small cannot be retrained when it compacts). Half, not all: a store
             # hovering at the threshold does not rebuild the index on every insert and delete.
             ids = self._large.ids()
-            small = self._make_small()
+            small = ExactBackend(self.dim, self.metric, name="exact")
             small.add(ids, self._large.vectors(ids) if len(ids) else np.zeros((0, self.dim)))
             self._large, self._small = self._make_large(), small
             self._kind_of_large = self._large_kind
@@ -129,11 +126,6 @@ class GrowingBackend(IndexBackend):
         temperature: float,
     ) -> tuple[np.ndarray, np.ndarray]:
         return self._active.sample_near(query, count, rng, allow, temperature)
-
-    def score_approximately(
-        self, queries: np.ndarray, allow: Allow | None = None
-    ) -> tuple[np.ndarray, np.ndarray, ScoreErrors]:
-        return self._active.score_approximately(queries, allow)
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         return self._active.vectors(ids)
