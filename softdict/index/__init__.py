@@ -4,18 +4,21 @@
 registers them under the names ``index=`` accepts. A new backend is one file plus one call to
 ``register_backend``.
 
-========== ================================================= ==================================
-index=     backend                                           file
-========== ================================================= ==================================
-"auto"     exact numpy up to 10,000 keys, then HNSW-Flat     ``growing`` (``exact``, ``hnsw``)
-"flat"     exact numpy                                       ``exact``
-"compressed" exact numpy and 4-bit codes of every key        ``compressed``
-"compressed_8bit" exact numpy and 8-bit codes                ``compressed``
-"hnsw"     FAISS IndexHNSWFlat                               ``hnsw``
-"ivf"      FAISS IndexIVFFlat (exact until 2,000 keys)       ``growing``, ``ivf``
-"ivf_sq8"  FAISS IndexIVFScalarQuantizer, 8 bits a dimension ``growing``, ``ivf``
-other      a FAISS index_factory string                      ``growing``, ``factory``
-========== ================================================= ==================================
+================= ============================================= ==============================
+index=            backend                                       file
+================= ============================================= ==============================
+"auto"            exact numpy up to 10,000 keys, then HNSW-Flat ``growing`` (``exact``,
+                                                                ``hnsw``)
+"flat"            exact numpy                                   ``exact``
+"compressed"      exact numpy and 4-bit codes of every key,     ``compressed`` (``_codes``)
+                  read first
+"compressed_8bit" the same with 8-bit codes                     ``compressed`` (``_codes``)
+"hnsw"            FAISS IndexHNSWFlat                           ``hnsw``
+"ivf"             FAISS IndexIVFFlat (exact until 2,000 keys)   ``growing``, ``ivf``
+"ivf_sq8"         FAISS IndexIVFScalarQuantizer, 8 bits a       ``growing``, ``ivf``
+                  dimension
+other             a FAISS index_factory string                  ``growing``, ``factory``
+================= ============================================= ==============================
 """
 
 from __future__ import annotations

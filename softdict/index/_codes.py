@@ -3,8 +3,9 @@ batch of queries by one ONNX Runtime quantised matrix product, with a bound on e
 error.
 
 Why: exact attention over a large store is memory-bound, it reads 4·d bytes a key for every
-query. Codes of 4 bits a component read about an eighth of that: over 10^5 real keys the scan
-took about a seventh of exact numpy's time (issue 29's study; ``benchmarks/real_scale.py``).
+query. Codes of 4 bits a component read about a sixth of that (with their scales): over 10^5
+real keys the kernel took a third of exact numpy's time on a CPU with AVX2
+(``benchmarks/compressed_scores.py``), a seventh on one with AVX-512 VNNI (issue 29's study).
 
 The codes are MatMulNBits' layout: a vector's d components in blocks of ``block`` (d padded with
 zeros to a multiple of it), each block as unsigned integers c in [0, 2^bits − 1] with a float32
@@ -22,7 +23,7 @@ and, with ‖q − q̃‖ ≤ √(Σ_b n_b·(max|q_b|/254)²) over the query's b
 
 which holds whatever the kernel does inside those roundings (a build of ONNX Runtime without the
 int8 kernel scores the decoded codes in float32: its error is the first term alone). The bound
-is a worst case: on real text it is about 25 times the typical error (the errors of the d
+is a worst case: on real text it is about 27 times the typical error (the errors of the d
 components mostly cancel), which is why the lookup that uses these scores rescores its best keys
 exactly (``softdict._compressed``).
 
@@ -36,8 +37,6 @@ the vectors.
 
 from __future__ import annotations
 
-import math
-import threading
 from dataclasses import dataclass
 
 import numpy as np
@@ -159,9 +158,11 @@ class KeyCodes:
     scores them; ``scores`` gives every row's compressed score and the bound on its error.
 
     ``open_rows``: how many rows may wait outside the session (scored exactly) before it is made
-    again, at least (module docstring); 0 makes it for the first rows (tests use it)."""
+    again, at least (module docstring); 0 makes it for the first rows (tests use it).
+    ``threads``: the kernel's; a second one gained nothing consistent on 2 cores
+    (``benchmarks/results_compressed_scores.md``) and would compete with a caller's threads."""
 
-    def __init__(self, layout: CodeLayout, *, open_rows: int = OPEN_ROWS, threads: int = 2) -> None:
+    def __init__(self, layout: CodeLayout, *, open_rows: int = OPEN_ROWS, threads: int = 1) -> None:
         self.layout = layout
         self._open_rows = open_rows
         self._threads = threads
@@ -171,7 +172,6 @@ class KeyCodes:
         self._norms = GrowableColumns(2, np.float32)  # (2, n): each factor contiguous
         self._session: object | None = None
         self._sealed = 0  # rows 0.._sealed-1 are in the session
-        self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self._norms)
@@ -183,7 +183,14 @@ class KeyCodes:
 
     def append(self, vectors: np.ndarray) -> None:
         """Codes for rows added after the last (``vectors`` (n, dim) float32)."""
-        coded = quantise(vectors, self.layout)
+        self._add(quantise(vectors, self.layout))
+
+    def restore(self, coded: Coded) -> None:
+        """Saved codes in place of none (checked by the caller against the layout and rows)."""
+        assert not len(self)
+        self._add(coded)
+
+    def _add(self, coded: Coded) -> None:
         self._blobs.append(coded.blobs)
         self._scales.append(coded.scales)
         self._zero_points.append(coded.zero_points)
@@ -204,16 +211,6 @@ class KeyCodes:
         norms = np.ascontiguousarray(self._norms.view.T)
         return Coded(self._blobs.view, self._scales.view, self._zero_points.view, norms)
 
-    def restore(self, coded: Coded) -> None:
-        """Saved codes in place of none (checked by the caller against the layout and rows)."""
-        assert not len(self)
-        self._blobs.append(coded.blobs)
-        self._scales.append(coded.scales)
-        self._zero_points.append(coded.zero_points)
-        self._norms.append(coded.norms)
-        if len(self) > self._open_rows:
-            self._seal()
-
     def nbytes(self) -> int:
         """Bytes of the codes kept here (the session keeps its own reordered copy)."""
         return len(self) * self.layout.bytes_per_row()
@@ -233,7 +230,9 @@ class KeyCodes:
                 padded[:, : self.layout.dim] = queries
             out[:, :sealed] = self._run(padded)
         if sealed < size:
-            out[:, sealed:] = queries @ vectors[sealed:size].T
+            # (n, d)·(d, m): ``queries @ vectors.T`` multiplies a transposed operand, many
+            # times slower for one query (softdict._similarity.metric_scores).
+            out[:, sealed:] = (vectors[sealed:size] @ queries.T).T
         row_factors = self._norms.view
         if sealed < size:
             row_factors = row_factors.copy()
@@ -246,10 +245,9 @@ class KeyCodes:
         return session.run(None, {"queries": queries})[0]  # type: ignore[attr-defined]
 
     def _seal(self) -> None:
-        """Make the session over every row's codes."""
-        with self._lock:
-            self._session = _session(self.coded(), self.layout, self._threads)
-            self._sealed = len(self)
+        """Make the session over every row's codes (the store's lock is held: it is a write)."""
+        self._session = _session(self.coded(), self.layout, self._threads)
+        self._sealed = len(self)
 
 
 def _session(coded: Coded, layout: CodeLayout, threads: int) -> object:
@@ -293,8 +291,3 @@ def _session(coded: Coded, layout: CodeLayout, threads: int) -> object:
     return onnxruntime.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
-
-
-def relative_cost(layout: CodeLayout) -> float:
-    """Bytes a coded row is read as, over a float32 row's (for the docs and the benchmark)."""
-    return layout.bytes_per_row() / (4 * layout.dim) if layout.dim else math.nan

@@ -9,8 +9,8 @@ real text: ``benchmarks/real_scale.py``'s recall@k). Full attention over a large
 every key's compressed score (``score_approximately``) and scores exactly only the keys that
 weigh most (``softdict._compressed``), with a bound on what the others can change.
 
-Up to ``codes_from`` keys (and until the codes' first session is made, past
-``_codes.OPEN_ROWS`` rows) every key is scored from its vector: the backend is exact there.
+Until the codes' first session is made (past ``_codes.OPEN_ROWS`` keys) every key is scored
+from its vector: the backend is exact there.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _CODE_FILES = ("codes", "code_scales", "code_zero_points", "code_norms")
 
 
 class CompressedBackend(ExactBackend):
-    """Exact vectors by row, and their codes once it holds more than ``codes_from`` keys."""
+    """Exact vectors by row, and their codes (``open_rows``: see ``KeyCodes``)."""
 
     def __init__(
         self,
@@ -51,15 +51,12 @@ class CompressedBackend(ExactBackend):
         *,
         bits: int = 4,
         block: int = CODE_BLOCK,
-        codes_from: int = 0,
         open_rows: int = OPEN_ROWS,
         name: str = "compressed",
     ) -> None:
         super().__init__(dim, metric, name=name)
         self.layout = CodeLayout(dim, bits, block)
-        self.codes_from = codes_from
-        self._open_rows = open_rows
-        self._codes: KeyCodes | None = None
+        self._codes = KeyCodes(self.layout, open_rows=open_rows)
 
     @property
     def capabilities(self) -> Capabilities:
@@ -71,11 +68,9 @@ class CompressedBackend(ExactBackend):
         )
 
     def _reads_codes(self) -> bool:
-        return self._codes is not None and self._codes.sealed > 0
+        return self._codes.sealed > 0
 
     def describe(self) -> str:
-        if self._codes is None:
-            return "exact" if self.codes_from else self.name
         return f"{self.name} ({self.layout.bits}-bit codes, blocks of {self.layout.block})"
 
     # -- keeping the codes in step with the rows -------------------------------------------------
@@ -83,23 +78,11 @@ class CompressedBackend(ExactBackend):
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         self._append(ids, vectors)
-        if self._codes is not None:
-            self._codes.append(vectors)
-        elif len(self) > self.codes_from:
-            self._code_every_row()
-
-    def _code_every_row(self) -> None:
-        codes = KeyCodes(self.layout, open_rows=self._open_rows)
-        codes.append(self._vectors.view)
-        self._codes = codes
+        self._codes.append(vectors)
 
     def _keep(self, rows: np.ndarray) -> None:
         super()._keep(rows)
-        if self._codes is not None:
-            if len(rows) > self.codes_from // 2:
-                self._codes.keep(rows)
-            else:  # well below where codes pay: drop them (half, so as not to flap)
-                self._codes = None
+        self._codes.keep(rows)
 
     # -- scoring -----------------------------------------------------------------------------
 
@@ -108,11 +91,7 @@ class CompressedBackend(ExactBackend):
     ) -> tuple[np.ndarray, np.ndarray, ScoreErrors]:
         """Every live (and allowed) key's compressed score for prepared ``queries`` (m, dim),
         float64 (m, c); their ids (c,), increasing; and the bound on each score's error
-        (``softdict.index._codes``; 0 where a key was scored exactly). Without codes, the exact
-        scores and a bound of 0."""
-        if self._codes is None:
-            scores, ids = self.score_all(queries, allow)
-            return scores, ids, ScoreErrors(np.zeros((len(queries), 2)), np.zeros((2, len(ids))))
+        (``softdict.index._codes``; 0 where a key was scored exactly)."""
         scores, errors, rows = self._approximate(queries, allow)
         return scores, self._rows.ids[rows], errors
 
@@ -120,7 +99,6 @@ class CompressedBackend(ExactBackend):
         self, queries: np.ndarray, allow: Allow | None
     ) -> tuple[np.ndarray, ScoreErrors, np.ndarray]:
         """``score_approximately`` by row: scores (m, c), their bounds, and the c rows."""
-        assert self._codes is not None
         products, bound = self._codes.scores(queries, self._vectors.view)
         every = allow is None and not self._rows.has_tombstones
         if every:
@@ -168,15 +146,12 @@ class CompressedBackend(ExactBackend):
         return metric_scores(queries, self._vectors.view[rows], self.metric, norms)
 
     def memory_bytes(self) -> int:
-        codes = self._codes.nbytes() if self._codes is not None else 0
-        return super().memory_bytes() + codes
+        return super().memory_bytes() + self._codes.nbytes()
 
     # -- saving --------------------------------------------------------------------------------
 
     def dump(self) -> BackendDump:
         saved = super().dump()
-        if self._codes is None:
-            return saved
         live = self._rows.live_rows()
         coded = self._codes.coded()
         files = dict(saved.files)
@@ -189,11 +164,10 @@ class CompressedBackend(ExactBackend):
     def restore(self, meta: dict[str, Any], files: FileReader) -> None:
         super().restore(meta, files)
         saved = meta.get("codes")
-        if saved is None or saved != {"bits": self.layout.bits, "block": self.layout.block}:
-            # Saved without codes (below codes_from, or before they existed), or in another
-            # layout: made again from the vectors.
-            if len(self) > self.codes_from:
-                self._code_every_row()
+        if saved != {"bits": self.layout.bits, "block": self.layout.block}:
+            # Saved without codes, or in another layout (a version with another CODE_BLOCK):
+            # made again from the vectors.
+            self._codes.append(self._vectors.view)
             return
         n, layout = len(self), self.layout
         coded = Coded(
@@ -202,5 +176,4 @@ class CompressedBackend(ExactBackend):
             files.npy("embedding_code_zero_points.npy", np.uint8, (n, layout.zero_point_bytes)),
             files.finite_npy("embedding_code_norms.npy", np.float32, (n, 2)),
         )
-        self._codes = KeyCodes(layout, open_rows=self._open_rows)
         self._codes.restore(coded)

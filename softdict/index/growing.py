@@ -53,7 +53,7 @@ class GrowingBackend(IndexBackend):
         self._make_large = make_large
         self._large = make_large()  # created now: a factory string is checked against dim here
         self._switch_at = self._large.min_train_size() if switch_at is None else switch_at
-        self._small: ExactBackend | None = ExactBackend(dim, metric, name="exact")
+        self._small: ExactBackend | None = ExactBackend(dim, metric)
         self.name = name
         self._large_kind, self._kind_of_large = large_kind, large_kind
         self._earlier_large = earlier_large
@@ -94,7 +94,7 @@ class GrowingBackend(IndexBackend):
             # index this small cannot be retrained when it compacts). Half, not all: a store
             # hovering at the threshold does not rebuild the index on every insert and delete.
             ids = self._large.ids()
-            small = ExactBackend(self.dim, self.metric, name="exact")
+            small = ExactBackend(self.dim, self.metric)
             small.add(ids, self._large.vectors(ids) if len(ids) else np.zeros((0, self.dim)))
             self._large, self._small = self._make_large(), small
             self._kind_of_large = self._large_kind
@@ -136,7 +136,7 @@ class GrowingBackend(IndexBackend):
     def describe(self) -> str:
         if self.name is None:
             return self._large.describe()
-        return f"{self.name}: {(self._small or self._large).describe()}"
+        return f"{self.name}: {'exact' if self._small is not None else self._large.describe()}"
 
     def memory_bytes(self) -> int:
         return self._active.memory_bytes()
