@@ -41,6 +41,8 @@ class LossKind(str, Enum):
 
 def is_number(value: object) -> bool:
     """An int or float (numpy's too), not a bool."""
+    if type(value) in (float, int):  # the common case, without the ABC's isinstance (4x slower)
+        return True
     return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
 
 

@@ -47,7 +47,8 @@ class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
         for i, (key, value) in enumerate(zip(keys, values)):
             if not is_number(value):
                 raise self.kind_error(key, value)
-            is_int = isinstance(value, numbers.Integral)
+            kind = type(value)
+            is_int = kind is int or (kind is not float and isinstance(value, numbers.Integral))
             if is_int and abs(int(value)) > MAX_EXACT_INT:  # type: ignore[call-overload]
                 raise InvalidValueError(
                     f"value for key {key!r} is the integer {value}, beyond 2**53, which a float64 "
