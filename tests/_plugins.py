@@ -196,5 +196,6 @@ register_encoder_name("test-hashing", HashingEncoder)
 # Codes from the first key, and a session made as soon as a sixteenth of the rows wait outside it:
 # the compressed backend's codes are read at the sizes of the conformance suites.
 register_backend(
-    "compressed-from-start", lambda dim, metric: CompressedBackend(dim, metric, open_rows=0)
+    "compressed-from-start",
+    lambda dim, metric: CompressedBackend(dim, metric, open_rows=0, codes_from=0),
 )

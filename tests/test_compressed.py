@@ -189,7 +189,7 @@ def assert_codes_in_step(backend: CompressedBackend, X: np.ndarray, live: np.nda
 
 def test_codes_stay_in_step_through_inserts_deletes_compaction_and_saving(tmp_path: Path) -> None:
     X = unit_rows(9000, 24, seed=4)
-    backend = CompressedBackend(24, Metric.INNER_PRODUCT, open_rows=500)
+    backend = CompressedBackend(24, Metric.INNER_PRODUCT, open_rows=500, codes_from=0)
     alive = np.zeros(len(X), dtype=bool)
     rng = np.random.default_rng(5)
     added = 0
@@ -204,7 +204,7 @@ def test_codes_stay_in_step_through_inserts_deletes_compaction_and_saving(tmp_pa
         assert_codes_in_step(backend, X, np.flatnonzero(alive))
     dump = backend.dump()
     reader = FileReader(tmp_path, dict(dump.files))
-    loaded = CompressedBackend(24, Metric.INNER_PRODUCT, open_rows=500)
+    loaded = CompressedBackend(24, Metric.INNER_PRODUCT, open_rows=500, codes_from=0)
     loaded.restore(dict(dump.meta), reader)
     assert_codes_in_step(loaded, X, np.flatnonzero(alive))
     again = loaded.dump()
@@ -213,7 +213,7 @@ def test_codes_stay_in_step_through_inserts_deletes_compaction_and_saving(tmp_pa
         np.testing.assert_array_equal(again.files[name], content)
     # Saved without codes (before they existed, or in another layout): made again on load.
     bare = {k: v for k, v in dump.files.items() if "code" not in k}
-    rebuilt = CompressedBackend(24, Metric.INNER_PRODUCT, open_rows=500)
+    rebuilt = CompressedBackend(24, Metric.INNER_PRODUCT, open_rows=500, codes_from=0)
     rebuilt.restore({}, FileReader(tmp_path, bare))
     assert rebuilt.capabilities.approximate_scores
     assert_codes_in_step(rebuilt, X, np.flatnonzero(alive))
@@ -235,3 +235,20 @@ def test_a_saved_store_keeps_its_codes_and_refuses_a_corrupt_one(tmp_path: Path)
     codes.write_bytes(bytes(data))
     with pytest.raises(StoreFormatError, match=r"embedding_codes\.npy fails its SHA-256"):
         SoftDict.load(tmp_path / "store", encoder=FakeEncoder())
+
+
+def test_up_to_the_exact_path_a_compressed_store_answers_as_flat() -> None:
+    """Up to EXACT_MAX_KEYS keys the codes are kept but not read: full attention and searches
+    (``top_k``) answer as on "flat"."""
+    X = unit_rows(EXACT_MAX_KEYS, 32, seed=6)
+    keys = [f"k{i}" for i in range(len(X))]
+    Q = unit_rows(5, 32, seed=7)
+    for top_k in (None, 5):
+        answers = []
+        for index in ("compressed", "flat"):
+            sd = SoftDict(encoder=FakeEncoder(), index=index, temperature=0.05, top_k=top_k)
+            sd.add_embeddings(keys, X, np.arange(len(X), dtype=float))
+            answers.append(sd.attend_embeddings(Q))
+        for a, b in zip(*answers):
+            assert a.keys == b.keys and a.k == b.k and a.weight_error == 0.0
+            assert_close(a.weights, b.weights)

@@ -158,13 +158,23 @@ class KeyCodes:
     scores them; ``scores`` gives every row's compressed score and the bound on its error.
 
     ``open_rows``: how many rows may wait outside the session (scored exactly) before it is made
-    again, at least (module docstring); 0 makes it for the first rows (tests use it).
+    again, at least (module docstring). ``codes_from``: up to this many rows there is no
+    session, every row is scored exactly (default ``open_rows``). Both 0: a session from the
+    first rows (tests use it).
     ``threads``: the kernel's; a second one gained nothing consistent on 2 cores
     (``benchmarks/results_compressed_scores.md``) and would compete with a caller's threads."""
 
-    def __init__(self, layout: CodeLayout, *, open_rows: int = OPEN_ROWS, threads: int = 1) -> None:
+    def __init__(
+        self,
+        layout: CodeLayout,
+        *,
+        open_rows: int = OPEN_ROWS,
+        codes_from: int | None = None,
+        threads: int = 1,
+    ) -> None:
         self.layout = layout
         self._open_rows = open_rows
+        self._codes_from = open_rows if codes_from is None else codes_from
         self._threads = threads
         self._blobs = GrowableRows((layout.blocks, layout.blob_bytes), np.uint8)
         self._scales = GrowableRows((layout.blocks,), np.float32)
@@ -195,7 +205,7 @@ class KeyCodes:
         self._scales.append(coded.scales)
         self._zero_points.append(coded.zero_points)
         self._norms.append(coded.norms)
-        if len(self) - self._sealed > max(self._open_rows, self._sealed // _OPEN_SHARE):
+        if self._session_due():
             self._seal()
 
     def keep(self, rows: np.ndarray) -> None:
@@ -203,8 +213,15 @@ class KeyCodes:
         for part in (self._blobs, self._scales, self._zero_points, self._norms):
             part.keep(rows)
         self._session, self._sealed = None, 0
-        if len(self) > self._open_rows:
+        if self._session_due():
             self._seal()
+
+    def _session_due(self) -> bool:
+        """Whether to make the session again now (the class docstring's rule)."""
+        waiting = len(self) - self._sealed
+        return len(self) > self._codes_from and waiting > max(
+            self._open_rows, self._sealed // _OPEN_SHARE
+        )
 
     def coded(self) -> Coded:
         """Every row's codes (views, but for the norms: for saving)."""

@@ -9,8 +9,9 @@ real text: ``benchmarks/real_scale.py``'s recall@k). Full attention over a large
 every key's compressed score (``score_approximately``) and scores exactly only the keys that
 weigh most (``softdict._compressed``), with a bound on what the others can change.
 
-Until the codes' first session is made (past ``_codes.OPEN_ROWS`` keys) every key is scored
-from its vector: the backend is exact there.
+Up to ``EXACT_MAX_KEYS`` keys (``codes_from``) the codes are kept but not read: every key is
+scored from its vector, the backend is exact, and a store answers as ``"flat"`` would (the
+store's exact path scores every key up to that size anyway).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from softdict._config import EXACT_MAX_KEYS
 from softdict._files import FileReader
 from softdict._similarity import Metric, metric_scores
 from softdict.index._codes import OPEN_ROWS, Coded, CodeLayout, KeyCodes
@@ -42,7 +44,7 @@ _CODE_FILES = ("codes", "code_scales", "code_zero_points", "code_norms")
 
 
 class CompressedBackend(ExactBackend):
-    """Exact vectors by row, and their codes (``open_rows``: see ``KeyCodes``)."""
+    """Exact vectors by row, and their codes (``open_rows``, ``codes_from``: see ``KeyCodes``)."""
 
     def __init__(
         self,
@@ -52,11 +54,12 @@ class CompressedBackend(ExactBackend):
         bits: int = 4,
         block: int = CODE_BLOCK,
         open_rows: int = OPEN_ROWS,
+        codes_from: int = EXACT_MAX_KEYS,
         name: str = "compressed",
     ) -> None:
         super().__init__(dim, metric, name=name)
         self.layout = CodeLayout(dim, bits, block)
-        self._codes = KeyCodes(self.layout, open_rows=open_rows)
+        self._codes = KeyCodes(self.layout, open_rows=open_rows, codes_from=codes_from)
 
     @property
     def capabilities(self) -> Capabilities:
