@@ -298,7 +298,11 @@ def _session(coded: Coded, layout: CodeLayout, threads: int) -> object:
         ],
     )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+        graph,
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)],
+        # onnx writes its newest IR version by default (14 with onnx 1.23), which ONNX Runtime
+        # before 1.21 refuses ("max supported IR version: 10"); the graph needs nothing past 8.
+        ir_version=8,
     )
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = threads
