@@ -14,7 +14,7 @@ then known within ± e_i/T, which bounds:
 * the mass of the keys outside any listed set (``_attention.mass_interval``): the
   ``tail_interval`` a lookup reports holds surely, not at a confidence.
 
-The bound is a worst case over the codes' rounding (on real text about 25 times the typical
+The bound is a worst case over the codes' rounding (on real text about 27 times the typical
 error), so it is loose beside the error measured (``benchmarks/real_scale.py``), but it always
 holds: nothing here is sampled.
 """

@@ -230,14 +230,15 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
     blended = column.blend(chosen.weights, slots)
     explained = column.explain(chosen.weights, slots, lambda: store.present_slots(column))
     stderrs = value_stderrs(column, chosen, slots, blended)
-    intervals = chosen.tail_interval()
     weight_errors = chosen.weight_errors()
     # A scan past EXACT_MAX_KEYS keys lists the max_k best, as an estimate would: listing all of
     # 10^5 keys took about 95 ms a query, against 7 ms for the lookup. The rest's mass is exact
-    # (or, read from codes, surely within its interval).
+    # (or, read from codes, surely within its interval): the selection's own interval is then
+    # not needed.
     listed = (
         store.config.max_k if chosen.ids.ndim == 1 and chosen.ids.size > EXACT_MAX_KEYS else None
     )
+    intervals = chosen.tail_interval() if listed is None else None
     terms = chosen.terms
     marking = texts is not None and terms is not None and terms.marks.shape[1] > 0
     spelled = SpellingQueries.of(texts) if texts is not None and marking else None
@@ -253,8 +254,9 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
         # a search), then by weight; else only the listed keys.
         keys = store.keys_of(ids[found]) if listed is None else store.keys_of(ids[found][order])
         key_order = order.tolist() if listed is None else range(len(order))
-        tail_mass, interval, bound = chosen.tail_mass[i], intervals[i], chosen.tail_bound[i]
-        if listed is not None:  # the mass of the keys not listed
+        if intervals is not None:
+            tail_mass, interval, bound = chosen.tail_mass[i], intervals[i], chosen.tail_bound[i]
+        else:  # the mass of the keys not listed
             tail_mass, interval = _unlisted_mass(chosen, i, found, order)
             bound = interval[1]
         spelling = None if chosen.spelling is None else chosen.spelling[i, found][order]

@@ -39,8 +39,8 @@ class Attention:
             ``tail_bound`` says how much full attention would).
         tail_interval: (low, high), the interval on ``tail_mass`` at the store's
             ``confidence``; where scores were read from compressed codes (a large store on
-            ``index="auto"`` or ``"compressed"``), the interval the codes' bound makes sure of;
-            None for top-k attention.
+            ``index="compressed"``), the interval the codes' bound makes sure of; None for
+            top-k attention.
         tail_bound: an upper bound on the full attention's mass outside ``keys`` from their
             scores alone, or None where it does not hold: an approximate index (IVF, HNSW)
             can miss near keys. With the spelling channel in a large store it also assumes

@@ -82,25 +82,15 @@ def scans_every_key(
     return not spelled and policy.max_sample > 0 and n_allowed <= capabilities.scan_max_keys
 
 
-def reads_compressed_scores(
-    capabilities: Capabilities, policy: RetrievalPolicy, n_allowed: int, spelled: bool
-) -> bool:
-    """Whether this lookup's full attention reads every allowed key's compressed score
-    (``softdict._compressed``) rather than scanning their vectors: where ``scans_every_key``
-    would scan past the exact path, on a backend that keeps them."""
-    return (
-        capabilities.approximate_scores
-        and scans_every_key(capabilities, policy, n_allowed, spelled)
-        and not scores_every_key(capabilities, n_allowed)
-    )
-
-
 def route(
     capabilities: Capabilities, policy: RetrievalPolicy, n_allowed: int, spelled: bool
 ) -> Route:
     """How a lookup over ``n_allowed`` keys chooses them, decided once (``Route``)."""
+    every = scores_every_key(capabilities, n_allowed)
     scans = scans_every_key(capabilities, policy, n_allowed, spelled)
-    compressed = reads_compressed_scores(capabilities, policy, n_allowed, spelled)
+    # Where the scan would go past the exact path on a backend that keeps compressed scores,
+    # it reads every key's codes instead of its vector (softdict._compressed).
+    compressed = scans and not every and capabilities.approximate_scores
     if scans:
         columns = n_allowed
     else:
@@ -108,14 +98,7 @@ def route(
         if spelled:
             wanted += SPELLING_CANDIDATES  # the spelling candidates join the dense ones
         columns = max(1, min(wanted, n_allowed))
-    return Route(
-        n_allowed,
-        capabilities,
-        scores_every_key(capabilities, n_allowed),
-        scans and not compressed,
-        columns,
-        compressed,
-    )
+    return Route(n_allowed, capabilities, every, scans and not compressed, columns, compressed)
 
 
 def select(

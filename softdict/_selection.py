@@ -154,8 +154,8 @@ class Selection:
         """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]
         (where scores were read from codes, the interval that surely holds)."""
         if self.score_bounds is not None:
-            spread = self.score_bounds.spread
-            return 1.0 - mass_interval(self.weights, spread, spread == 0)[:, ::-1]
+            bounds = self.score_bounds
+            return 1.0 - mass_interval(self.weights, bounds.spread, bounds.exact)[:, ::-1]
         stderr = self.tail_stderr if self.tail_stderr is not None else np.zeros(len(self.k))
         low = np.clip(self.tail_mass - self.z * stderr, 0.0, 1.0)
         high = np.clip(self.tail_mass + self.z * stderr, 0.0, 1.0)
