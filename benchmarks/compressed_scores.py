@@ -117,12 +117,13 @@ def main() -> None:
     table = "\n".join(lines) + "\n"
     print(table)
     if args.out:
-        header = (
-            "# Scoring every key from compressed codes: kernels, bits, blocks\n\n"
-            "Produced by `benchmarks/compressed_scores.py` (its docstring defines the data, "
-            "methods and columns).\n"
-        )
-        write(args.out, {f"{args.n:,} keys": table}, " ".join(sys.argv), header)
+        write(args.out, {f"{args.n:,} keys": table}, " ".join(sys.argv), HEADER)
+
+
+HEADER = """# Scoring every key from compressed codes: kernels, bits, blocks
+
+Produced by `benchmarks/compressed_scores.py` (its docstring defines the data, methods and columns).
+"""
 
 
 if __name__ == "__main__":

@@ -90,12 +90,14 @@ def main() -> None:
     table = "\n".join(lines) + "\n"
     print(table)
     if args.out:
-        header = (
-            "# Text lookups on the keys' codes against HNSW\n\n"
-            "Produced by `benchmarks/compressed_text_lookups.py` (its docstring defines the "
-            "data, methods and columns).\n"
-        )
-        write(args.out, {f"{args.n:,} keys": table}, " ".join(sys.argv), header)
+        write(args.out, {f"{args.n:,} keys": table}, " ".join(sys.argv), HEADER)
+
+
+HEADER = (
+    "# Text lookups on the keys' codes against HNSW\n\n"
+    "Produced by `benchmarks/compressed_text_lookups.py` (its docstring defines the data, "
+    "methods and columns).\n"
+)
 
 
 if __name__ == "__main__":

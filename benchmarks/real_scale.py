@@ -361,15 +361,8 @@ def measure(corpus_name: str, n: int) -> str:
 
     # "auto" (exact, then an HNSW graph), and beside it the keys' vectors with 4-bit and 8-bit
     # codes (index="compressed", "compressed_8bit"), whose full attention reads the codes.
-    indexes = ["auto", "compressed", "compressed_8bit", "ivf"]
-    short_names = {
-        "auto": "auto",
-        "compressed": "compressed",
-        "compressed_8bit": "compressed_8bit",
-        "ivf": "IVF",
-    }
     stores = {}
-    for index in indexes:
+    for index in ("auto", "compressed", "compressed_8bit", "ivf"):
         gc.collect()
         sd, build_s, description = build_store(index, keys, vectors, values)
         print(f"  store {index}: {description} in {build_s:.0f} s", flush=True)
@@ -415,7 +408,7 @@ def measure(corpus_name: str, n: int) -> str:
     }
     descriptions = {}
     for index, (sd, build_s, memory, description) in stores.items():
-        short = short_names[index]
+        short = "IVF" if index == "ivf" else index
         descriptions[short] = description
         built_with = sd._store.config
         for label, options in rows[index]:
