@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from softdict._rows import GrowableRows
+from softdict.index.base import sorted_unique
 
 if TYPE_CHECKING:
     import scipy.sparse as sp  # imported where used: small stores never need it (0.1 s)
@@ -136,18 +137,25 @@ class NgramCandidates:
     def _search_one(
         self, grams: np.ndarray, pool: int, admissible: np.ndarray | None
     ) -> np.ndarray:
-        counts = np.diff(self._indptr)[grams] if len(grams) else np.zeros(0, np.int64)
+        # Each 3-gram's postings count from its two pointers: a diff of the whole pointer
+        # (2^18 entries) cost 0.15 ms a query.
+        counts = self._indptr[grams + 1] - self._indptr[grams]
         order = np.argsort(counts, kind="stable")
         grams, counts = grams[order], counts[order]
-        read = grams[: int(np.searchsorted(np.cumsum(counts), POSTINGS_BUDGET, side="right")) + 1]
-        rows = np.concatenate(
+        budget = int(np.searchsorted(np.cumsum(counts), POSTINGS_BUDGET, side="right")) + 1
+        read, read_counts = grams[:budget], counts[:budget]
+        postings = np.concatenate(
             [self._indices[self._indptr[g] : self._indptr[g + 1]] for g in read]
             or [np.zeros(0, np.int32)]
-        ).astype(np.int64)
-        rows, inverse = np.unique(rows, return_inverse=True)
-        scores: np.ndarray = np.bincount(
-            inverse, np.repeat(self._idf[read], np.diff(self._indptr)[read]), minlength=len(rows)
         )
+        # Each row's sum of the idf of the 3-grams it shares: one bincount over the covered rows
+        # (float64 weights, which it takes without a slow conversion) read at the rows the
+        # postings name, sorted by a plain sort. np.unique's inverse (sorting by its hash-based
+        # path) cost 1 ms a query on 10^5 keys, np.flatnonzero of the bincount 0.3 ms.
+        idf = np.repeat(self._idf[read].astype(np.float64), read_counts)
+        summed = np.bincount(postings, idf, minlength=self._covered)
+        rows = sorted_unique(postings).astype(np.int64)
+        scores: np.ndarray = summed[rows]
         if self._pending_block is not None and len(grams):
             weights = np.zeros(N_FEATURES, dtype=np.float32)
             # A 3-gram no merged row holds is rare: weigh it as the rarest there are.
