@@ -39,7 +39,7 @@ from statistics import NormalDist
 import numpy as np
 
 from softdict._selection import RetrievalPolicy, Route, Selection
-from softdict.index.base import Allow, IndexBackend
+from softdict.index.base import Allow, IndexBackend, is_in
 from softdict.spelling.fusion import SpellingRequest
 
 __all__ = [
@@ -161,7 +161,7 @@ def with_sampled_tail(
         head_ids = head.ids[i, found]
         if route.n_allowed - len(head_ids) <= policy.max_sample:
             every = allow.ids if allow is not None else backend.ids()
-            sample = _Sample(every[~np.isin(every, head_ids)], None, 0)
+            sample = _Sample(every[~is_in(every, head_ids)], None, 0)
             scored = _score_sample(backend, queries, i, sample.ids, spelling)
             estimate = estimate_tail(head.scores[i, found], scored[0], None, 0, policy.temperature)
             rows.append((found, sample, scored, estimate))
@@ -221,7 +221,7 @@ def _draw(
     """``count`` draws from the allowed keys (``IndexBackend.sample_near``), those in the head
     dropped: they are counted exactly, and a dropped draw adds 0 to the estimate."""
     ids, probability = backend.sample_near(query, count, rng, allow, policy.temperature)
-    kept = ~np.isin(ids, head_ids)
+    kept = ~is_in(ids, head_ids)
     return _Sample(ids[kept], probability[kept], len(ids))
 
 

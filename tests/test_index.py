@@ -259,3 +259,16 @@ def test_backends_with_rows_refuse_ids_that_do_not_increase(make) -> None:
 
 def test_the_plug_in_is_one_class_and_one_registration() -> None:
     assert type(backend_spec("test-dict").create(DIM, Metric.L2)) is DictBackend
+
+
+def test_the_id_set_helpers_equal_numpys() -> None:
+    """``sorted_unique`` and ``is_in`` (sort-based, faster than numpy's hash-based unique and
+    isin on a lookup's few hundred ids) give numpy's answers, repeats and negatives included."""
+    from softdict.index.base import is_in, sorted_unique
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        values = rng.integers(-3, 60, rng.integers(0, 50))
+        pool = rng.integers(-3, 60, rng.integers(0, 50))
+        np.testing.assert_array_equal(sorted_unique(values), np.unique(values))
+        np.testing.assert_array_equal(is_in(values, pool), np.isin(values, pool))

@@ -25,7 +25,7 @@ import numpy as np
 from softdict._attention import softmax, tail_mass_bound, top_of_scores
 from softdict._head import INITIAL_K, adaptive_top_k, valid_bound
 from softdict._selection import RetrievalPolicy, Route, Selection
-from softdict.index.base import Allow, IndexBackend
+from softdict.index.base import Allow, IndexBackend, is_in
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import EVIDENCE
 from softdict.spelling.index import SpellingIndex
@@ -188,7 +188,7 @@ def _merge(
     for j, i in enumerate(rows.tolist()):
         dense = dense_ids[j] >= 0
         spelled = lexical.ids[i] >= 0
-        spelled &= ~np.isin(lexical.ids[i], dense_ids[j, dense])
+        spelled &= ~is_in(lexical.ids[i], dense_ids[j, dense])
         dense_spelling = dense_similarity[j, dense]
         row_marks = None if dense_marks is None else dense_marks[j, dense]
         if not exact:
