@@ -16,6 +16,7 @@ from softdict._similarity import Similarity
 __all__ = [
     "attention",
     "blend",
+    "exponentials",
     "mass_interval",
     "softmax",
     "tail_mass_bound",
@@ -39,21 +40,34 @@ def softmax(scores: np.ndarray, temperature: float, *, single: bool = False) -> 
     immaterial there, and on a CPU without AVX-512 numpy's float32 exp took a third of the time
     of float64's over 10^5 scores. A weight below e^-103 (float32's range) is then 0.
     """
+    if single:
+        shifted = _shifted(scores, temperature)
+        with np.errstate(under="ignore"):
+            weights = np.exp(shifted.astype(np.float32)).astype(np.float64)
+    else:
+        weights = exponentials(scores, temperature)
+    weights /= weights.sum(axis=-1, keepdims=True)
+    return weights
+
+
+def _shifted(scores: np.ndarray, temperature: float) -> np.ndarray:
+    """(scores - their row maximum) / temperature, float64."""
     shifted = np.asarray(scores, dtype=np.float64)
     shifted = shifted - shifted.max(axis=-1, keepdims=True)
     # With a tiny temperature a gap divides to -inf, whose exp is the weight 0 it should be.
     with np.errstate(over="ignore"):
         shifted /= temperature
-    if single:
-        with np.errstate(under="ignore"):
-            weights = np.exp(shifted.astype(np.float32)).astype(np.float64)
-        weights /= weights.sum(axis=-1, keepdims=True)
-        return weights
+    return shifted
+
+
+def exponentials(scores: np.ndarray, temperature: float) -> np.ndarray:
+    """exp((scores - their row maximum) / temperature): softmax's weights before they are
+    divided by their sum (the best is 1), for a caller that needs that sum too."""
+    shifted = _shifted(scores, temperature)
     # exp is computed only where it is not 0 in float64: the same weights, and 6x faster when
     # most keys are far below the best (exp's slow path for results that underflow).
     weights = np.zeros_like(shifted)
     np.exp(shifted, out=weights, where=shifted > _EXP_UNDERFLOW)
-    weights /= weights.sum(axis=-1, keepdims=True)
     return weights
 
 

