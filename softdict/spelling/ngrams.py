@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from softdict._rows import GrowableRows
-from softdict.index.base import sorted_unique
 
 if TYPE_CHECKING:
     import scipy.sparse as sp  # imported where used: small stores never need it (0.1 s)
@@ -148,14 +147,7 @@ class NgramCandidates:
             [self._indices[self._indptr[g] : self._indptr[g + 1]] for g in read]
             or [np.zeros(0, np.int32)]
         )
-        # Each row's sum of the idf of the 3-grams it shares: one bincount over the covered rows
-        # (float64 weights, which it takes without a slow conversion) read at the rows the
-        # postings name, sorted by a plain sort. np.unique's inverse (sorting by its hash-based
-        # path) cost 1 ms a query on 10^5 keys, np.flatnonzero of the bincount 0.3 ms.
-        idf = np.repeat(self._idf[read].astype(np.float64), read_counts)
-        summed = np.bincount(postings, idf, minlength=self._covered)
-        rows = sorted_unique(postings).astype(np.int64)
-        scores: np.ndarray = summed[rows]
+        rows, scores = _idf_sums(postings, read_counts, self._idf[read])
         if self._pending_block is not None and len(grams):
             weights = np.zeros(N_FEATURES, dtype=np.float32)
             # A 3-gram no merged row holds is rare: weigh it as the rarest there are.
@@ -210,3 +202,22 @@ class NgramCandidates:
         counts = np.diff(candidates._indptr)
         candidates._idf = np.log((candidates._covered + 1) / (counts + 1)).astype(np.float32)
         return candidates
+
+
+def _idf_sums(
+    postings: np.ndarray, counts: np.ndarray, idf: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each row named in ``postings`` (the rows of several 3-grams one after the other, ``counts``
+    of each) with the sum of the ``idf`` of its 3-grams among them: rows increasing, float64.
+
+    Grouped by one sort of (row, place of the 3-gram) pairs, which keeps each row's idfs in the
+    order given. np.unique's inverse (its hash-based path) took 1 ms a query on 10^5 keys; a
+    bincount over every row, 1.2 ms on 10^6 (zeroing 8 MB); this, 1.0 ms."""
+    if not len(postings):
+        return np.zeros(0, np.int64), np.zeros(0)
+    width = len(counts)
+    pairs = postings.astype(np.int64) * width + np.repeat(np.arange(width), counts)
+    pairs.sort()
+    rows = pairs // width
+    starts = np.flatnonzero(np.concatenate(([True], rows[1:] != rows[:-1])))
+    return rows[starts], np.add.reduceat(idf.astype(np.float64)[pairs % width], starts)
