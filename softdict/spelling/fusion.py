@@ -92,12 +92,12 @@ def every_key_with_spelling(
     meaning, ids = backend.score_all(queries, allow)
     m, temperature = len(queries), policy.temperature
     keep = 1 if policy.top_k is None else policy.top_k
-    combined, similarity, error, weights = spelling.index.bounded_scores(
+    combined, similarity, error, weights, weighed = spelling.index.bounded_scores(
         spelling.queries, ids, meaning, spelling.terms, temperature, keep
     )
     if policy.top_k is None:
-        if weights is None:  # not made on the way by the error bound
-            weights = softmax(combined, temperature)
+        if not weighed.all():  # rows whose weights the error bound did not make on the way
+            weights[~weighed] = softmax(combined[~weighed], temperature)
         zeros = np.zeros(m)
         return Selection(
             combined, ids, weights, np.full(m, len(ids)), zeros, zeros, meaning, similarity,

@@ -223,13 +223,13 @@ class SpellingIndex:
         terms: QueryTerms,
         temperature: float,
         keep: int = 1,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Each query's combined score over the keys of ``ids`` (c,), all held, from their
         ``meaning`` (m, c) and the queries' ``terms``, spelling scored where it can matter
         (``bounded``): (combined, spelling similarity with NaN where not scored, each query's
-        bound on its weights' error, and the softmax of combined at ``temperature`` where the
-        bound computed it for every query, else None). ``keep``: the number of best keys whose
-        choice must be exact (top-k attention)."""
+        bound on its weights' error, the softmax of combined at ``temperature`` in the rows
+        where the bound computed it on the way, and which rows those are (m,) bool).
+        ``keep``: the number of best keys whose choice must be exact (top-k attention)."""
         rows = self._rows_of_held(np.asarray(ids, dtype=np.int64))
         counts = self._counts.view if rows is None else self._counts.view[:, rows]
         lengths = self._length.view if rows is None else self._length.view[rows]
@@ -239,7 +239,8 @@ class SpellingIndex:
         combined = np.empty(meaning.shape)
         similarity = np.empty(meaning.shape)
         error = np.zeros(len(queries))
-        weights: np.ndarray | None = np.empty(meaning.shape)
+        weights = np.empty(meaning.shape)
+        weighed = np.zeros(len(queries), dtype=bool)
         for i, form in enumerate(queries.forms):
             query = queries.row(i)
 
@@ -260,11 +261,9 @@ class SpellingIndex:
                 keep=keep,
             )  # fmt: skip
             combined[i], similarity[i], error[i] = row.combined, row.similarity, row.error
-            if weights is not None and row.weights is not None:
-                weights[i] = row.weights
-            else:
-                weights = None
-        return combined, similarity, error, weights
+            if row.weights is not None:
+                weights[i], weighed[i] = row.weights, True
+        return combined, similarity, error, weights, weighed
 
     def candidates(
         self,
