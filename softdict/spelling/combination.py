@@ -185,7 +185,8 @@ class QueryTerms:
 
         The sum of the ramps is the piecewise-linear curve through each knot's height (0 below
         the first knot, every weight above the last), which np.interp reads in one pass per
-        query: a third of the time of the ramps' (c, J) arrays on 10^4 keys."""
+        query: on 10^4 keys as fast as the (c, J) ramps for the rule's one ramp, 10x faster for
+        the learned combination's five."""
         found = np.asarray(similarity, dtype=np.float64)
         found = np.where(np.isnan(found), 0.0, found)
         heights = self._heights
