@@ -137,7 +137,7 @@ class NgramCandidates:
         self, grams: np.ndarray, pool: int, admissible: np.ndarray | None
     ) -> np.ndarray:
         # Each 3-gram's postings count from its two pointers: a diff of the whole pointer
-        # (2^18 entries) cost 0.15 ms a query.
+        # (2^18 entries) took 0.09 ms, twice a query.
         counts = self._indptr[grams + 1] - self._indptr[grams]
         order = np.argsort(counts, kind="stable")
         grams, counts = grams[order], counts[order]
@@ -211,8 +211,10 @@ def _idf_sums(
     of each) with the sum of the ``idf`` of its 3-grams among them: rows increasing, float64.
 
     Grouped by one sort of (row, place of the 3-gram) pairs, which keeps each row's idfs in the
-    order given. np.unique's inverse (its hash-based path) took 1 ms a query on 10^5 keys; a
-    bincount over every row, 1.2 ms on 10^6 (zeroing 8 MB); this, 1.0 ms."""
+    order given. Measured one-off on random postings: for 20,000 into 10^5 rows np.unique's
+    inverse (numpy 2.4's hash-based path) took 1.06 ms, a bincount over every row 0.08; for
+    44,000 into 10^6 rows (a median query of 10^6 real names) the bincount and a sort of the
+    rows it names took 1.38 ms (zeroing 8 MB), this 0.97."""
     if not len(postings):
         return np.zeros(0, np.int64), np.zeros(0)
     width = len(counts)
