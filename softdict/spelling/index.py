@@ -35,9 +35,10 @@ if TYPE_CHECKING:
 
 __all__ = ["CANDIDATE_POOL", "PreparedKeys", "SpellingIndex"]
 
-# How many rows the 3-gram postings propose per query, for exact spelling scores (about 0.2 ms
-# for 2,048 forms). With it, the union held the best key by the combined score over every key
-# for 0.975 to 1.00 of queries at 10^6 keys (benchmarks/matching_scale.py).
+# How many rows the 3-gram postings propose per query, for exact spelling scores (spelling them
+# took 0.6 ms a query on 10^5 real names here, 1.2 ms on 10^6, in one-off timings: a good part
+# of a large store's lookup). With it, the union held the best key by the combined score over
+# every key for 0.975 to 1.00 of queries at 10^6 keys (benchmarks/matching_scale.py).
 CANDIDATE_POOL = 2048
 # One-word queries this short also take the keys of their first letter and about their length
 # (``_short_neighbours``).
