@@ -231,21 +231,14 @@ class QueryTerms:
         return total
 
     def upper(
-        self,
-        meaning: np.ndarray,
-        ceiling: np.ndarray,
-        could_mark: np.ndarray | None,
-        rows: np.ndarray | None = None,
+        self, meaning: np.ndarray, ceiling: np.ndarray, could_mark: np.ndarray | None
     ) -> np.ndarray:
-        """The most a key can score whose similarity is at most ``ceiling`` and which bears a
-        mark only where ``could_mark`` (None: nowhere): the spelling part grows with s, and
-        every mark weighs at least 0."""
-        total = self.meaning_part(meaning, rows) + self.spelling_part(ceiling, rows)
+        """The most a key can score, (m, c) for the batch, whose similarity is at most
+        ``ceiling`` and which bears a mark only where ``could_mark`` (None: nowhere): the
+        spelling part grows with s, and every mark weighs at least 0."""
+        total = self.meaning_part(meaning) + self.spelling_part(ceiling)
         if could_mark is not None and self.marks.shape[1]:
-            every_mark = self.marks.sum(axis=1)
-            total = total + np.where(
-                could_mark, every_mark[:, None] if rows is None else every_mark[rows], 0.0
-            )
+            total = total + np.where(could_mark, self.marks.sum(axis=1)[:, None], 0.0)
         return total
 
 

@@ -151,11 +151,7 @@ class NgramCandidates:
         if self._pending_block is not None and len(grams):
             weights = np.zeros(N_FEATURES, dtype=np.float32)
             # A 3-gram no merged row holds is rare: weigh it as the rarest there are.
-            weights[grams] = np.where(
-                self._indptr[grams + 1] > self._indptr[grams],
-                self._idf[grams],
-                np.log(self._covered + 1),
-            )
+            weights[grams] = np.where(counts > 0, self._idf[grams], np.log(self._covered + 1))
             pending = self._pending_block @ weights
             hit = np.flatnonzero(pending)
             rows = np.concatenate([rows, hit + self._covered])
