@@ -106,6 +106,14 @@ def compare(before, n: int, encoder_name: str | None) -> str:  # type: ignore[no
     )
 
 
+def short_name(revision: str) -> str:
+    """``revision``'s abbreviated commit hash."""
+    return subprocess.run(
+        ["git", "rev-parse", "--short", revision], cwd=REPOSITORY, check=True,
+        capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("revision")
@@ -113,14 +121,7 @@ def main() -> None:
     parser.add_argument("--encoder", default="bundled-static")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", args.revision], cwd=REPOSITORY, check=True,
-        capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
-    head = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=REPOSITORY, check=True,
-        capture_output=True, text=True,
-    ).stdout.strip()  # fmt: skip
+    commit, head = short_name(args.revision), short_name("HEAD")
     encoder_name = None if args.encoder == "default" else args.encoder
     with tempfile.TemporaryDirectory() as folder:
         before = import_revision(args.revision, Path(folder))
