@@ -47,8 +47,7 @@ def from_compressed_scores(
         scores[i, head] = backend.score_ids(queries[i : i + 1], ids[head])[0]
         exact[i, head] = True
         head_sizes[i] = len(head)
-    # Scores read from codes are known to about 1e-3: float32's exponentials are exact enough.
-    weights = softmax(scores, policy.temperature, single=True)
+    weights = softmax(scores, policy.temperature)
     return Selection(
         scores,
         ids,

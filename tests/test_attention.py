@@ -120,14 +120,15 @@ def test_top_of_scores_sorts_pads_and_skips_minus_infinity() -> None:
     assert columns.tolist() == [[1, 3], [0, 1]]
 
 
-def test_softmax_in_single_precision_is_the_naive_softmax_to_float32_precision() -> None:
-    """The exponentials in float32 (for scores read from codes): the naive softmax within
-    float32's rounding, every weight finite and the rows summing to 1."""
+def test_softmax_is_the_naive_softmax_to_float32_precision() -> None:
+    """The exponentials run in float32 (``exponentials``): the naive float64 softmax within
+    float32's rounding at a small temperature too, every weight finite and the rows summing
+    to 1."""
     rng = np.random.default_rng(3)
     scores = rng.uniform(-1, 1, size=(5, 40))
     scores[0, :3] = -np.inf
     for temperature in (1.0, 0.05):
-        weights = softmax(scores, temperature, single=True)
+        weights = softmax(scores, temperature)
         for row, got in zip(scores, weights):
             finite = np.isfinite(row)
             want = naive_softmax(list(row[finite] / temperature))
@@ -158,9 +159,10 @@ def test_score_error_bounds_hold_for_any_errors_within_them(seed: int) -> None:
         else:
             signs = rng.uniform(-1, 1, size=(1, n))
         true = softmax(approximate + signs * spread * temperature, temperature)
-        assert 0.5 * np.abs(true - weights).sum() <= bound + 1e-12
+        # Slack for the weights' own rounding: float32 exponentials, ~1e-7 of each weight.
+        assert 0.5 * np.abs(true - weights).sum() <= bound + 1e-6
         mass = float(true[inside].sum())
-        assert low - 1e-12 <= mass <= high + 1e-12
+        assert low - 1e-6 <= mass <= high + 1e-6
         if trial < 2:  # the extremes reach the interval's ends
             assert mass == close(low if trial == 0 else high)
     # Nothing unknown, nothing to bound.
