@@ -74,15 +74,20 @@ def bounded_scores(
     *,
     keep: int = 1,
     tolerance: float = SPELLING_TOLERANCE,
+    out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> BoundedScores:
     """One query's combined scores over n keys from its ``meaning`` (n,), spelling ``ceiling``
     (n,), which keys could bear a mark (``marked`` (n,) bool; None: none) and its ``terms`` (one
-    query's); ``exact(positions)`` scores the spelling of those keys: (similarities, marks)."""
+    query's); ``exact(positions)`` scores the spelling of those keys: (similarities, marks).
+    ``out``: (n,) rows to write combined, similarity and the weights into (a batch's rows,
+    which are then not copied), else new ones."""
     n = len(meaning)
+    combined, similarity, weights_out = out if out is not None else (np.empty((3, n)))
     # The terms' batch form (one row, this query's), which needs no per-key index into them.
-    combined = terms.meaning_part(meaning[None])[0]
+    combined[:] = terms.meaning_part(meaning[None])[0]
     # A ceiling of 0 (no character in common, or an empty form) is the similarity itself.
-    similarity = np.where(ceiling == 0.0, 0.0, np.nan)
+    similarity.fill(np.nan)
+    similarity[ceiling == 0.0] = 0.0
     # Spelling adds nothing at or below the first knot: those keys' scores are exact already,
     # unless a mark could add to them.
     can_gain = ceiling > terms.floor
@@ -97,7 +102,7 @@ def bounded_scores(
     while len(open_):
         kth = np.partition(combined, n - keep)[n - keep] if keep > 1 else combined.max()
         if upper.max() < kth:  # the best keys are settled; is the rest's weight?
-            error, weights = _error(combined, open_, upper, temperature)
+            error, weights = _error(combined, open_, upper, temperature, weights_out)
             if error <= tolerance:
                 break
         pick = np.arange(len(open_))
@@ -119,13 +124,18 @@ def bounded_scores(
 
 
 def _error(
-    combined: np.ndarray, open_: np.ndarray, upper: np.ndarray, temperature: float
+    combined: np.ndarray,
+    open_: np.ndarray,
+    upper: np.ndarray,
+    temperature: float,
+    out: np.ndarray,
 ) -> tuple[float, np.ndarray]:
     """δ of the module docstring: what the ``open_`` keys (scored ``combined``, at most
     ``upper``) could gain, over the normaliser of ``combined``; and the weights of
-    ``combined``, which the normaliser's exponentials give."""
+    ``combined``, which the normaliser's exponentials give (written into ``out``)."""
     numerators = exponentials(combined, temperature)
     normaliser = numerators.sum()
     with np.errstate(over="ignore"):
         gain = np.exp((upper - combined.max()) / temperature) - numerators[open_]
-    return float(gain.sum() / normaliser), numerators / normaliser
+    np.divide(numerators, normaliser, out=out)
+    return float(gain.sum() / normaliser), out

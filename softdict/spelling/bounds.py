@@ -87,21 +87,23 @@ def similarity_ceiling(
     A key's count of 255 may stand for more; min(query's count, 255) is still exact while the
     query holds fewer than 255 characters. A longer query is bounded by 1 (always scored)."""
     n = key_counts.shape[1]
-    if query_length == 0:
+    if query_length == 0 or not n:
         return np.zeros(n, dtype=np.float32)  # an empty form is alike to nothing
     if query_length >= _SATURATED:
         return np.where(key_lengths > 0, 1.0, 0.0).astype(np.float32)
     columns = np.flatnonzero(query_counts)
-    shared = np.minimum(key_counts[columns], query_counts[columns, None]).sum(
-        axis=0, dtype=np.uint16
+    # Each key's sum is at most the query's length (< 255).
+    shared = np.minimum(key_counts[columns], _spread(query_counts, columns, n)).sum(
+        axis=0, dtype=np.uint8
     )
     # (2B / (|q| + |k|) + B / max(|q|, |k|)) / 2, and a margin: float32 rounds the bound by
-    # ~1e-7 either way. An empty key (|k| = 0) shares nothing: 0.
-    with np.errstate(divide="ignore", invalid="ignore"):
-        per_shared = 1.0 / (query_length + key_lengths) + 0.5 / np.maximum(
-            key_lengths, query_length
-        )
-    return np.minimum(shared.astype(np.float32) * (per_shared + _ROUNDING), 1.0)
+    # ~1e-7 either way. An empty key (|k| = 0) shares nothing: 0. In place, in float32.
+    length = np.float32(query_length)
+    bound = np.float32(1.0) / (key_lengths + length)
+    bound += np.float32(0.5) / np.maximum(key_lengths, length)
+    bound += _ROUNDING
+    bound *= shared
+    return np.minimum(bound, np.float32(1.0), out=bound)
 
 
 def could_mark(query_counts: np.ndarray, key_counts: np.ndarray) -> np.ndarray:
@@ -110,4 +112,12 @@ def could_mark(query_counts: np.ndarray, key_counts: np.ndarray) -> np.ndarray:
     ``evidence``'s marks, which each need the query's characters, spaces aside, in the key."""
     columns = np.flatnonzero(query_counts)
     columns = columns[columns != _SPACE]
-    return np.all(key_counts[columns] >= query_counts[columns, None], axis=0)
+    wanted = _spread(query_counts, columns, key_counts.shape[1])
+    return np.all(key_counts[columns] >= wanted, axis=0)
+
+
+def _spread(query_counts: np.ndarray, columns: np.ndarray, n: int) -> np.ndarray:
+    """(len(columns), n): the query's counts of ``columns``, each repeated for n keys. Compared
+    with the keys' counts as a broadcast column instead, numpy's uint8 loops ran 6x slower
+    (83 against 15 us for 10 buckets of 10^4 keys, one-off timing here)."""
+    return np.repeat(query_counts[columns], n).reshape(len(columns), n)

@@ -158,21 +158,34 @@ class QueryTerms:
 
     def subset(self, rows: np.ndarray) -> QueryTerms:
         """The terms of the queries ``rows``, in that order."""
-        return QueryTerms(
+        part = QueryTerms(
             self.knots, self.scale[rows], self.slopes[rows], self.marks[rows], self.offset[rows]
         )
+        # What the batch's terms derived already holds for its queries (a lookup takes its
+        # batch's terms query by query).
+        part.__dict__["_heights"] = self._heights[rows]
+        if self._meaning_alone:
+            part.__dict__["_meaning_alone"] = True
+        return part
 
     def meaning_part(self, meaning: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """Meaning's part of the score, with the query's offset: (m, c) scores of the batch, or
         (p,) scores of the queries ``rows`` (p,)."""
+        meaning = np.asarray(meaning, dtype=np.float64)
+        if self._meaning_alone:  # the hand-set rule's terms: meaning itself (no pass over it)
+            return meaning
         scale = self.scale[:, None] if rows is None else self.scale[rows]
         offset = self.offset[:, None] if rows is None else self.offset[rows]
-        meaning = np.asarray(meaning, dtype=np.float64)
         if np.all(self.scale > 0):  # padding (-inf) stays -inf by itself
             return meaning * scale + offset
         # Where meaning weighs nothing, padding must still be -inf (0 · -inf is NaN).
         with np.errstate(invalid="ignore"):
             return np.where(meaning == -np.inf, -np.inf, meaning * scale + offset)
+
+    @functools.cached_property
+    def _meaning_alone(self) -> bool:
+        """Whether meaning's part is meaning itself: every scale 1, every offset 0."""
+        return bool(np.all(self.scale == 1.0) and not np.any(self.offset))
 
     @functools.cached_property
     def _heights(self) -> np.ndarray:

@@ -259,11 +259,9 @@ class SpellingIndex:
 
             row = bounded_scores(
                 meaning[i], ceiling, marked, terms.subset(np.array([i])), temperature, exact,
-                keep=keep,
+                keep=keep, out=(combined[i], similarity[i], weights[i]),
             )  # fmt: skip
-            combined[i], similarity[i], error[i] = row.combined, row.similarity, row.error
-            if row.weights is not None:
-                weights[i], weighed[i] = row.weights, True
+            error[i], weighed[i] = row.error, row.weights is not None
         return combined, similarity, error, weights, weighed
 
     def candidates(
