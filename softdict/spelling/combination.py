@@ -157,12 +157,14 @@ class QueryTerms:
         return self.slopes.sum(axis=1)
 
     def subset(self, rows: np.ndarray) -> QueryTerms:
-        """The terms of the queries ``rows``, in that order."""
+        """The terms of the queries ``rows``, in that order (the terms themselves when that is
+        every query: a lookup of one query takes its batch's terms query by query)."""
+        if len(rows) == len(self.scale) == 1 and rows[0] == 0:
+            return self
         part = QueryTerms(
             self.knots, self.scale[rows], self.slopes[rows], self.marks[rows], self.offset[rows]
         )
-        # What the batch's terms derived already holds for its queries (a lookup takes its
-        # batch's terms query by query).
+        # What the batch's terms derived already holds for these queries.
         part.__dict__["_heights"] = self._heights[rows]
         if self._meaning_alone:
             part.__dict__["_meaning_alone"] = True

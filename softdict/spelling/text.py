@@ -138,8 +138,8 @@ class SpellingQueries:
         return len(self.forms)
 
     def row(self, i: int) -> SpellingQueries:
-        """The ``i``-th query alone."""
-        return self.subset(np.array([i]))
+        """The ``i``-th query alone (the batch itself when it is that query)."""
+        return self if len(self.forms) == 1 and i == 0 else self.subset(np.array([i]))
 
     def subset(self, rows: np.ndarray) -> SpellingQueries:
         """The queries ``rows``, in that order."""
