@@ -1,7 +1,7 @@
 """softdict against an earlier revision of itself, in one process, query by query.
 
 Run:  python benchmarks/compare_revisions.py REVISION [--sizes 1000 10000 100000]
-      [--encoder bundled-static] [--out benchmarks/results_compare_revisions.md]
+      [--encoder bundled-static] [--bulk 2000] [--out benchmarks/results_compare_revisions.md]
 
 The machines this project runs on are shared, and their speed swings by 2x within an hour: two
 runs of ``speed.py`` minutes apart are not comparable, only the ratios inside one run are. This
@@ -18,11 +18,16 @@ cities, then wordfreq's words in 13 languages) and 400 keys with one keyboard ty
 the encoder's p50, exact numpy's p50, each revision's own cost (p50 of ``lookup`` minus the
 encoder's p50), the ratio of the two lookups' p50s, and whether both revisions return the same
 values on the first 50 queries (a speed-up that changed answers would show here).
+
+With ``--bulk N``, a second table: one ``lookup`` call with N distinct typo queries (those of
+``speed.py``'s bulk row, cut to N) by both stores, the encoder's own batch and exact numpy on its
+embeddings, in turns (``speed.alternating``), queries/s; and whether both return the same values.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import io
 import os
@@ -40,13 +45,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from matching_data import typo
 from matching_scale import scale_keys
 from real_scale import write
-from speed import typeable
+from speed import TEMPERATURE, alternating, exact_attention, typeable
 
 import softdict
 from softdict.encoders import resolve_encoder
 
 QUERIES = 400
-TEMPERATURE = 0.05
 BEFORE = "softdict_before"
 REPOSITORY = Path(__file__).resolve().parent.parent
 
@@ -73,15 +77,18 @@ def import_revision(revision: str, folder: Path):  # type: ignore[no-untyped-def
     return importlib.import_module(BEFORE)
 
 
-def compare(before, n: int, encoder_name: str | None) -> str:  # type: ignore[no-untyped-def]
-    """One table row at ``n`` keys."""
+def compare(before, n: int, encoder_name: str | None, bulk: int) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """The two tables' rows at ``n`` keys: one query at a time, and (with ``bulk`` queries)
+    one call with them all ("" without)."""
     keys = scale_keys(n)
     rng = np.random.default_rng(0)
     queries = [typo(key, 1, rng) for key in rng.choice(typeable(keys), QUERIES, replace=False)]
     encoder = resolve_encoder(encoder_name, query_cache_size=0)
     stores = {}
     for label, package in (("before", before), ("after", softdict)):
-        store = package.SoftDict(encoder=encoder_name, temperature=TEMPERATURE)
+        store = package.SoftDict(
+            encoder=encoder_name, temperature=TEMPERATURE, query_cache_size=0, batch_size=1024
+        )
         store.update({key: i for i, key in enumerate(keys)})
         stores[label] = store
     # Exact numpy over the same keys, meaning alone, the query's embedding given (speed.py's).
@@ -91,9 +98,8 @@ def compare(before, n: int, encoder_name: str | None) -> str:  # type: ignore[no
     embedded = dict(zip(queries, encoder.encode_queries(queries)))
 
     def exact(q: str) -> float:
-        scores = vectors @ (embedded[q] / np.linalg.norm(embedded[q]))
-        weights = np.exp((scores - scores.max()) / TEMPERATURE)
-        return float(weights @ values / weights.sum())
+        query = embedded[q] / np.linalg.norm(embedded[q])
+        return float(exact_attention(query[None], vectors, values)[0])
 
     for q in queries[:10]:  # warm both
         for store in stores.values():
@@ -116,10 +122,33 @@ def compare(before, n: int, encoder_name: str | None) -> str:  # type: ignore[no
     )
     e = float(np.median(encoding))
     before_p50, after_p50 = (float(np.median(times[label])) for label in ("before", "after"))
-    return (
+    single = (
         f"| {n:,} | {e * 1e3:.3f} | {np.median(exact_times) * 1e3:.3f} "
         f"| {(before_p50 - e) * 1e3:.3f} | {(after_p50 - e) * 1e3:.3f} "
         f"| {after_p50 / before_p50:.3f} | {'yes' if same else 'NO'} |"
+    )
+    if not bulk:
+        return single, ""
+    # One call with ``bulk`` distinct typo queries: both stores, the encoder's own batch and
+    # exact numpy on its embeddings, taking turns (speed.py's bulk method).
+    batch = list(dict.fromkeys(typo(key, 1, rng) for key in typeable(keys)))[:bulk]
+    unit_queries = encoder.encode_queries(batch, batch_size=1024)
+    unit_queries /= np.linalg.norm(unit_queries, axis=1, keepdims=True)
+    rates = alternating(
+        {
+            "encoder": functools.partial(encoder.encode_queries, batch, batch_size=1024),
+            "before": functools.partial(stores["before"].lookup, batch),
+            "after": functools.partial(stores["after"].lookup, batch),
+            "exact": functools.partial(exact_attention, unit_queries, vectors, values),
+        },
+        len(batch),
+    )
+    same_bulk = np.allclose(stores["before"].lookup(batch), stores["after"].lookup(batch))
+    return single, (
+        f"| {n:,} | {len(batch):,} | {rates['encoder']:,.0f} | {rates['exact']:,.0f} "
+        f"| {rates['before']:,.0f} | {rates['after']:,.0f} "
+        f"| {rates['before'] / rates['encoder']:.2f} | {rates['after'] / rates['encoder']:.2f} "
+        f"| {rates['after'] / rates['before']:.3f} | {'yes' if same_bulk else 'NO'} |"
     )
 
 
@@ -136,16 +165,19 @@ def main() -> None:
     parser.add_argument("revision")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--encoder", default="bundled-static")
+    parser.add_argument("--bulk", type=int, default=0, help="queries in one call (0: none)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     commit, head = short_name(args.revision), short_name("HEAD")
     encoder_name = None if args.encoder == "default" else args.encoder
     with tempfile.TemporaryDirectory() as folder:
         before = import_revision(args.revision, Path(folder))
-        rows = []
+        rows, bulk_rows = [], []
         for n in args.sizes:
-            rows.append(compare(before, n, encoder_name))
-            print(rows[-1], flush=True)
+            single, bulk = compare(before, n, encoder_name, args.bulk)
+            rows.append(single)
+            bulk_rows.append(bulk)
+            print(single, bulk, sep="\n", flush=True)
     title = f"{commit} against the working tree at {head}, encoder {args.encoder}"
     body = (
         "| keys | encoder p50, ms | exact numpy p50, ms | own cost before, ms | own cost after, "
@@ -153,6 +185,13 @@ def main() -> None:
         + "\n".join(rows)
         + "\n"
     )
+    if args.bulk:
+        body += (
+            "\nOne call with every query, queries/s (median of three, taking turns):\n\n"
+            "| keys | queries | encoder alone | exact numpy | before | after | before / encoder "
+            "| after / encoder | after / before | same values |\n"
+            "|---|---|---|---|---|---|---|---|---|---|\n" + "\n".join(bulk_rows) + "\n"
+        )
     print(body)
     if args.out:
         write(args.out, {title: body}, " ".join(sys.argv), HEADER)

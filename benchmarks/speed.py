@@ -25,7 +25,9 @@ Rows (each a store built on the same keys, default options but for what the row 
 Columns: single-query p50 and p99 (ms) per store size, every method timed query by query in
 one loop (interleaved, so a busy moment of the shared machine hits all of them alike); softdict's
 own cost, the p50 of ``lookup(text)`` minus the p50 of its encoder on the same queries; bulk
-queries/s (the distinct typos of the 10^4 keys, against them, in one call); build keys/s
+queries/s (the distinct typos of the 10^4 keys, against them, in one call; the median of three
+calls taking turns with the encoder's own batch and exact numpy attention on its embeddings, and
+with each other for rapidfuzz's ``cdist``); build keys/s
 (``update`` of 10^4 keys, 10^5 for the static model, embedding included; and the encoder's own
 batch rate); the process's resident memory growth while the store is built (the encoder's
 working memory for batches of 1,024 keys included) and the index's own bytes. Accuracy is not
@@ -35,6 +37,7 @@ measured here: the README puts each row's ``benchmarks/matching.py`` figures bes
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import sys
 import time
@@ -160,9 +163,7 @@ def single_queries(n: int, labels: list[str]) -> tuple[dict[str, list[float]], s
             embedded = dict(zip(queries, encoder.encode_queries(queries)))
 
             def exact(q: str, vectors=vectors, values=values, embedded=embedded) -> float:
-                scores = vectors @ embedded[q]
-                weights = np.exp((scores - scores.max()) / TEMPERATURE)
-                return float(weights @ values / weights.sum())
+                return float(exact_attention(embedded[q][None], vectors, values)[0])
 
             methods["exact numpy (embedding given)"] = exact
         del sd
@@ -209,13 +210,20 @@ def own_cost_rows(labels: list[str]) -> list[tuple[str, str]]:
     return rows
 
 
+# Bulk rounds: each method's queries/s is the median of this many calls, the methods taking
+# turns (in alternating order) so that a busy moment of the machine falls on all of them.
+BULK_ROUNDS = 3
+
+
 def bulk(labels: list[str]) -> list[str]:
-    """Queries/s of one call with 10^4 distinct queries against 10^4 keys, and build keys/s."""
+    """Queries/s of one call with 10^4 distinct queries against 10^4 keys beside the encoder's
+    own batch and exact numpy attention on its embeddings; and build keys/s."""
     from rapidfuzz import fuzz, process, utils
 
     keys = scale_keys(10_000)
     rng = np.random.default_rng(1)
     queries = list(dict.fromkeys(typo(key, 1, rng) for key in typeable(keys)))
+    values = np.arange(len(keys), dtype=np.float64)
     rows = []
     for label in labels:
         encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
@@ -227,45 +235,80 @@ def bulk(labels: list[str]) -> list[str]:
         store_build = len(build_keys) / seconds
         if len(build_keys) != len(keys):
             sd, _, _ = build(label, keys)
-        began = time.perf_counter()
-        encoder.encode_queries(queries, batch_size=1024)
-        encoder_bulk = len(queries) / (time.perf_counter() - began)
-        began = time.perf_counter()
-        sd.lookup(queries)
-        store_bulk = len(queries) / (time.perf_counter() - began)
+        unit_keys = _unit(encoder.encode_keys(keys, batch_size=1024))
+        unit_queries = _unit(encoder.encode_queries(queries, batch_size=1024))
+        methods = {
+            "encoder": functools.partial(encoder.encode_queries, queries, batch_size=1024),
+            "store": functools.partial(sd.lookup, queries),
+            "exact": functools.partial(exact_attention, unit_queries, unit_keys, values),
+        }
+        rates = alternating(methods, len(queries))
         rows.append(
-            f"| softdict {label} | {store_bulk:,.0f} | {encoder_bulk:,.0f} | "
-            f"{store_bulk / encoder_bulk:.2f} | {store_build:,.0f} ({len(build_keys):,} keys) | "
-            f"{encoder_build:,.0f} | {memory / 1e6:,.0f} MB |"
+            f"| softdict {label} | {rates['store']:,.0f} | {rates['encoder']:,.0f} | "
+            f"{rates['store'] / rates['encoder']:.2f} | {rates['exact']:,.0f} | "
+            f"{store_build:,.0f} ({len(build_keys):,} keys) | {encoder_build:,.0f} | "
+            f"{memory / 1e6:,.0f} MB |"
         )
         print(rows[-1], flush=True)
-    began = time.perf_counter()
-    process.cdist(queries, keys, scorer=fuzz.ratio, processor=utils.default_process, workers=-1)
-    rate = len(queries) / (time.perf_counter() - began)
-    rows.append(f"| rapidfuzz cdist (ratio, all cores) | {rate:,.0f} | | | nothing to build | | |")
+    rate = alternating(
+        {
+            "cdist": lambda: process.cdist(
+                queries, keys, scorer=fuzz.ratio, processor=utils.default_process, workers=-1
+            )
+        },
+        len(queries),
+    )["cdist"]
+    rows.append(
+        f"| rapidfuzz cdist (ratio, all cores) | {rate:,.0f} | | | | nothing to build | | |"
+    )
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
-    parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=list(ENCODERS))
-    parser.add_argument("--no-bulk", action="store_true")
-    parser.add_argument("--out", type=Path, default=None)
-    args = parser.parse_args()
+def exact_attention(queries: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """softmax(Q·Kᵀ / T)·V over every key, the embeddings given, in blocks of 1,024 queries:
+    exact numpy, meaning alone (the floor, module docstring)."""
+    blended = []
+    for start in range(0, len(queries), 1024):
+        block = queries[start : start + 1024]
+        # One query: a matrix-vector product (as a matrix product on a transposed operand, numpy
+        # is several times slower on it).
+        scores = (keys @ block[0])[None] if len(block) == 1 else block @ keys.T
+        weights = np.exp((scores - scores.max(axis=1, keepdims=True)) / TEMPERATURE)
+        blended.append((weights / weights.sum(axis=1, keepdims=True)) @ values)
+    return np.concatenate(blended)
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+
+def alternating(methods: dict[str, Callable[[], object]], count: int) -> dict[str, float]:
+    """Each method's median rate (``count`` per second) over ``BULK_ROUNDS`` calls, the methods
+    taking turns, in reverse order every other round."""
+    seconds: dict[str, list[float]] = {name: [] for name in methods}
+    for round_ in range(BULK_ROUNDS):
+        for name in list(methods)[:: 1 if round_ % 2 == 0 else -1]:
+            began = time.perf_counter()
+            methods[name]()
+            seconds[name].append(time.perf_counter() - began)
+    return {name: count / float(np.median(times)) for name, times in seconds.items()}
+
+
+def single_query_sections(sizes: list[int], labels: list[str]) -> dict[str, str]:
+    """The single-query table at ``sizes``, with the own-cost table and notes."""
     sections = {}
-    measured = {n: single_queries(n, args.encoders) for n in args.sizes}
+    measured = {n: single_queries(n, labels) for n in sizes}
     by_size = {n: times for n, (times, _) in measured.items()}
     names = list(
         dict.fromkeys(
             name for times in by_size.values() for name in times if not name.startswith("paired")
         )
     )
-    header = "| method | " + " | ".join(f"{n:,} keys: p50 / p99" for n in args.sizes) + " |"
-    lines = [header, "|---" * (len(args.sizes) + 1) + "|"]
+    header = "| method | " + " | ".join(f"{n:,} keys: p50 / p99" for n in sizes) + " |"
+    lines = [header, "|---" * (len(sizes) + 1) + "|"]
     for name in names:
         cells = []
-        for n in args.sizes:
+        for n in sizes:
             found = by_size[n].get(name)
             cells.append(
                 f"{np.median(found) * 1e3:.3f} / {np.percentile(found, 99) * 1e3:.3f}"
@@ -279,12 +322,12 @@ def main() -> None:
         "the two alternating query by query (in the table above, between ten other methods):",
         "",
     ]
-    own += ["| store | " + " | ".join(f"{n:,} keys: alone / in the loop" for n in args.sizes)]
+    own += ["| store | " + " | ".join(f"{n:,} keys: alone / in the loop" for n in sizes)]
     own[-1] += " |"
-    own += ["|---" * (len(args.sizes) + 1) + "|"]
-    for store, label in own_cost_rows(args.encoders):
+    own += ["|---" * (len(sizes) + 1) + "|"]
+    for store, label in own_cost_rows(labels):
         cells = []
-        for n in args.sizes:
+        for n in sizes:
             times = by_size[n]
             if f"paired: {store}" not in times:
                 cells.append("-")
@@ -295,14 +338,29 @@ def main() -> None:
             looped -= np.median(times[f"encoder alone: {label}"])
             cells.append(f"{paired * 1e3:.3f} / {looped * 1e3:.3f}")
         own.append(f"| {store} | " + " | ".join(cells) + " |")
-    title = "one query at a time, " + ", ".join(f"{n:,}" for n in args.sizes) + " keys"
+    title = "one query at a time, " + ", ".join(f"{n:,}" for n in sizes) + " keys"
     notes = [notes for _, notes in measured.values()]
     sections[title] = "\n".join(lines + own + ["", *notes]) + "\n"
     print(sections[title], flush=True)
+    return sections
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    # --sizes with no size: the bulk and build table alone.
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=list(ENCODERS))
+    parser.add_argument("--no-bulk", action="store_true")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    sections = {}
+    if args.sizes:
+        sections.update(single_query_sections(args.sizes, args.encoders))
     if not args.no_bulk:
         head = (
-            "| method | bulk queries/s | its encoder's queries/s | ratio | build keys/s | "
-            "encoder's keys/s | RSS growth while building |\n|---|---|---|---|---|---|---|\n"
+            "| method | bulk queries/s | its encoder's queries/s | ratio | exact numpy "
+            "queries/s (embeddings given) | build keys/s | encoder's keys/s | RSS growth while "
+            "building |\n|---|---|---|---|---|---|---|---|\n"
         )
         sections["bulk and build"] = head + "\n".join(bulk(args.encoders)) + "\n"
         print(sections["bulk and build"], flush=True)
