@@ -135,6 +135,37 @@ def test_lookup_is_softmax_of_the_combined_score(
         )
 
 
+@pytest.mark.parametrize("combination", ["rule-1", "learned-1"])
+@pytest.mark.parametrize("per_block", [2, 1000])
+def test_a_batch_is_scored_as_each_query_alone(
+    combination: str, per_block: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Several queries go through the bounded scoring together (``bounded_batch``, in blocks
+    of queries), one query alone through ``bounded_scores``: the same keys scored, the same
+    scores, weights and bound for every query, whatever its batch and block."""
+    from softdict.spelling import index as spelling_index
+
+    sd = SoftDict(
+        dict(zip(COUNTRIES, np.arange(len(COUNTRIES), dtype=float))), encoder=FakeEncoder(),
+        temperature=0.3, combination=combination,
+    )  # fmt: skip
+    queries = ["Germny", "united kingdm", "Republic", "Côte d'Ivoire", "UK", "Switz", "Frnace"]
+    monkeypatch.setattr(spelling_index, "_BLOCK_ENTRIES", per_block * len(COUNTRIES))
+    together = sd.attend(queries)
+    for query, batch in zip(queries, together):
+        alone = sd.attend(query)
+        assert batch.keys == alone.keys
+        np.testing.assert_array_equal(
+            np.isnan(batch.spelling_scores), np.isnan(alone.spelling_scores)
+        )
+        # A batch's meaning scores come from a matrix product, one query's from a matrix-vector
+        # product: float32 kernels that round differently, ~1e-7 of a cosine.
+        assert_close(batch.scores, alone.scores, atol=1e-6)
+        assert_close(batch.weights, alone.weights)
+        assert batch.weight_error == close(alone.weight_error)
+    assert sd.lookup(queries) == close([sd.lookup(q) for q in queries])
+
+
 class UnitEncoder(FakeEncoder):
     """The fake encoder with unit-norm embeddings."""
 

@@ -24,6 +24,14 @@ keys). Instead, per query:
 
 An unscored key keeps its meaning part as its score and NaN as its spelling similarity (0 where
 its ceiling is 0: no character in common).
+
+A batch of queries goes through the rounds together (``bounded_batch``): each round's checks are
+a few array operations over the batch's rows and its spelling one rapidfuzz call per measure for
+every query's picks. Against one query at a time (interleaved runs here, bundled-static) that
+made a lookup of 1,000 queries 1.8-2.2x as fast over 10^3 keys, and 0.9-1.25x over 10^4 (the
+machine's noise); for a single query its bookkeeping cost more than it saved (1.13x the lookup
+time), so one query takes ``bounded_scores``. Both make the same picks and the same scores
+(the batch form's rows are each what the one-query form gives; tested).
 """
 
 from __future__ import annotations
@@ -36,12 +44,23 @@ import numpy as np
 from softdict._attention import exponentials
 from softdict.spelling.combination import QueryTerms
 
-__all__ = ["FIRST_ROUND", "SPELLING_TOLERANCE", "BoundedScores", "bounded_scores"]
+__all__ = [
+    "FIRST_ROUND",
+    "SPELLING_TOLERANCE",
+    "BoundedBatch",
+    "BoundedScores",
+    "bounded_batch",
+    "bounded_scores",
+]
 
 # The first round scores the 32 keys of highest upper score; each round doubles it.
 FIRST_ROUND = 32
 # The total variation between the weights returned and exact ones: at most this.
 SPELLING_TOLERANCE = 1e-4
+
+# ``exact(queries, positions)``: the spelling of the pairs (query row, key position), (p,) each:
+# their similarities (p,) and marks (p, E), or None where the combination weighs none.
+PairedExact = Callable[[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray | None]]
 
 
 @dataclass(frozen=True)
@@ -139,3 +158,168 @@ def _error(
         gain = np.exp((upper - combined.max()) / temperature) - numerators[open_]
     np.divide(numerators, normaliser, out=out)
     return float(gain.sum() / normaliser), out
+
+
+@dataclass(frozen=True)
+class BoundedBatch:
+    """A batch's scores over every key (module docstring), a row per query.
+
+    Attributes:
+        combined: (b, n) the combined score, the meaning part alone where unscored.
+        similarity: (b, n) spelling similarity, NaN where not scored.
+        error: (b,) the bound δ on the total variation between the weights of ``combined`` and
+            those of every key's exact score.
+        weights: (b, n) ``softmax(combined, temperature)`` in the rows of ``weighed``, which
+            computing δ made on the way (bit for bit what softmax gives); the other rows are
+            not set (δ was not needed: every key that could gain was scored).
+        weighed: (b,) bool.
+    """
+
+    combined: np.ndarray
+    similarity: np.ndarray
+    error: np.ndarray
+    weights: np.ndarray
+    weighed: np.ndarray
+
+
+def bounded_batch(
+    meaning: np.ndarray,
+    ceiling: np.ndarray,
+    marked: np.ndarray | None,
+    terms: QueryTerms,
+    temperature: float,
+    exact: PairedExact,
+    *,
+    keep: int = 1,
+    tolerance: float = SPELLING_TOLERANCE,
+    out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+) -> BoundedBatch:
+    """b queries' combined scores over n keys from their ``meaning`` (b, n), spelling
+    ``ceiling`` (b, n), which keys could bear a mark (``marked`` (b, n) bool; None: none) and
+    their ``terms``; ``exact`` scores the spelling of the pairs a round picks. ``out``: (b, n)
+    arrays to write combined, similarity and the weights into (rows of a larger batch, which
+    are then not copied), else new ones."""
+    b, n = meaning.shape
+    combined, similarity, weights = out if out is not None else np.empty((3, b, n))
+    combined[:] = terms.meaning_part(meaning)
+    # A ceiling of 0 (no character in common, or an empty form) is the similarity itself.
+    similarity.fill(np.nan)
+    similarity[ceiling == 0.0] = 0.0
+    # Spelling adds nothing at or below the first knot: those keys' scores are exact already,
+    # unless a mark could add to them. The others are open: (query, key, upper score) triples,
+    # grouped by query, until they are scored.
+    can_gain = ceiling > terms.floor
+    if marked is not None:
+        can_gain |= marked
+    rows, positions = np.nonzero(can_gain)
+    upper = terms.upper(
+        meaning[rows, positions],
+        ceiling[rows, positions],
+        None if marked is None else marked[rows, positions],
+        rows,
+    )
+    open_ = _OpenKeys(rows, positions, upper)
+    keep = max(1, min(keep, n))
+    error, weighed = np.zeros(b), np.zeros(b, dtype=bool)
+    active, best_open = open_.best()
+    size = FIRST_ROUND
+    while len(active):
+        every = len(active) == b  # then no copy of the batch's rows is needed
+        scores = combined if every else combined[active]
+        kth = (
+            scores.max(axis=1) if keep == 1 else np.partition(scores, n - keep, axis=1)[:, n - keep]
+        )
+        settled = np.flatnonzero(best_open < kth)
+        if len(settled):  # the best keys are settled; is the rest's weight?
+            queries = active[settled]
+            all_settled = every and len(settled) == b
+            found_error, found_weights = _batch_error(
+                scores if all_settled else combined[queries], open_, queries, temperature,
+                weights if all_settled else None,
+            )  # fmt: skip
+            error[queries] = found_error
+            done = found_error <= tolerance
+            if not (all_settled and done.all()):  # else the weights are in place already
+                weights[queries[done]] = found_weights[done]
+            weighed[queries[done]] = True
+            active = np.delete(active, settled[done])
+            if not len(active):
+                break
+        picked = open_.highest(active, size)
+        rows, positions = open_.rows[picked], open_.positions[picked]
+        found, marks = exact(rows, positions)
+        similarity[rows, positions] = found
+        combined[rows, positions] = terms.score(meaning[rows, positions], found, marks, rows)
+        open_ = open_.without(picked)
+        # A query with no open key left has every score exact: no bound, no weights made.
+        still, best = open_.best()
+        best_of = np.full(b, -np.inf)
+        best_of[still] = best
+        left = best_of[active] > -np.inf
+        error[active[~left]] = 0.0
+        active = active[left]  # the queries done before stay done
+        best_open = best_of[active]
+        size *= 2
+    return BoundedBatch(combined, similarity, error, weights, weighed)
+
+
+@dataclass(frozen=True)
+class _OpenKeys:
+    """The keys not yet scored that could gain: (query row, key position, upper score), (p,)
+    each, grouped by query in increasing order."""
+
+    rows: np.ndarray
+    positions: np.ndarray
+    upper: np.ndarray
+
+    def best(self) -> tuple[np.ndarray, np.ndarray]:
+        """The queries with an open key (increasing), and the best upper score of each."""
+        if not len(self.rows):
+            return self.rows, np.zeros(0)
+        starts = np.flatnonzero(np.concatenate([[True], self.rows[1:] != self.rows[:-1]]))
+        return self.rows[starts], np.maximum.reduceat(self.upper, starts)
+
+    def spans(self, queries: np.ndarray) -> list[tuple[int, int]]:
+        """Where the open keys of each of ``queries`` (increasing) begin and end."""
+        starts = np.searchsorted(self.rows, queries)
+        ends = np.searchsorted(self.rows, queries, side="right")
+        return list(zip(starts.tolist(), ends.tolist()))
+
+    def highest(self, queries: np.ndarray, size: int) -> np.ndarray:
+        """Where the ``size`` highest open keys of each of ``queries`` lie, grouped by query."""
+        picked = []
+        for start, end in self.spans(queries):
+            if end - start <= size:
+                picked.append(np.arange(start, end))
+            else:
+                part = np.argpartition(self.upper[start:end], end - start - size)[-size:]
+                picked.append(start + part)
+        return np.concatenate(picked)
+
+    def without(self, picked: np.ndarray) -> _OpenKeys:
+        left = np.ones(len(self.rows), dtype=bool)
+        left[picked] = False
+        return _OpenKeys(self.rows[left], self.positions[left], self.upper[left])
+
+
+def _batch_error(
+    combined: np.ndarray,
+    open_: _OpenKeys,
+    queries: np.ndarray,
+    temperature: float,
+    out: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """δ of the module docstring for each of ``queries`` (their ``combined`` scores (q, n)):
+    what their open keys could gain, over the normaliser of ``combined``; and the weights of
+    ``combined``, which the normaliser's exponentials give (written into ``out`` if given)."""
+    numerators = exponentials(combined, temperature)
+    normaliser = numerators.sum(axis=1)
+    at = np.concatenate([np.arange(a, z) for a, z in open_.spans(queries)])
+    where = np.searchsorted(queries, open_.rows[at])  # each open key's row in ``combined``
+    top = combined.max(axis=1)
+    with np.errstate(over="ignore"):
+        reach = np.exp((open_.upper[at] - top[where]) / temperature)
+    gain = reach - numerators[where, open_.positions[at]]
+    total = np.bincount(where, weights=gain, minlength=len(queries))
+    weights = np.divide(numerators, normaliser[:, None], out=out)
+    return total / normaliser, weights

@@ -209,13 +209,22 @@ class QueryTerms:
             return np.array(
                 [np.interp(row, self.knots, height) for row, height in zip(found, heights)]
             ).reshape(found.shape)
+        if len(heights) == 1:  # one query's terms: every entry is that query's
+            return np.interp(found, self.knots, heights[0])
         rows = np.asarray(rows)
-        if len(rows) and rows[0] == rows[-1] and np.all(rows == rows[0]):  # one query's keys
-            return np.interp(found, self.knots, heights[rows[0]])
         part = np.empty(found.shape)
-        for row in np.unique(rows):
-            at = rows == row
-            part[at] = np.interp(found[at], self.knots, heights[row])
+        if not len(rows):
+            return part
+        # One np.interp per query, over its keys: rows grouped by query (a batch's pairs come
+        # so) are split where the query changes, any other order is sorted first.
+        order = None if np.all(rows[:-1] <= rows[1:]) else np.argsort(rows, kind="stable")
+        grouped = rows if order is None else rows[order]
+        spans = np.split(
+            np.arange(len(rows)) if order is None else order,
+            np.flatnonzero(grouped[1:] != grouped[:-1]) + 1,
+        )
+        for span in spans:
+            part[span] = np.interp(found[span], self.knots, heights[rows[span[0]]])
         return part
 
     def marks_part(self, marks: np.ndarray | None, rows: np.ndarray | None = None) -> np.ndarray:
@@ -246,14 +255,19 @@ class QueryTerms:
         return total
 
     def upper(
-        self, meaning: np.ndarray, ceiling: np.ndarray, could_mark: np.ndarray | None
+        self,
+        meaning: np.ndarray,
+        ceiling: np.ndarray,
+        could_mark: np.ndarray | None,
+        rows: np.ndarray | None = None,
     ) -> np.ndarray:
-        """The most a key can score, (m, c) for the batch, whose similarity is at most
-        ``ceiling`` and which bears a mark only where ``could_mark`` (None: nowhere): the
-        spelling part grows with s, and every mark weighs at least 0."""
-        total = self.meaning_part(meaning) + self.spelling_part(ceiling)
+        """The most a key can score, (m, c) for the batch or (p,) for queries ``rows``, whose
+        similarity is at most ``ceiling`` and which bears a mark only where ``could_mark``
+        (None: nowhere): the spelling part grows with s, and every mark weighs at least 0."""
+        total = self.meaning_part(meaning, rows) + self.spelling_part(ceiling, rows)
         if could_mark is not None and self.marks.shape[1]:
-            total = total + np.where(could_mark, self.marks.sum(axis=1)[:, None], 0.0)
+            most = self.marks.sum(axis=1)
+            total = total + np.where(could_mark, most[:, None] if rows is None else most[rows], 0)
         return total
 
 

@@ -92,12 +92,15 @@ def every_key_with_spelling(
     meaning, ids = backend.score_all(queries, allow)
     m, temperature = len(queries), policy.temperature
     keep = 1 if policy.top_k is None else policy.top_k
-    combined, similarity, error, weights, weighed = spelling.index.bounded_scores(
+    scored = spelling.index.bounded_scores(
         spelling.queries, ids, meaning, spelling.terms, temperature, keep
     )
+    combined, similarity, error, weights = (
+        scored.combined, scored.similarity, scored.error, scored.weights
+    )  # fmt: skip
     if policy.top_k is None:
-        if not weighed.all():  # rows whose weights the error bound did not make on the way
-            weights[~weighed] = softmax(combined[~weighed], temperature)
+        if not scored.weighed.all():  # rows whose weights the error bound did not make
+            weights[~scored.weighed] = softmax(combined[~scored.weighed], temperature)
         zeros = np.zeros(m)
         return Selection(
             combined, ids, weights, np.full(m, len(ids)), zeros, zeros, meaning, similarity,

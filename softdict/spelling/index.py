@@ -12,6 +12,7 @@ approximate backend's), so a small store on an exact backend never holds them.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -22,12 +23,12 @@ from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableColumns, GrowableRows
 from softdict.index._ids import IdRows
 from softdict.index.base import Allow, sorted_unique
-from softdict.spelling.bounded import bounded_scores
+from softdict.spelling.bounded import BoundedBatch, bounded_batch, bounded_scores
 from softdict.spelling.bounds import BUCKETS, character_counts, could_mark, similarity_ceiling
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import EVIDENCE, evidence_marks, markable
 from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
-from softdict.spelling.scores import KeyForms, spelling_similarity
+from softdict.spelling.scores import KeyForms, paired_similarity, spelling_similarity
 from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
 
 if TYPE_CHECKING:
@@ -43,6 +44,11 @@ CANDIDATE_POOL = 2048
 # One-word queries this short also take the keys of their first letter and about their length
 # (``_short_neighbours``).
 SHORT_QUERY = 5
+# A batch's every-key scoring goes in blocks of queries of about this many scores (512 KB
+# float64 matrices, which stay in the CPU's caches between the passes over them): 65 queries a
+# block against 10^3 keys, 6 against 10^4. In interleaved bulk runs here 2^15 to 2^17 did
+# alike within the machine's noise; 2^18 was slower against 10^4 keys.
+_BLOCK_ENTRIES = 1 << 16
 _POSTINGS_FILES = ("spelling_indptr.npy", "spelling_rows.npy", "spelling_lengths.npy")
 
 
@@ -224,45 +230,78 @@ class SpellingIndex:
         terms: QueryTerms,
         temperature: float,
         keep: int = 1,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    ) -> BoundedBatch:
         """Each query's combined score over the keys of ``ids`` (c,), all held, from their
         ``meaning`` (m, c) and the queries' ``terms``, spelling scored where it can matter
-        (``bounded``): (combined, spelling similarity with NaN where not scored, each query's
-        bound on its weights' error, the softmax of combined at ``temperature`` in the rows
-        where the bound computed it on the way, and which rows those are (m,) bool).
-        ``keep``: the number of best keys whose choice must be exact (top-k attention)."""
+        (``bounded``), with each query's bound on its weights' error and the weights made on
+        the way. ``keep``: the number of best keys whose choice must be exact (top-k
+        attention). Several queries go in blocks of about ``_BLOCK_ENTRIES`` scores."""
         rows = self._rows_of_held(np.asarray(ids, dtype=np.int64))
         counts = self._counts.view if rows is None else self._counts.view[:, rows]
         lengths = self._length.view if rows is None else self._length.view[rows]
         lengths = lengths.astype(np.float32)
         forms = self._key_forms(rows)
         marking = terms.marks.shape[1] > 0
-        combined = np.empty(meaning.shape)
-        similarity = np.empty(meaning.shape)
-        error = np.zeros(len(queries))
-        weights = np.empty(meaning.shape)
-        weighed = np.zeros(len(queries), dtype=bool)
-        for i, form in enumerate(queries.forms):
-            query = queries.row(i)
+        m, n = meaning.shape
+        combined, similarity, weights = np.empty((3, m, n))
+        error, weighed = np.zeros(m), np.zeros(m, dtype=bool)
 
-            ceiling = similarity_ceiling(queries.counts[i], len(form), counts, lengths)
-            marked = could_mark(queries.counts[i], counts) if marking and markable(form) else None
+        def marks_of(i: int, positions: np.ndarray) -> np.ndarray:
+            return self._marks_of_rows(queries, i, positions if rows is None else rows[positions])
 
-            def exact(
-                positions: np.ndarray, query: SpellingQueries = query, i: int = i
-            ) -> tuple[np.ndarray, np.ndarray | None]:
-                found = spelling_similarity(query, forms.subset(positions))[0]
-                if not marking:
-                    return found, None
-                held = positions if rows is None else rows[positions]
-                return found, self._marks_of_rows(queries, i, held)
+        def ceilings(block: range) -> tuple[np.ndarray, np.ndarray | None]:
+            ceiling = np.empty((len(block), n), dtype=np.float32)
+            marked = np.zeros(ceiling.shape, dtype=bool) if marking else None
+            for j, i in enumerate(block):
+                form = queries.forms[i]
+                ceiling[j] = similarity_ceiling(queries.counts[i], len(form), counts, lengths)
+                if marked is not None and markable(form):
+                    marked[j] = could_mark(queries.counts[i], counts)
+            return ceiling, marked
 
-            row = bounded_scores(
-                meaning[i], ceiling, marked, terms.subset(np.array([i])), temperature, exact,
-                keep=keep, out=(combined[i], similarity[i], weights[i]),
+        if m == 1:  # one query: the one-query form (``bounded``)
+            ceiling, marked = ceilings(range(1))
+
+            def exact(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+                found = spelling_similarity(queries, forms.subset(positions))[0]
+                return found, marks_of(0, positions) if marking else None
+
+            one = bounded_scores(
+                meaning[0], ceiling[0], None if marked is None else marked[0], terms,
+                temperature, exact, keep=keep, out=(combined[0], similarity[0], weights[0]),
             )  # fmt: skip
-            error[i], weighed[i] = row.error, row.weights is not None
-        return combined, similarity, error, weights, weighed
+            error[0], weighed[0] = one.error, one.weights is not None
+            return BoundedBatch(combined, similarity, error, weights, weighed)
+
+        query_forms = _object_column(queries.forms)
+        query_sorted = _object_column(queries.sorted_forms)
+
+        def paired_exact(
+            pairs: np.ndarray, positions: np.ndarray, offset: int
+        ) -> tuple[np.ndarray, np.ndarray | None]:
+            pairs = pairs + offset  # a block's rows are the batch's from ``offset`` on
+            found = paired_similarity(
+                query_forms[pairs], query_sorted[pairs], forms.subset(positions)
+            )
+            if not marking:
+                return found, None
+            marks = np.zeros((len(pairs), len(EVIDENCE)))
+            for i in np.unique(pairs):
+                at = pairs == i
+                marks[at] = marks_of(int(i), positions[at])
+            return found, marks
+
+        step = max(1, _BLOCK_ENTRIES // max(n, 1))
+        for start in range(0, m, step):
+            block = slice(start, min(start + step, m))
+            ceiling, marked = ceilings(range(start, block.stop))
+            found = bounded_batch(
+                meaning[block], ceiling, marked, terms.subset(np.arange(start, block.stop)),
+                temperature, functools.partial(paired_exact, offset=start), keep=keep,
+                out=(combined[block], similarity[block], weights[block]),
+            )  # fmt: skip
+            error[block], weighed[block] = found.error, found.weighed
+        return BoundedBatch(combined, similarity, error, weights, weighed)
 
     def candidates(
         self,

@@ -12,6 +12,7 @@ measurements of ``benchmarks/matching_design.py`` where they were with meaning a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,10 @@ import numpy as np
 
 from softdict.spelling.text import SpellingQueries
 
-__all__ = ["KeyForms", "spelling_similarity"]
+__all__ = ["KeyForms", "paired_similarity", "spelling_similarity"]
+
+# Texts as rapidfuzz takes them: a list, or an object array of str.
+Texts = Sequence[str] | np.ndarray
 
 # rapidfuzz's threads pay off only on large blocks of pairs (measured: one query against 10^4
 # keys is faster on one thread).
@@ -56,27 +60,55 @@ class KeyForms:
 def spelling_similarity(queries: SpellingQueries, keys: KeyForms) -> np.ndarray:
     """The spelling similarity (m, n) float32 in [0, 1] of each query with each key."""
     from rapidfuzz import process
-    from rapidfuzz.distance import OSA, Indel
 
     m, n = len(queries), len(keys)
     if not m or not n:
         return np.zeros((m, n), dtype=np.float32)
     workers = -1 if m * n >= _PARALLEL_PAIRS else 1
 
-    def scores(scorer: Any, query_texts: list[str], key_texts: np.ndarray) -> np.ndarray:
+    def scores(scorer: Any, query_texts: Texts, key_texts: np.ndarray) -> np.ndarray:
         return process.cdist(
             query_texts, key_texts, scorer=scorer, dtype=np.float32, workers=workers
         )
 
-    indel = scores(Indel.normalized_similarity, queries.forms, keys.forms)
-    if keys.sorted_forms is not None or queries.sorted_forms != queries.forms:
-        sorted_keys = keys.forms if keys.sorted_forms is None else keys.sorted_forms
-        indel = np.maximum(
-            indel, scores(Indel.normalized_similarity, queries.sorted_forms, sorted_keys)
+    return _similarity(scores, queries.forms, queries.sorted_forms, keys)
+
+
+def paired_similarity(forms: np.ndarray, sorted_forms: np.ndarray, keys: KeyForms) -> np.ndarray:
+    """The spelling similarity (p,) float32 of each query form (``forms``, ``sorted_forms``: (p,)
+    object arrays) with the key beside it in ``keys`` (p keys): the pairs of many queries, each
+    with its own keys, in one call per measure (rapidfuzz's ``cpdist``)."""
+    from rapidfuzz import process
+
+    if not len(forms):
+        return np.zeros(0, dtype=np.float32)
+    workers = -1 if len(forms) >= _PARALLEL_PAIRS else 1
+
+    def scores(scorer: Any, query_texts: Texts, key_texts: np.ndarray) -> np.ndarray:
+        return process.cpdist(
+            query_texts, key_texts, scorer=scorer, dtype=np.float32, workers=workers
         )
-    similarity = (indel + scores(OSA.normalized_similarity, queries.forms, keys.forms)) / 2
+
+    return _similarity(scores, forms, sorted_forms, keys)
+
+
+def _similarity(
+    scores: Callable[[Any, Texts, np.ndarray], np.ndarray],
+    forms: Texts,
+    sorted_forms: Texts,
+    keys: KeyForms,
+) -> np.ndarray:
+    """The measure (module docstring), with ``scores(scorer, query texts, key texts)`` the
+    rapidfuzz call that pairs queries with keys: every pair (m, n), or side by side (p,)."""
+    from rapidfuzz.distance import OSA, Indel
+
+    indel = scores(Indel.normalized_similarity, forms, keys.forms)
+    if keys.sorted_forms is not None or any(a != b for a, b in zip(sorted_forms, forms)):
+        sorted_keys = keys.forms if keys.sorted_forms is None else keys.sorted_forms
+        indel = np.maximum(indel, scores(Indel.normalized_similarity, sorted_forms, sorted_keys))
+    similarity = (indel + scores(OSA.normalized_similarity, forms, keys.forms)) / 2
     # Two empty forms are "equal" to rapidfuzz; to a reader they share no letter.
-    similarity[np.array([not form for form in queries.forms]), :] = 0.0
+    similarity[np.array([not form for form in forms], dtype=bool)] = 0.0
     if keys.empty is not None:
-        similarity[:, keys.empty] = 0.0
+        similarity[..., keys.empty] = 0.0
     return similarity
