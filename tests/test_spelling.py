@@ -136,21 +136,25 @@ def test_lookup_is_softmax_of_the_combined_score(
 
 
 @pytest.mark.parametrize("combination", ["rule-1", "learned-1"])
-@pytest.mark.parametrize("per_block", [2, 1000])
+@pytest.mark.parametrize("per_block", [2, 1000, 0])
 def test_a_batch_is_scored_as_each_query_alone(
     combination: str, per_block: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Several queries go through the bounded scoring together (``bounded_batch``, in blocks
-    of queries), one query alone through ``bounded_scores``: the same keys scored, the same
-    scores, weights and bound for every query, whatever its batch and block."""
+    of queries; query by query past ``_BATCH_MAX_KEYS``, here with ``per_block`` 0), one query
+    alone through ``bounded_scores``: the same keys scored, the same scores, weights and bound
+    for every query, whatever its batch and block."""
     from softdict.spelling import index as spelling_index
+
+    if not per_block:
+        monkeypatch.setattr(spelling_index, "_BATCH_MAX_KEYS", 0)
 
     sd = SoftDict(
         dict(zip(COUNTRIES, np.arange(len(COUNTRIES), dtype=float))), encoder=FakeEncoder(),
         temperature=0.3, combination=combination,
     )  # fmt: skip
     queries = ["Germny", "united kingdm", "Republic", "Côte d'Ivoire", "UK", "Switz", "Frnace"]
-    monkeypatch.setattr(spelling_index, "_BLOCK_ENTRIES", per_block * len(COUNTRIES))
+    monkeypatch.setattr(spelling_index, "_BLOCK_ENTRIES", max(per_block, 1) * len(COUNTRIES))
     together = sd.attend(queries)
     for query, batch in zip(queries, together):
         alone = sd.attend(query)

@@ -49,6 +49,10 @@ SHORT_QUERY = 5
 # block against 10^3 keys, 6 against 10^4. In interleaved bulk runs here 2^15 to 2^17 did
 # alike within the machine's noise; 2^18 was slower against 10^4 keys.
 _BLOCK_ENTRIES = 1 << 16
+# Past this many keys a batch goes query by query: its blocks made a bulk lookup 1.8-2.6x as
+# fast over 10^3 keys, but over 10^4 0.9-1.3x on bundled-static and 0.94-0.97x on the default
+# encoder (interleaved runs here, within the machine's noise), with more to hold.
+_BATCH_MAX_KEYS = 4096
 _POSTINGS_FILES = ("spelling_indptr.npy", "spelling_rows.npy", "spelling_lengths.npy")
 
 
@@ -235,7 +239,8 @@ class SpellingIndex:
         ``meaning`` (m, c) and the queries' ``terms``, spelling scored where it can matter
         (``bounded``), with each query's bound on its weights' error and the weights made on
         the way. ``keep``: the number of best keys whose choice must be exact (top-k
-        attention). Several queries go in blocks of about ``_BLOCK_ENTRIES`` scores."""
+        attention). Several queries over at most ``_BATCH_MAX_KEYS`` keys go through the rounds
+        together, in blocks of about ``_BLOCK_ENTRIES`` scores."""
         rows = self._rows_of_held(np.asarray(ids, dtype=np.int64))
         counts = self._counts.view if rows is None else self._counts.view[:, rows]
         lengths = self._length.view if rows is None else self._length.view[rows]
@@ -259,18 +264,23 @@ class SpellingIndex:
                     marked[j] = could_mark(queries.counts[i], counts)
             return ceiling, marked
 
-        if m == 1:  # one query: the one-query form (``bounded``)
-            ceiling, marked = ceilings(range(1))
+        if m == 1 or n > _BATCH_MAX_KEYS:  # query by query, the one-query form (``bounded``)
+            for i in range(m):
+                ceiling, marked = ceilings(range(i, i + 1))
+                query = queries.row(i)
 
-            def exact(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
-                found = spelling_similarity(queries, forms.subset(positions))[0]
-                return found, marks_of(0, positions) if marking else None
+                def exact(
+                    positions: np.ndarray, query: SpellingQueries = query, i: int = i
+                ) -> tuple[np.ndarray, np.ndarray | None]:
+                    found = spelling_similarity(query, forms.subset(positions))[0]
+                    return found, marks_of(i, positions) if marking else None
 
-            one = bounded_scores(
-                meaning[0], ceiling[0], None if marked is None else marked[0], terms,
-                temperature, exact, keep=keep, out=(combined[0], similarity[0], weights[0]),
-            )  # fmt: skip
-            error[0], weighed[0] = one.error, one.weights is not None
+                one = bounded_scores(
+                    meaning[i], ceiling[0], None if marked is None else marked[0],
+                    terms.subset(np.array([i])), temperature, exact, keep=keep,
+                    out=(combined[i], similarity[i], weights[i]),
+                )  # fmt: skip
+                error[i], weighed[i] = one.error, one.weights is not None
             return BoundedBatch(combined, similarity, error, weights, weighed)
 
         query_forms = _object_column(queries.forms)
