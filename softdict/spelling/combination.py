@@ -172,7 +172,8 @@ class QueryTerms:
 
     def meaning_part(self, meaning: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
         """Meaning's part of the score, with the query's offset: (m, c) scores of the batch, or
-        (p,) scores of the queries ``rows`` (p,)."""
+        (p,) scores of the queries ``rows`` (p,). Where every scale is 1 and every offset 0 (the
+        hand-set rule) it is ``meaning`` itself as float64, not a copy."""
         meaning = np.asarray(meaning, dtype=np.float64)
         if self._meaning_alone:  # the hand-set rule's terms: meaning itself (no pass over it)
             return meaning
