@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from matching_data import typo
 from matching_scale import scale_keys
 from real_scale import write
-from speed import TEMPERATURE, alternating, exact_attention, typeable
+from speed import TEMPERATURE, alternating, exact_attention, typeable, unit
 
 import softdict
 from softdict.encoders import resolve_encoder
@@ -92,14 +92,12 @@ def compare(before, n: int, encoder_name: str | None, bulk: int) -> tuple[str, s
         store.update({key: i for i, key in enumerate(keys)})
         stores[label] = store
     # Exact numpy over the same keys, meaning alone, the query's embedding given (speed.py's).
-    vectors = encoder.encode_keys(keys, batch_size=1024)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = unit(encoder.encode_keys(keys, batch_size=1024))
     values = np.arange(n, dtype=np.float64)
     embedded = dict(zip(queries, encoder.encode_queries(queries)))
 
     def exact(q: str) -> float:
-        query = embedded[q] / np.linalg.norm(embedded[q])
-        return float(exact_attention(query[None], vectors, values)[0])
+        return float(exact_attention(unit(embedded[q][None]), vectors, values)[0])
 
     for q in queries[:10]:  # warm both
         for store in stores.values():
@@ -132,8 +130,7 @@ def compare(before, n: int, encoder_name: str | None, bulk: int) -> tuple[str, s
     # One call with ``bulk`` distinct typo queries: both stores, the encoder's own batch and
     # exact numpy on its embeddings, taking turns (speed.py's bulk method).
     batch = list(dict.fromkeys(typo(key, 1, rng) for key in typeable(keys)))[:bulk]
-    unit_queries = encoder.encode_queries(batch, batch_size=1024)
-    unit_queries /= np.linalg.norm(unit_queries, axis=1, keepdims=True)
+    unit_queries = unit(encoder.encode_queries(batch, batch_size=1024))
     rates = alternating(
         {
             "encoder": functools.partial(encoder.encode_queries, batch, batch_size=1024),

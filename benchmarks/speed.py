@@ -235,8 +235,8 @@ def bulk(labels: list[str]) -> list[str]:
         store_build = len(build_keys) / seconds
         if len(build_keys) != len(keys):
             sd, _, _ = build(label, keys)
-        unit_keys = _unit(encoder.encode_keys(keys, batch_size=1024))
-        unit_queries = _unit(encoder.encode_queries(queries, batch_size=1024))
+        unit_keys = unit(encoder.encode_keys(keys, batch_size=1024))
+        unit_queries = unit(encoder.encode_queries(queries, batch_size=1024))
         methods = {
             "encoder": functools.partial(encoder.encode_queries, queries, batch_size=1024),
             "store": functools.partial(sd.lookup, queries),
@@ -278,7 +278,8 @@ def exact_attention(queries: np.ndarray, keys: np.ndarray, values: np.ndarray) -
     return np.concatenate(blended)
 
 
-def _unit(vectors: np.ndarray) -> np.ndarray:
+def unit(vectors: np.ndarray) -> np.ndarray:
+    """Each row at unit length (a zero row stays zero)."""
     return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
 
