@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pycountry
-from _support import FakeEncoder, naive_combined, naive_spelling, same_value
+from _support import FLOAT32_RTOL, FakeEncoder, naive_combined, naive_spelling, same_value
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -301,4 +301,6 @@ def test_spelling_scored_where_it_matters_answers_as_scoring_every_key(
     exact /= exact.sum()
     mine = np.zeros(len(picked))
     mine[[column[key] for key in attention.keys]] = attention.weights
-    assert np.abs(mine - exact).sum() / 2 <= attention.weight_error + 1e-6
+    # Slack for float32: the scores (float32 kernels, ~1e-7 of a cosine, times 1/T) and the
+    # exponentials (float32, ``_attention.exponentials``) against this float64 formula.
+    assert np.abs(mine - exact).sum() / 2 <= attention.weight_error + FLOAT32_RTOL
