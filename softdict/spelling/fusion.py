@@ -28,7 +28,7 @@ from softdict._selection import RetrievalPolicy, Route, Selection
 from softdict.index.base import Allow, IndexBackend, is_in
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import EVIDENCE
-from softdict.spelling.index import SpellingIndex
+from softdict.spelling.source import SpellingSource
 from softdict.spelling.text import SpellingQueries
 
 __all__ = [
@@ -49,12 +49,12 @@ class SpellingRequest:
     """The spelling channel's part of a lookup.
 
     Attributes:
-        index: the store's spelling index.
+        index: the store's spelling channel (``SpellingIndex`` or a Milvus store's).
         queries: the query texts' spelling forms.
         terms: the queries' combination of meaning and spelling (``spelling.combination``).
     """
 
-    index: SpellingIndex
+    index: SpellingSource
     queries: SpellingQueries
     terms: QueryTerms
 

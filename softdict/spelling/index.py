@@ -34,7 +34,14 @@ from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
 if TYPE_CHECKING:
     import scipy.sparse as sp  # only large stores build postings (ngrams.py imports it there)
 
-__all__ = ["CANDIDATE_POOL", "PreparedKeys", "SpellingIndex"]
+__all__ = [
+    "CANDIDATE_POOL",
+    "SHORT_QUERY",
+    "PreparedKeys",
+    "SpellingIndex",
+    "no_candidates",
+    "short_query",
+]
 
 # How many rows the 3-gram postings propose per query, for exact spelling scores (spelling them
 # took 0.6 ms a query on 10^5 real names here, 1.2 ms on 10^6, in one-off timings: a good part
@@ -56,6 +63,12 @@ _BATCH_MAX_KEYS = 4096
 _POSTINGS_FILES = ("spelling_indptr.npy", "spelling_rows.npy", "spelling_lengths.npy")
 
 
+def short_query(form: str) -> bool:
+    """Whether a query's form is one word short enough to take its neighbours of about its
+    length and first letter as spelling candidates (``SpellingIndex._short_neighbours``)."""
+    return 0 < len(form) <= SHORT_QUERY and " " not in form
+
+
 @dataclass(frozen=True)
 class PreparedKeys:
     """New keys' forms, token-sorted forms, and 3-grams (None where no postings exist yet)."""
@@ -63,6 +76,11 @@ class PreparedKeys:
     forms: list[str]
     sorted_forms: list[str]
     grams: sp.csr_matrix | None
+
+
+def no_candidates(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(m, n) ids and similarities of no candidate: -1 and NaN."""
+    return np.full((m, n), -1, dtype=np.int64), np.full((m, n), np.nan)
 
 
 def _object_column(texts: list[str]) -> np.ndarray:
@@ -324,11 +342,8 @@ class SpellingIndex:
         their spelling similarities (m, n) float64, padded with -1 and NaN. With ``terms``,
         "most like" is by what spelling and marks add to the queries' scores (a key a mark
         points at ranks by it too), else by similarity."""
-        m = len(queries)
-        ids = np.full((m, n), -1, dtype=np.int64)
-        similarities = np.full((m, n), np.nan)
         if not self._rows.n_live or not n:
-            return ids, similarities
+            return no_candidates(len(queries), n)
         if self._ngrams is None:
             self._build_postings()
         assert self._ngrams is not None
@@ -339,11 +354,25 @@ class SpellingIndex:
         elif self._rows.has_tombstones:
             admissible = self._rows.live
         pools = self._ngrams.search(queries.forms, max(n, CANDIDATE_POOL), admissible)
+        # Each pool with its short neighbours, sorted: numpy's hash-based union1d took 0.3 ms
+        # for a pool's 2,048 rows.
+        pools = [
+            sorted_unique(np.concatenate([pool, self._short_neighbours(form, admissible)]))
+            for pool, form in zip(pools, queries.forms)
+        ]
+        return self.best_of_pools(queries, pools, n, terms)
+
+    def best_of_pools(
+        self,
+        queries: SpellingQueries,
+        pools: list[np.ndarray],
+        n: int,
+        terms: QueryTerms | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``candidates`` chosen among each query's ``pools`` (rows of this index), each scored
+        exactly: the same (m, n) ids and similarities."""
+        ids, similarities = no_candidates(len(queries), n)
         for i, pool in enumerate(pools):
-            # The union, sorted: numpy's hash-based union1d took 0.3 ms for a pool's 2,048 rows.
-            pool = sorted_unique(
-                np.concatenate([pool, self._short_neighbours(queries.forms[i], admissible)])
-            )
             scores = spelling_similarity(queries.row(i), self._key_forms(pool))[0]
             gain = np.zeros(len(pool))
             if terms is not None:
@@ -360,7 +389,7 @@ class SpellingIndex:
         or one letter longer or shorter. One edit in a word of four or five letters can leave
         it no 3-gram in common with the word meant ("cbua" and "cuba" share none), so the
         postings cannot propose it; these rows are few, and are scored exactly."""
-        if not 0 < len(form) <= SHORT_QUERY or " " in form:
+        if not short_query(form):
             return np.zeros(0, dtype=np.int64)
         near = (self._first.view == ord(form[0])) & (np.abs(self._length.view - len(form)) <= 1)
         if admissible is not None:

@@ -20,6 +20,7 @@ nothing until their last assignments, so a store can do them before or after its
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -29,7 +30,7 @@ from softdict._rows import GrowableRows
 if TYPE_CHECKING:
     import scipy.sparse as sp  # imported where used: small stores never need it (0.1 s)
 
-__all__ = ["NgramCandidates"]
+__all__ = ["N_FEATURES", "NgramCandidates", "gram_vectorizer"]
 
 N_FEATURES = 2**18
 NGRAM = 3
@@ -41,7 +42,9 @@ _MERGE_MIN_ROWS = 4096
 _MERGE_SHARE = 1 / 32
 
 
-def _vectorizer() -> Any:
+@functools.cache
+def gram_vectorizer() -> Any:
+    """The 3-gram vectorizer of every spelling form (a Milvus store's 3-gram field too)."""
     from sklearn.feature_extraction.text import HashingVectorizer
 
     return HashingVectorizer(
@@ -60,7 +63,7 @@ class NgramCandidates:
     """Character 3-gram postings over rows 0..n-1 (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._vectorize = _vectorizer().transform
+        self._vectorize = gram_vectorizer().transform
         # Gram-major postings, CSR without its data (every entry is 1): the rows holding 3-gram
         # g are indices[indptr[g]:indptr[g + 1]], increasing.
         self._indptr = np.zeros(N_FEATURES + 1, dtype=np.int64)

@@ -32,7 +32,7 @@ from softdict._files import StoreFiles
 from softdict._types import Mask, Value
 from softdict.encoders.base import EncoderIdentity
 from softdict.index.base import Allow, IndexBackend, require_vectors
-from softdict.spelling import SpellingIndex
+from softdict.spelling import SpellingSource
 from softdict.values.base import ValueColumn
 from softdict.values.registry import infer_column_class
 
@@ -199,8 +199,9 @@ class Store(ABC):
 
     @property
     @abstractmethod
-    def spelling(self) -> SpellingIndex:
-        """The keys' spelling forms by id, and spelling candidates for large stores."""
+    def spelling(self) -> SpellingSource:
+        """The keys' spelling channel: their forms' similarity and marks with queries, by id,
+        and spelling candidates for large stores."""
 
     # Shared by every store: a store writes only ``_ids_where`` and ``_ids_of`` for masks, and
     # ``dim`` and ``projection`` (above) for queries.

@@ -7,6 +7,8 @@
     order   INT64               when the key was first inserted: iteration order
     value   JSON                {"v": the value}
     vector  FLOAT_VECTOR(d)     the key's prepared embedding
+    grams   SPARSE_FLOAT_VECTOR the key's character 3-grams (``_grams``), for spelling candidates;
+                                absent from collections made before softdict-milvus format 3
 
 ``MetaRows`` (the collection ``NAME__softdict``) holds what a store folder's manifest holds, as
 text rows by name: the options, the encoder's identity, the query projection, and one write
@@ -33,11 +35,13 @@ from softdict._similarity import Metric
 from softdict.store.milvus._client import (
     IDS_PER_REQUEST,
     MAX_NQ,
+    MAX_TOPK,
     REQUEST_BYTES,
     RESULTS_PER_SEARCH,
     schema_error,
     translated,
 )
+from softdict.store.milvus._grams import key_grams
 
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
@@ -57,7 +61,18 @@ _META_SUFFIX = "__softdict"
 # underscores, 255 characters at most; the metadata collection's suffix takes 10 of them.
 _COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_COLLECTION_NAME = 255 - len(_META_SUFFIX)
-_KEY_FIELDS = {"id": "INT64", "key": "VARCHAR", "order": "INT64", "value": "JSON"}
+_KEY_FIELDS = {
+    "id": "INT64",
+    "key": "VARCHAR",
+    "order": "INT64",
+    "value": "JSON",
+    "vector": "FLOAT_VECTOR",
+}
+_GRAMS_FIELD = {"grams": "SPARSE_FLOAT_VECTOR"}
+_GRAMS_SEARCH = {"metric_type": "IP", "params": {}}
+# Key ids are below 2^63 (``_ids.key_id``); a sample's ranges hold this many keys on average.
+ID_SPACE = 1 << 63
+_RANGE_KEYS = 2048
 
 
 def check_collection_name(collection: object) -> str:
@@ -198,6 +213,9 @@ class KeyRows(_Rows):
         self.dim = dim
         self.metric = metric
         self.index = index
+        # Whether rows hold their 3-grams (``_grams``): every collection this softdict makes;
+        # ``check_schema`` reads it from an older one.
+        self.grams = True
         self._search_params: dict[str, Any] = {
             "metric_type": _METRICS[metric],
             "params": dict(_IVF_SEARCH) if index == "IVF_FLAT" else {},
@@ -213,6 +231,7 @@ class KeyRows(_Rows):
         schema.add_field("order", DataType.INT64)
         schema.add_field("value", DataType.JSON)
         schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
+        schema.add_field("grams", DataType.SPARSE_FLOAT_VECTOR)
         params = self.client.prepare_index_params()
         params.add_index(
             "vector",
@@ -220,17 +239,20 @@ class KeyRows(_Rows):
             metric_type=_METRICS[self.metric],
             params=dict(_IVF_PARAMS) if self.index == "IVF_FLAT" else {},
         )
+        params.add_index("grams", index_type="SPARSE_INVERTED_INDEX", metric_type="IP")
         self._create(schema, params, "create the collection")
         self.check_schema(self.name)
 
     def check_schema(self, collection: str) -> None:
-        """StoreFormatError unless the collection has softdict's fields and this dimension."""
+        """StoreFormatError unless the collection has softdict's fields (with or without the
+        3-grams of format 3) and this dimension."""
         with self.calling("describe the collection"):
             described = self.client.describe_collection(self.name)
         fields = {field["name"]: field for field in described.get("fields", [])}
         kinds = {name: getattr(f["type"], "name", str(f["type"])) for name, f in fields.items()}
-        expected = {**_KEY_FIELDS, "vector": "FLOAT_VECTOR"}
-        if kinds != expected:
+        expected = {**_KEY_FIELDS, **_GRAMS_FIELD}
+        self.grams = kinds == expected
+        if kinds not in (expected, _KEY_FIELDS):
             raise schema_error(
                 self.location, collection, f"its fields are {kinds}, softdict's are {expected}"
             )
@@ -259,10 +281,15 @@ class KeyRows(_Rows):
         return found
 
     def upsert(self, rows: list[dict[str, Any]]) -> None:
-        """Write whole rows, in requests under ``REQUEST_BYTES`` each."""
+        """Write whole rows (their 3-grams made here, where the collection holds them), in
+        requests under ``REQUEST_BYTES`` each."""
+        if self.grams:
+            grams = key_grams([row["key"] for row in rows])
+            rows = [{**row, "grams": vector} for row, vector in zip(rows, grams)]
         start, size = 0, 0
         for i, row in enumerate(rows):
             row_bytes = 4 * self.dim + 8 * len(row["key"]) + len(json.dumps(row["value"])) + 64
+            row_bytes += 12 * len(row.get("grams", ()))
             if size and size + row_bytes > REQUEST_BYTES:
                 self._upsert(rows[start:i])
                 start, size = i, 0
@@ -296,6 +323,30 @@ class KeyRows(_Rows):
         finally:
             iterator.close()
 
+    def draw_by_id(self, count: int, n: int, rng: np.random.Generator) -> np.ndarray:
+        """About ``count`` ids of the ``n`` rows, a uniform sample without replacement: the rows
+        whose ids lie in random ranges of the id space, which is valid where ids are uniform
+        hashes (a store's: ``_ids``). Each range is expected to hold at most ``_RANGE_KEYS``
+        rows, far below a query's limit, so none is cut short."""
+        ranges = max(1, -(-count // _RANGE_KEYS))
+        width = min(ID_SPACE, round(ID_SPACE * count / ranges / max(n, 1)))
+        found: list[int] = []
+        for _ in range(ranges):
+            start = int(rng.integers(0, ID_SPACE - 1, endpoint=True))
+            end = start + width
+            if width >= ID_SPACE:
+                expression = ""
+            elif end <= ID_SPACE:
+                expression = f"id >= {start} and id < {end}"
+            else:  # the range wraps around the end of the id space
+                expression = f"id >= {start} or id < {end - ID_SPACE}"
+            with self.calling("sample keys"):
+                rows = self.client.query(
+                    self.name, filter=expression, output_fields=["id"], limit=MAX_TOPK
+                )
+            found.extend(row["id"] for row in rows)
+        return np.asarray(found, dtype=np.int64)
+
     # -- searching -------------------------------------------------------------------------------
 
     def search(
@@ -326,3 +377,28 @@ class KeyRows(_Rows):
                     ids[i, :found] = [hit["id"] for hit in hits]
                     scores[i, :found] = [sign * hit["distance"] for hit in hits]
         return scores, ids
+
+    def search_grams(
+        self, vectors: list[dict[int, float]], limit: int, expression: str = ""
+    ) -> list[list[tuple[int, str]]]:
+        """For each sparse vector (``_grams``), the ids and keys of up to ``limit`` rows (at most
+        ``_client.MAX_TOPK``) that pass ``expression``, by inner product with it, best first
+        (none for an empty vector). Only where the collection holds the 3-grams."""
+        found: list[list[tuple[int, str]]] = [[] for _ in vectors]
+        asked = [i for i, vector in enumerate(vectors) if vector]
+        per_request = min(MAX_NQ, max(1, RESULTS_PER_SEARCH // max(limit, 1)))
+        for part in _chunks(len(asked), per_request):
+            wanted = asked[part]
+            with self.calling("search the 3-grams"):
+                results = self.client.search(
+                    self.name,
+                    data=[vectors[i] for i in wanted],
+                    limit=limit,
+                    filter=expression,
+                    search_params=_GRAMS_SEARCH,
+                    anns_field="grams",
+                    output_fields=["key"],
+                )
+            for i, hits in zip(wanted, results):
+                found[i] = [(hit["id"], hit["entity"]["key"]) for hit in hits]
+        return found

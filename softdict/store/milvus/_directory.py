@@ -1,7 +1,9 @@
-"""A Milvus store's key directory in this process: every key, read at one moment, for the
-lookups that need every key at once (the spelling channel's forms, sampling the tail, masks
-given as predicates, iteration). In a store of at most ``EXACT_MAX_KEYS`` keys, where every
-lookup scores every key and blends every value, it holds their values and vectors too.
+"""A Milvus store's key directory in this process: every key, read at one moment. A store of
+at most ``EXACT_MAX_KEYS`` keys (``held_here``), where every lookup scores every key and blends
+every value, keeps it with their values, vectors and spelling forms. A larger one keeps it only
+where its collection predates the keys' 3-gram field (format 3), for the spelling channel's
+forms; otherwise Milvus serves its lookups (``_spelling``, ``backend``), and a directory is read
+only for a call that lists every key (iteration, a predicate mask), and not kept.
 
 A directory is reused only while every writer's counter (``_metadata.StoreMetadata.writers``) is
 as it was when it was read; one lookup checks that once, through its ``View`` (``KeyDirectory``
@@ -23,7 +25,12 @@ from softdict.store.milvus._collection import KeyRows
 from softdict.store.milvus._metadata import StoreMetadata
 from softdict.values.base import ValueColumn
 
-__all__ = ["Directory", "KeyDirectory", "View", "read_directory"]
+__all__ = ["Directory", "KeyDirectory", "View", "held_here", "read_directory"]
+
+
+def held_here(count: int) -> bool:
+    """Whether a store of ``count`` keys keeps its keys, values and vectors in this process."""
+    return count <= EXACT_MAX_KEYS
 
 
 @dataclass
@@ -81,7 +88,7 @@ def read_directory(
     keys: list[str] = []
     orders: list[int] = []
     values: list[object] = []
-    small = rows is not None and rows.count() <= EXACT_MAX_KEYS
+    small = rows is not None and held_here(rows.count())
     fields = ["key", "order", "value", "vector"] if small else ["key", "order"]
     vectors: list[np.ndarray] = []
     if rows is not None:
@@ -163,6 +170,14 @@ class KeyDirectory:
         if view is not None:
             view.directory = directory
         return directory
+
+    def listing(self, served: bool) -> Directory:
+        """Every key as of now: the directory (``current``), or, where Milvus serves the store's
+        lookups (``served``), one read for this call alone and not kept."""
+        if not served:
+            return self.current()
+        self.forget()
+        return read_directory(self._rows(), {}, self._column_of)
 
     def count(self, count_rows: Callable[[], int]) -> int:
         """How many keys the store holds: within a lookup, taken once (from the directory of a

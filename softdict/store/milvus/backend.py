@@ -6,6 +6,10 @@ An ``Allow`` becomes the cheapest filter Milvus offers for it: a handful of ids 
 from their vectors (one get, no filter), a mask that allows most keys becomes ``id not in`` its
 complement, and any other becomes ``id in`` its ids (a filter's cost grows with its length). A k
 beyond Milvus's 16,384 results per query is searched in rounds, each excluding the keys found.
+
+A store's keys have ids that are uniform hashes of their texts (``_ids``), so the keys whose ids
+lie in a random range of the id space are a uniform sample of them: a store's backend
+(``count`` given) draws the sampled tail that way (``KeyRows.draw_by_id``), listing no id.
 """
 
 from __future__ import annotations
@@ -59,7 +63,9 @@ class MilvusBackend(IndexBackend):
     ``held_ids`` lists every id held, increasing; by default by reading every row's id, and a
     store passes its own cached list. ``local_vectors`` gives the ids (increasing) and vectors of
     a store small enough to keep them in this process, checked current by the store, or None:
-    then scoring every key (``score_all``) and ``vectors`` need not ask Milvus.
+    then scoring every key (``score_all``) and ``vectors`` need not ask Milvus. ``count`` gives
+    the number of keys held, where their ids are hashes of their texts (a store's): then samples
+    are drawn by id range.
     """
 
     def __init__(
@@ -67,11 +73,13 @@ class MilvusBackend(IndexBackend):
         rows: KeyRows,
         held_ids: Callable[[], np.ndarray] | None = None,
         local_vectors: Callable[[], tuple[np.ndarray, np.ndarray] | None] | None = None,
+        count: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(rows.dim, rows.metric)
         self.rows = rows
         self._held_ids = held_ids or self._scan_ids
         self._local_vectors = local_vectors or (lambda: None)
+        self._count = count
 
     def _scan_ids(self) -> np.ndarray:
         if not self.rows.exists():
@@ -112,12 +120,13 @@ class MilvusBackend(IndexBackend):
             return _best(metric_scores(queries, vectors[rows], self.metric), held[rows], k)
         if allow is not None and len(allow) <= CLIENT_SIDE_MAX:
             return self._scored_here(queries, k, allow.ids)
-        expression = self._expression(allow)
+        expression = self.filter_of(allow)
         if k <= MAX_TOPK:
             return self.rows.search(queries, k, expression)
         return self._search_in_rounds(queries, k, expression)
 
-    def _expression(self, allow: Allow | None) -> str:
+    def filter_of(self, allow: Allow | None) -> str:
+        """The Milvus filter that admits the keys ``allow`` allows ("" for all)."""
         if allow is None:
             return ""
         held = self.ids()
@@ -152,6 +161,23 @@ class MilvusBackend(IndexBackend):
                 if got < width:
                     break
         return scores, ids
+
+    def sample_near(
+        self,
+        query: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        allow: Allow | None,
+        temperature: float,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Uniform draws (``IndexBackend.sample_near``): by id range where the ids are hashes
+        (see the module docstring). A range's keys come without replacement, and each kept draw
+        stands for n/M keys, as a uniform draw with replacement would."""
+        if allow is not None or self._count is None:
+            return super().sample_near(query, count, rng, allow, temperature)
+        n = self._count()
+        ids = self.rows.draw_by_id(count, n, rng)
+        return ids, np.full(len(ids), 1.0 / max(n, 1))
 
     def score_all(
         self, queries: np.ndarray, allow: Allow | None = None

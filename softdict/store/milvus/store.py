@@ -6,12 +6,16 @@ collection (``_metadata``). Exact access goes to Milvus every time: ``sd[key]`` 
 primary key, ``len`` a count, so each call sees every write another process has finished (the
 collections are read with Strong consistency).
 
-**What is cached, and how it stays right.** Lookups that need every key at once read them into
-this process's key directory (``_directory``). Every process that writes keeps a counter row in
-the metadata (``writer:<uuid>``) and raises it after each write; a process reuses its directory
-only while every counter is as it was when the directory was read, which one small query tells.
-(A writer killed between its rows and its counter leaves readers' directories stale until the
-next write.)
+**What is cached, and how it stays right.** A store of more than ``EXACT_MAX_KEYS`` keys keeps
+nothing per key here: Milvus serves its lookups, dense search and spelling candidates (the keys'
+3-gram field, ``_spelling``) and samples of the tail (``backend``), and the texts of keys a
+lookup rescores are cached by id (an id never names another text). A smaller store (or a
+large one whose collection predates the 3-gram field) reads its keys into this process's key
+directory (``_directory``). Every process that writes keeps a counter row in the metadata
+(``writer:<uuid>``) and raises it after each write; a process reuses its directory only while
+every counter is as it was when the directory was read, which one small query tells. (A writer
+killed between its rows and its counter leaves readers' directories stale until the next
+write.)
 
 **Writes.** ``stage`` validates the whole write (values, embeddings, key lengths) before anything
 is sent, so bad input changes nothing. ``commit`` then upserts whole rows (``_rows``), in
@@ -41,8 +45,7 @@ from softdict._files import StoreFiles
 from softdict._manifest import EncoderEntry
 from softdict._types import Value
 from softdict.encoders import EncoderIdentity
-from softdict.index.base import IndexBackend
-from softdict.spelling import SpellingIndex
+from softdict.spelling import SpellingSource
 from softdict.store.base import (
     StagedWrite,
     Store,
@@ -60,7 +63,7 @@ from softdict.store.milvus._collection import (
     index_type,
     meta_name,
 )
-from softdict.store.milvus._directory import KeyDirectory
+from softdict.store.milvus._directory import KeyDirectory, held_here
 from softdict.store.milvus._ids import rows_of_keys
 from softdict.store.milvus._metadata import (
     FORMAT_NAME,
@@ -78,6 +81,7 @@ from softdict.store.milvus._rows import (
     stored_values,
     values_of_rows,
 )
+from softdict.store.milvus._spelling import KeyTexts, MilvusSpelling
 from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
 from softdict.values.base import ValueColumn
 from softdict.values.registry import column_class
@@ -123,6 +127,7 @@ class MilvusStore(Store):
         self._rows: KeyRows | None = None
         self._open_rows()
         self._keys = KeyDirectory(self._meta, self._key_rows, self._column_of)
+        self._texts = KeyTexts(self._key_rows)
 
     # -- metadata --------------------------------------------------------------------------------
 
@@ -234,6 +239,12 @@ class MilvusStore(Store):
     def reading(self) -> AbstractContextManager[None]:
         return self._keys.reading()
 
+    def _served(self) -> bool:
+        """Whether Milvus serves this store's lookups (see the module docstring): past
+        ``EXACT_MAX_KEYS`` keys, with the 3-gram field."""
+        rows = self._key_rows()
+        return rows is not None and rows.grams and not held_here(len(self))
+
     def _found(
         self, keys: list[str], fields: list[str], *, writing: bool = False
     ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
@@ -244,7 +255,7 @@ class MilvusStore(Store):
         return isinstance(key, str) and key in self._found([key], [])[0]
 
     def keys(self) -> list[str]:
-        directory = self._keys.current()
+        directory = self._keys.listing(self._served())
         return [directory.keys[i] for i in directory.by_order.tolist()]
 
     def get(self, key: str) -> Value:
@@ -255,7 +266,7 @@ class MilvusStore(Store):
         return column.get(0)
 
     def newest_key(self) -> str:
-        directory = self._keys.current()
+        directory = self._keys.listing(self._served())
         if not directory.keys:
             raise KeyError("the store is empty")
         return directory.keys[int(directory.by_order[-1])]
@@ -372,6 +383,8 @@ class MilvusStore(Store):
 
     def _local_vectors(self) -> tuple[np.ndarray, np.ndarray] | None:
         """The ids and vectors of a small store, as read now (None for a large one)."""
+        if self._served():
+            return None
         directory = self._keys.current()
         if directory.vectors is None:
             return None
@@ -382,17 +395,29 @@ class MilvusStore(Store):
         return self._empty_column()
 
     @property
-    def backend(self) -> IndexBackend:
+    def backend(self) -> MilvusBackend:
         rows = self._key_rows()
         if rows is None:
             raise EmptyStoreError("the store holds no keys, so it has no index to search")
-        return MilvusBackend(rows, lambda: self._keys.current().ids, self._local_vectors)
+        return MilvusBackend(rows, self._held_ids, self._local_vectors, self.__len__)
+
+    def _held_ids(self) -> np.ndarray:
+        return self._keys.listing(self._served()).ids
 
     @property
-    def spelling(self) -> SpellingIndex:
+    def spelling(self) -> SpellingSource:
+        if self._served():
+            backend = self.backend
+            return MilvusSpelling(backend.rows, self._texts, backend.filter_of)
         return self._keys.current().spelling_index()
 
     def _ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
+        rows = self._key_rows()
+        if rows is not None and self._served():  # read page by page for each mask, not kept
+            found = [
+                row["id"] for page in rows.scan(["key"]) for row in page if predicate(row["key"])
+            ]
+            return np.sort(np.asarray(found, dtype=np.int64))
         directory = self._keys.current()
         return directory.ids[[i for i, key in enumerate(directory.keys) if predicate(key)]]
 
@@ -420,7 +445,7 @@ class MilvusStore(Store):
         return keys_of_rows(self._key_rows(), ids)
 
     def ids(self) -> np.ndarray:
-        directory = self._keys.current()
+        directory = self._keys.listing(self._served())
         return directory.ids[directory.by_order]
 
     # -- persistence ------------------------------------------------------------------------------

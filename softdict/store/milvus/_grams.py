@@ -1,0 +1,65 @@
+"""The spelling field of a Milvus store's keys: each key's character 3-grams as a sparse vector,
+which Milvus indexes (``SPARSE_INVERTED_INDEX``) and searches by inner product, so that a
+process finds the keys spelled like a query without holding any key itself.
+
+A key's vector has its spelling form's 3-grams (``spelling.ngrams``: the same hashing into
+2^18 columns as the memory store's postings), each weighing 1/sqrt(its 3-gram count + 1); a
+query's has weight 1 on each of its 3-grams, so a key scores the number of 3-grams it shares
+with the query, divided as the memory store divides it. The memory store also weighs each
+3-gram by its rarity (inverse document frequency), which needs the counts of every key; here
+every shared 3-gram counts alike, and the exact rescoring of a larger pool (``_spelling``) makes
+up for it.
+
+A short key (``SHORT_QUERY`` + 1 characters or fewer) also holds a feature for its first letter
+and length, past the 3-gram columns: a short one-word query searches those of its own first
+letter and its length plus or minus one, the keys the memory store adds as short neighbours
+("cbua" shares no 3-gram with "cuba").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from softdict.spelling.index import SHORT_QUERY, short_query
+from softdict.spelling.ngrams import N_FEATURES, gram_vectorizer
+from softdict.spelling.text import spelling_form
+
+__all__ = ["key_grams", "neighbour_vector", "query_vector"]
+
+# The neighbour features: N_FEATURES + code point * _LENGTHS + length, below Milvus's 2^32
+# columns for every code point (0x10FFFF * 8 + 2^18 < 2^24).
+_LENGTHS = 8
+assert SHORT_QUERY + 1 < _LENGTHS
+
+
+def _neighbour_feature(first: str, length: int) -> int:
+    return N_FEATURES + ord(first) * _LENGTHS + length
+
+
+def key_grams(keys: list[str]) -> list[dict[int, float]]:
+    """Each key's sparse vector for the spelling field (see the module docstring)."""
+    forms = [spelling_form(key) for key in keys]
+    grams = gram_vectorizer().transform(forms).tocsr()
+    vectors = []
+    for i, form in enumerate(forms):
+        columns = grams.indices[grams.indptr[i] : grams.indptr[i + 1]].tolist()
+        weight = 1.0 / float(np.sqrt(len(columns) + 1.0))
+        vector = dict.fromkeys(columns, weight)
+        if 0 < len(form) <= SHORT_QUERY + 1:
+            vector[_neighbour_feature(form[0], len(form))] = 1.0
+        vectors.append(vector)
+    return vectors
+
+
+def query_vector(form: str) -> dict[int, float]:
+    """A query form's 3-grams, each weighing 1 (empty where it has none)."""
+    grams = gram_vectorizer().transform([form])
+    return dict.fromkeys(grams.indices.tolist(), 1.0)
+
+
+def neighbour_vector(form: str) -> dict[int, float]:
+    """A short one-word query form's neighbour features (empty for any other query)."""
+    if not short_query(form):
+        return {}
+    lengths = range(max(1, len(form) - 1), len(form) + 2)
+    return {_neighbour_feature(form[0], length): 1.0 for length in lengths}
