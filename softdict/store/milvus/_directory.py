@@ -120,6 +120,7 @@ class KeyDirectory:
         metadata: the store's metadata rows (the writers' counters).
         rows: the store's key collection now (None while it has none).
         column_of: makes a value column of values and keys.
+        count_rows: counts the store's keys (one request).
     """
 
     def __init__(
@@ -127,10 +128,12 @@ class KeyDirectory:
         metadata: StoreMetadata,
         rows: Callable[[], KeyRows | None],
         column_of: Callable[[list[object], list[str]], ValueColumn[Any]],
+        count_rows: Callable[[], int],
     ) -> None:
         self._metadata = metadata
         self._rows = rows
         self._column_of = column_of
+        self._count_rows = count_rows
         self._cached: Directory | None = None
         self._view: View | None = None
 
@@ -171,17 +174,41 @@ class KeyDirectory:
             view.directory = directory
         return directory
 
-    def listing(self, served: bool) -> Directory:
+    def served(self) -> bool:
+        """Whether Milvus serves the store's lookups, and no directory is kept (the module
+        docstring): past ``EXACT_MAX_KEYS`` keys, in a collection with the 3-gram field."""
+        rows = self._rows()
+        return rows is not None and rows.grams and not held_here(self.count())
+
+    def listing(self) -> Directory:
         """Every key as of now: the directory (``current``), or, where Milvus serves the store's
-        lookups (``served``), one read for this call alone and not kept."""
-        if not served:
+        lookups, one read for this call alone and not kept."""
+        if not self.served():
             return self.current()
         self.forget()
         return read_directory(self._rows(), {}, self._column_of)
 
-    def count(self, count_rows: Callable[[], int]) -> int:
+    def ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
+        """The ids (increasing) of the keys for which ``predicate`` holds (a mask): a served
+        store's are read page by page for each mask, and not kept."""
+        rows = self._rows()
+        if rows is None or not self.served():
+            directory = self.current()
+            return directory.ids[[i for i, key in enumerate(directory.keys) if predicate(key)]]
+        found = [row["id"] for page in rows.scan(["key"]) for row in page if predicate(row["key"])]
+        return np.sort(np.asarray(found, dtype=np.int64))
+
+    def local_vectors(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """The ids and vectors of a small store, as read now (None for a large one)."""
+        if self.served():
+            return None
+        directory = self.current()
+        return None if directory.vectors is None else (directory.ids, directory.vectors)
+
+    def count(self) -> int:
         """How many keys the store holds: within a lookup, taken once (from the directory of a
         small store, which one request checks and which then serves the lookup)."""
+        count_rows = self._count_rows
         view = self._view
         if view is None:
             return count_rows()

@@ -33,8 +33,10 @@ __all__ = [
 
 FORMAT_NAME = "softdict-milvus"
 # 2: the config names its combination of meaning and spelling (``combination``); a format 1
-# store answered with the hand-set rule, and is read so.
-FORMAT_VERSION = 2
+# store answered with the hand-set rule, and is read so. 3: the key collection holds each key's
+# 3-grams (``_collection``), which serve a large store's spelling candidates; the collection of
+# an older store has none, and such a store keeps its key directory (``_directory``).
+FORMAT_VERSION = 3
 _MANIFEST = "manifest"
 _WRITER = "writer:"
 _PROJECTION = "projection:"

@@ -26,11 +26,13 @@ from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
 from softdict.store.milvus._client import MAX_TOPK
 from softdict.store.milvus._collection import KeyRows
 
-__all__ = ["CLIENT_SIDE_MAX", "MilvusBackend"]
+__all__ = ["CLIENT_SIDE_MAX", "IN_LIST_MAX", "MilvusBackend"]
 
 # Up to this many allowed keys, a masked search fetches their vectors and scores them here: one
 # get by primary key is cheaper than a filtered search, and exact.
 CLIENT_SIDE_MAX = 64
+# Up to this many allowed keys, a filter lists them ("id in [...]", ~20 bytes an id).
+IN_LIST_MAX = 16384
 
 
 def _rows_of(held: np.ndarray, ids: np.ndarray) -> np.ndarray:
@@ -129,9 +131,13 @@ class MilvusBackend(IndexBackend):
         """The Milvus filter that admits the keys ``allow`` allows ("" for all)."""
         if allow is None:
             return ""
-        held = self.ids()
-        if len(allow) > len(held) // 2:
-            rest = np.setdiff1d(held, allow.ids, assume_unique=True)
+        # A long list of most keys is shorter as its complement, which lists every id held; a
+        # list of a few thousand ids (a sampled tail, a top-k's rescoring) is sent as it is.
+        if len(allow) <= IN_LIST_MAX:
+            return _ids_expression("in", allow.ids)
+        count = self._count() if self._count is not None else len(self.ids())
+        if len(allow) > count // 2:
+            rest = np.setdiff1d(self.ids(), allow.ids, assume_unique=True)
             return _ids_expression("not in", rest) if len(rest) else ""
         return _ids_expression("in", allow.ids)
 

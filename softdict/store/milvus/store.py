@@ -63,7 +63,7 @@ from softdict.store.milvus._collection import (
     index_type,
     meta_name,
 )
-from softdict.store.milvus._directory import KeyDirectory, held_here
+from softdict.store.milvus._directory import KeyDirectory
 from softdict.store.milvus._ids import rows_of_keys
 from softdict.store.milvus._metadata import (
     FORMAT_NAME,
@@ -126,7 +126,7 @@ class MilvusStore(Store):
         self._index = index_type(self._meta.manifest.config.index)
         self._rows: KeyRows | None = None
         self._open_rows()
-        self._keys = KeyDirectory(self._meta, self._key_rows, self._column_of)
+        self._keys = KeyDirectory(self._meta, self._key_rows, self._column_of, self._count)
         self._texts = KeyTexts(self._key_rows)
 
     # -- metadata --------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ class MilvusStore(Store):
         return self._rows
 
     def __len__(self) -> int:
-        return self._keys.count(self._count)
+        return self._keys.count()
 
     def _count(self) -> int:
         rows = self._key_rows()
@@ -238,12 +238,6 @@ class MilvusStore(Store):
 
     def reading(self) -> AbstractContextManager[None]:
         return self._keys.reading()
-
-    def _served(self) -> bool:
-        """Whether Milvus serves this store's lookups (see the module docstring): past
-        ``EXACT_MAX_KEYS`` keys, with the 3-gram field."""
-        rows = self._key_rows()
-        return rows is not None and rows.grams and not held_here(len(self))
 
     def _found(
         self, keys: list[str], fields: list[str], *, writing: bool = False
@@ -255,7 +249,7 @@ class MilvusStore(Store):
         return isinstance(key, str) and key in self._found([key], [])[0]
 
     def keys(self) -> list[str]:
-        directory = self._keys.listing(self._served())
+        directory = self._keys.listing()
         return [directory.keys[i] for i in directory.by_order.tolist()]
 
     def get(self, key: str) -> Value:
@@ -266,7 +260,7 @@ class MilvusStore(Store):
         return column.get(0)
 
     def newest_key(self) -> str:
-        directory = self._keys.listing(self._served())
+        directory = self._keys.listing()
         if not directory.keys:
             raise KeyError("the store is empty")
         return directory.keys[int(directory.by_order[-1])]
@@ -381,15 +375,6 @@ class MilvusStore(Store):
 
     # -- reading for attention ---------------------------------------------------------------------
 
-    def _local_vectors(self) -> tuple[np.ndarray, np.ndarray] | None:
-        """The ids and vectors of a small store, as read now (None for a large one)."""
-        if self._served():
-            return None
-        directory = self._keys.current()
-        if directory.vectors is None:
-            return None
-        return directory.ids, directory.vectors
-
     @property
     def value_column(self) -> ValueColumn[Any] | None:
         return self._empty_column()
@@ -399,27 +384,18 @@ class MilvusStore(Store):
         rows = self._key_rows()
         if rows is None:
             raise EmptyStoreError("the store holds no keys, so it has no index to search")
-        return MilvusBackend(rows, self._held_ids, self._local_vectors, self.__len__)
-
-    def _held_ids(self) -> np.ndarray:
-        return self._keys.listing(self._served()).ids
+        keys = self._keys
+        return MilvusBackend(rows, lambda: keys.listing().ids, keys.local_vectors, keys.count)
 
     @property
     def spelling(self) -> SpellingSource:
-        if self._served():
+        if self._keys.served():
             backend = self.backend
             return MilvusSpelling(backend.rows, self._texts, backend.filter_of)
         return self._keys.current().spelling_index()
 
     def _ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
-        rows = self._key_rows()
-        if rows is not None and self._served():  # read page by page for each mask, not kept
-            found = [
-                row["id"] for page in rows.scan(["key"]) for row in page if predicate(row["key"])
-            ]
-            return np.sort(np.asarray(found, dtype=np.int64))
-        directory = self._keys.current()
-        return directory.ids[[i for i, key in enumerate(directory.keys) if predicate(key)]]
+        return self._keys.ids_where(predicate)
 
     def _ids_of(self, keys: list[str]) -> np.ndarray:
         found, _ = self._found(keys, [])
@@ -445,7 +421,7 @@ class MilvusStore(Store):
         return keys_of_rows(self._key_rows(), ids)
 
     def ids(self) -> np.ndarray:
-        directory = self._keys.listing(self._served())
+        directory = self._keys.listing()
         return directory.ids[directory.by_order]
 
     # -- persistence ------------------------------------------------------------------------------

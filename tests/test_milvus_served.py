@@ -1,0 +1,172 @@
+"""A large Milvus store, served by Milvus (``softdict.store.milvus``): past ``EXACT_MAX_KEYS``
+keys this process keeps no key. Spelling candidates come from the keys' 3-gram field, the
+sampled tail from random id ranges, and iteration and predicate masks read the keys for the
+call alone; a write by another store object costs no re-read; a collection made before the
+3-gram field keeps its key directory.
+
+The stores here hold 150 real names (pycountry) and count as large from ``LARGE_AT`` keys on
+(both the directory's and retrieval's threshold are lowered), so that every served path runs
+on a store the fake encoder embeds in a moment.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pycountry
+import pytest
+from _milvus import fresh_collection
+from _support import FakeEncoder
+
+from softdict import SoftDict, _retrieval
+from softdict.spelling import SpellingIndex, SpellingQueries
+from softdict.store.milvus import _collection, _directory
+from softdict.store.milvus._spelling import MilvusSpelling
+
+pytestmark = pytest.mark.milvus
+
+LARGE_AT = 50
+NAMES = sorted(country.name for country in pycountry.countries)[:150]
+ITEMS = {name: float(i) for i, name in enumerate(NAMES)}
+TYPOS = ["Grmany", "Brazl", "Austrailia", "Cuab", "Argentna", "Bolvia", "Chiel"]
+
+
+@pytest.fixture
+def large(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stores of more than ``LARGE_AT`` keys count as large: served by Milvus, and attended to
+    as a head of keys plus a sampled tail."""
+    monkeypatch.setattr(_directory, "EXACT_MAX_KEYS", LARGE_AT)
+    monkeypatch.setattr(_retrieval, "EXACT_MAX_KEYS", LARGE_AT)
+
+
+def twins(location: str) -> tuple[SoftDict, SoftDict]:
+    """The same store in memory and in Milvus; at most 32 keys sampled, so that the tail is
+    sampled rather than scored whole (as it is past a few thousand keys)."""
+    options = {"encoder": FakeEncoder(), "max_sample": 32}
+    memory = SoftDict(ITEMS, **options)
+    milvus = SoftDict(ITEMS, store=location, collection=fresh_collection(), **options)
+    return memory, milvus
+
+
+def test_a_large_store_answers_as_in_memory_and_keeps_no_key(
+    milvus_store_location: str, large: None
+) -> None:
+    memory, milvus = twins(milvus_store_location)
+    store = milvus._store
+    assert isinstance(store.spelling, MilvusSpelling)
+    for typo in TYPOS:
+        mine, theirs = milvus.attend(typo), memory.attend(typo)
+        assert mine.keys[0] == theirs.keys[0]
+        assert mine.sampled is not None and mine.sampled > 0  # the tail was sampled
+    assert list(milvus.lookup(TYPOS)) == pytest.approx(list(memory.lookup(TYPOS)), rel=0.05)
+
+    def starts_b(key: str) -> bool:
+        return key.startswith("B")
+
+    masked = milvus.attend("Bolvia", mask=starts_b)
+    assert masked.keys == memory.attend("Bolvia", mask=starts_b).keys
+    assert all(key.startswith("B") for key in masked.keys)
+    assert list(milvus) == list(memory) and len(milvus) == len(NAMES)
+    assert store._keys.cached is None  # nothing per key was kept
+
+
+def test_spelling_candidates_from_milvus_are_the_memory_stores(
+    milvus_store_location: str, large: None
+) -> None:
+    """The pool Milvus returns holds every key sharing a 3-gram (fewer than its 2,048), so after
+    the exact rescoring the candidates are those of the memory store's postings."""
+    _, milvus = twins(milvus_store_location)
+    queries = SpellingQueries.of(TYPOS)
+    served = milvus._store.spelling
+    held = SpellingIndex()
+    held.add(np.arange(len(NAMES)), NAMES)
+    for n in (1, 8, 32):
+        mine, my_scores = served.candidates(queries, n, None)
+        theirs, their_scores = held.candidates(queries, n, None)
+        np.testing.assert_array_equal(my_scores, their_scores)
+        for i in range(len(TYPOS)):
+            # Keys scoring above the n-th candidate are the same keys (ties may differ).
+            above = my_scores[i] > my_scores[i, -1]
+            keys_mine = set(milvus._store.keys_of(mine[i, above]))
+            assert keys_mine == {NAMES[j] for j in theirs[i, above]}
+
+
+def test_a_short_query_finds_keys_sharing_no_3_gram(
+    milvus_store_location: str, large: None
+) -> None:
+    """ "cbua" shares no 3-gram with "cuba": the neighbour features of its first letter and
+    length find it, as the memory store's short neighbours do."""
+    _, milvus = twins(milvus_store_location)
+    ids, _ = milvus._store.spelling.candidates(SpellingQueries.of(["cbua"]), 8, None)
+    assert "Cuba" in milvus._store.keys_of(ids[0][ids[0] >= 0])
+
+
+def test_the_sampled_tail_is_uniform_by_id_ranges(milvus_store_location: str, large: None) -> None:
+    _, milvus = twins(milvus_store_location)
+    backend = milvus._store.backend
+    query = np.zeros(backend.dim, dtype=np.float32)
+    rng = np.random.default_rng(0)
+    counts: Counter[int] = Counter()
+    draws, calls, per_call = 0, 300, 20
+    for _ in range(calls):
+        ids, probability = backend.sample_near(query, per_call, rng, None, 0.1)
+        np.testing.assert_array_equal(probability, np.full(len(ids), 1 / len(NAMES)))
+        counts.update(ids.tolist())
+        draws += len(ids)
+    assert set(counts) <= set(milvus._store.ids().tolist())
+    assert abs(draws / calls - per_call) < 0.15 * per_call
+    # Each key's count against its expectation: chi-square on 149 degrees of freedom, whose
+    # mean is 149 and standard deviation 17.3; range draws are no less spread than binomial.
+    expected = draws / len(NAMES)
+    observed = np.array([counts.get(i, 0) for i in milvus._store.ids().tolist()])
+    assert ((observed - expected) ** 2 / expected).sum() < 149 + 6 * 17.3
+
+
+def test_a_write_elsewhere_costs_no_reread(
+    milvus_store_location: str, large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, milvus = twins(milvus_store_location)
+    collection = milvus._store._collection
+    other = SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())
+    milvus.attend("Grmany")
+    other["Germany, reunited"] = 1990.0
+
+    def no_scan(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a lookup read every key")
+
+    monkeypatch.setattr(_collection.KeyRows, "scan", no_scan)
+    assert milvus.attend("Germany reunitd").keys[0] == "Germany, reunited"
+    assert len(milvus) == len(NAMES) + 1
+
+
+def _format_2_collection(self: _collection.KeyRows) -> None:
+    """A key collection as softdict made them before format 3: no 3-gram field."""
+    from pymilvus import DataType
+
+    schema = self.client.create_schema(auto_id=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("key", DataType.VARCHAR, max_length=_collection.MAX_VARCHAR)
+    schema.add_field("order", DataType.INT64)
+    schema.add_field("value", DataType.JSON)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
+    params = self.client.prepare_index_params()
+    params.add_index("vector", index_type="FLAT", metric_type="IP")
+    self.client.create_collection(self.name, schema=schema, index_params=params)
+    self.check_schema(self.name)
+
+
+def test_a_collection_without_3_grams_keeps_its_directory(
+    milvus_store_location: str, large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with monkeypatch.context() as patched:
+        patched.setattr(_collection.KeyRows, "create", _format_2_collection)
+        memory, milvus = twins(milvus_store_location)
+    store = milvus._store
+    assert store._key_rows().grams is False
+    assert isinstance(store.spelling, SpellingIndex)
+    for typo in TYPOS:
+        assert milvus.attend(typo).keys[0] == memory.attend(typo).keys[0]
+    milvus["Atlantis"] = 0.0  # written without 3-grams, and found through the directory
+    assert milvus.attend("Atlantys").keys[0] == "Atlantis"
+    assert store._keys.cached is not None
