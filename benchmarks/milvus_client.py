@@ -133,7 +133,10 @@ def _python(source: str, path: str | None, *args: str, **popen: object) -> subpr
     if path:
         env["PYTHONPATH"] = path
     command = [sys.executable, "-c", source, *args]
-    return subprocess.Popen(command, env=env, **popen)  # type: ignore[call-overload]
+    # Run elsewhere: "-c" puts the working directory first on the path, which in the repository
+    # would import this checkout's softdict whatever PYTHONPATH says.
+    cwd = tempfile.gettempdir()
+    return subprocess.Popen(command, env=env, cwd=cwd, **popen)  # type: ignore[call-overload]
 
 
 def measure(uri: str, n: int, path: str | None, label: str, folder: Path) -> dict[str, object]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -61,6 +61,8 @@ _META_SUFFIX = "__softdict"
 # underscores, 255 characters at most; the metadata collection's suffix takes 10 of them.
 _COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_COLLECTION_NAME = 255 - len(_META_SUFFIX)
+# Told the (id, key) pairs that come back with a search or a sample (a process's form cache).
+SeenKeys = Callable[[list[tuple[int, str]]], object]
 _KEY_FIELDS = {
     "id": "INT64",
     "key": "VARCHAR",
@@ -323,11 +325,14 @@ class KeyRows(_Rows):
         finally:
             iterator.close()
 
-    def draw_by_id(self, count: int, n: int, rng: np.random.Generator) -> np.ndarray:
+    def draw_by_id(
+        self, count: int, n: int, rng: np.random.Generator, seen: SeenKeys | None = None
+    ) -> np.ndarray:
         """About ``count`` ids of the ``n`` rows, a uniform sample without replacement: the rows
         whose ids lie in random ranges of the id space, which is valid where ids are uniform
         hashes (a store's: ``_ids``). Each range is expected to hold at most ``_RANGE_KEYS``
-        rows, far below a query's limit, so none is cut short."""
+        rows, far below a query's limit, so none is cut short. ``seen`` is given the rows'
+        (id, key) pairs, which come with them."""
         ranges = max(1, -(-count // _RANGE_KEYS))
         width = min(ID_SPACE, round(ID_SPACE * count / ranges / max(n, 1)))
         found: list[int] = []
@@ -340,20 +345,24 @@ class KeyRows(_Rows):
                 expression = f"id >= {start} and id < {end}"
             else:  # the range wraps around the end of the id space
                 expression = f"id >= {start} or id < {end - ID_SPACE}"
+            fields = ["key"] if seen is not None else []
             with self.calling("sample keys"):
                 rows = self.client.query(
-                    self.name, filter=expression, output_fields=["id"], limit=MAX_TOPK
+                    self.name, filter=expression, output_fields=fields, limit=MAX_TOPK
                 )
             found.extend(row["id"] for row in rows)
+            if seen is not None:
+                seen([(row["id"], row["key"]) for row in rows])
         return np.asarray(found, dtype=np.int64)
 
     # -- searching -------------------------------------------------------------------------------
 
     def search(
-        self, queries: np.ndarray, k: int, expression: str = ""
+        self, queries: np.ndarray, k: int, expression: str = "", seen: SeenKeys | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best rows (k <= _client.MAX_TOPK) per prepared query that pass ``expression``:
-        float64 scores (higher is better) and int64 ids, padded with -inf and -1."""
+        float64 scores (higher is better) and int64 ids, padded with -inf and -1. ``seen`` is
+        given the (id, key) pairs of the rows found, which then come with them."""
         m = len(queries)
         scores = np.full((m, k), -np.inf)
         ids = np.full((m, k), -1, dtype=np.int64)
@@ -370,12 +379,15 @@ class KeyRows(_Rows):
                     filter=expression,
                     search_params=self._search_params,
                     anns_field="vector",
+                    output_fields=["key"] if seen is not None else [],
                 )
             for i, hits in enumerate(results, start=part.start):
                 found = len(hits)
                 if found:
                     ids[i, :found] = [hit["id"] for hit in hits]
                     scores[i, :found] = [sign * hit["distance"] for hit in hits]
+                if seen is not None:
+                    seen([(hit["id"], hit["entity"]["key"]) for hit in hits])
         return scores, ids
 
     def search_grams(

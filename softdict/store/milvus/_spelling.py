@@ -5,11 +5,12 @@ Candidates come from a search of the keys' 3-gram field (``_grams``): each query
 first letter and about its length, come back with their texts in one request, and are scored
 exactly here (``SpellingIndex.best_of_pools``), as the memory store scores its pool. Spelling
 similarities and marks of other keys (the dense search's, a sampled tail's) are scored from
-their texts, fetched by id.
+their texts, which come back with those searches and samples (``MilvusBackend``'s ``seen``), or
+else are fetched by id.
 
-Texts are cached by id, up to ``TEXTS_CACHED`` of them (the most recently used): a key's id is
-a hash of its text (``_ids``), so an id never names another text, and a cached text is never
-stale (a deleted key's id is simply no longer found by searches).
+Keys' spelling forms are cached by id, up to ``FORMS_CACHED`` of them (the most recently used):
+a key's id is a hash of its text (``_ids``), so an id never names another text, and a cached
+form is never stale (a deleted key's id is simply no longer found by searches).
 """
 
 from __future__ import annotations
@@ -22,53 +23,61 @@ import numpy as np
 from softdict.index.base import Allow, sorted_unique
 from softdict.spelling.bounded import BoundedBatch
 from softdict.spelling.combination import QueryTerms
-from softdict.spelling.index import CANDIDATE_POOL, SpellingIndex, no_candidates
-from softdict.spelling.text import SpellingQueries
+from softdict.spelling.index import CANDIDATE_POOL, PreparedKeys, SpellingIndex, no_candidates
+from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
 from softdict.store.milvus._collection import KeyRows
 from softdict.store.milvus._grams import neighbour_vector, query_vector
 from softdict.store.milvus.backend import changed_during_lookup
 
-__all__ = ["TEXTS_CACHED", "KeyTexts", "MilvusSpelling"]
+__all__ = ["FORMS_CACHED", "FormCache", "MilvusSpelling"]
 
-# Texts kept by id in a process (about 100 bytes each for short keys: ~13 MB). A lookup asks for
+# Forms kept by id in a process (about 100 bytes each for short keys: ~13 MB). A lookup asks for
 # a few thousand at most (a candidate pool, the dense head, a sampled tail).
-TEXTS_CACHED = 1 << 17
+FORMS_CACHED = 1 << 17
 
 
-class KeyTexts:
-    """Keys' texts by id: the most recently used ``limit`` of them (see the module docstring)."""
+class FormCache:
+    """Keys' spelling forms by id: the most recently used ``limit`` of them (see the module
+    docstring). Spelling a key's form took most of building a pool's index (12 us a key)."""
 
-    def __init__(self, rows: Callable[[], KeyRows | None], limit: int = TEXTS_CACHED) -> None:
+    def __init__(self, rows: Callable[[], KeyRows | None], limit: int = FORMS_CACHED) -> None:
         self._rows = rows
         self._limit = limit
-        self._texts: OrderedDict[int, str] = OrderedDict()
+        self._forms: OrderedDict[int, str] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._texts)
+        return len(self._forms)
 
-    def remember(self, found: list[tuple[int, str]]) -> None:
+    def remember(self, found: list[tuple[int, str]]) -> dict[int, str]:
+        """Keep the forms of the keys ``found`` (id, text); their forms by id."""
+        forms = {}
         for id_, text in found:
-            self._texts[id_] = text
-            self._texts.move_to_end(id_)
-        while len(self._texts) > self._limit:
-            self._texts.popitem(last=False)
+            form = self._forms.get(id_)
+            if form is None:
+                form = spelling_form(text)
+            self._forms[id_] = forms[id_] = form
+            self._forms.move_to_end(id_)
+        while len(self._forms) > self._limit:
+            self._forms.popitem(last=False)
+        return forms
 
-    def of(self, ids: np.ndarray) -> list[str]:
-        """The texts of ``ids`` (held keys), fetching those not cached in one request; a key
-        deleted since its id was found is an error (``changed_during_lookup``)."""
-        wanted = [int(i) for i in ids]
-        missing = [i for i in dict.fromkeys(wanted) if i not in self._texts]
+    def forms_of(self, ids: list[int]) -> dict[int, str]:
+        """The forms of ``ids`` (held keys), fetching the texts of those not kept in one
+        request; a key deleted since its id was found is an error (``changed_during_lookup``)."""
+        missing = [i for i in ids if i not in self._forms]
+        fetched = []
         if missing:
             rows = self._rows()
             found = [] if rows is None else rows.get(np.array(missing, np.int64), ["key"])
             if len(found) < len(missing):
                 raise changed_during_lookup()
-            fetched = {row["id"]: row["key"] for row in found}
-            texts = [self._texts.get(i) or fetched[i] for i in wanted]
-            self.remember(list(fetched.items()))
-            return texts
-        self.remember([(i, self._texts[i]) for i in dict.fromkeys(wanted)])
-        return [self._texts[i] for i in wanted]
+            fetched = [(row["id"], row["key"]) for row in found]
+        kept = [(i, self._forms[i]) for i in ids if i in self._forms]
+        forms = self.remember(fetched)
+        for id_, form in kept:
+            forms[id_] = form
+            self._forms.move_to_end(id_)
+        return forms
 
 
 class MilvusSpelling:
@@ -76,28 +85,30 @@ class MilvusSpelling:
 
     Args:
         rows: the store's key collection (with its 3-gram field).
-        texts: the process's cache of key texts.
+        forms: the process's cache of key forms.
         expression: the Milvus filter that admits the keys an ``Allow`` allows.
     """
 
     def __init__(
-        self, rows: KeyRows, texts: KeyTexts, expression: Callable[[Allow | None], str]
+        self, rows: KeyRows, forms: FormCache, expression: Callable[[Allow | None], str]
     ) -> None:
         self._rows = rows
-        self._texts = texts
+        self._forms = forms
         self._expression = expression
 
     def _index_of(
         self, ids: np.ndarray, known: dict[int, str] | None = None
     ) -> tuple[SpellingIndex, np.ndarray]:
         """A spelling index of the keys of ``ids`` (any shape, -1 pads), and its ids (sorted);
-        ``known``: their texts, where a search just returned them."""
+        ``known``: their forms, where a search just returned them."""
         held = sorted_unique(np.asarray(ids, dtype=np.int64).ravel())
         held = held[held >= 0]
         index = SpellingIndex()
         if len(held):
-            texts = [known[i] for i in held.tolist()] if known else self._texts.of(held)
-            index.add(held, texts)
+            wanted = held.tolist()
+            forms = known if known is not None else self._forms.forms_of(wanted)
+            ordered = [forms[i] for i in wanted]
+            index.add(held, PreparedKeys(ordered, [token_sorted(f) for f in ordered], None))
         return index, held
 
     def similarity(self, queries: SpellingQueries, ids: np.ndarray) -> np.ndarray:
@@ -137,8 +148,7 @@ class MilvusSpelling:
         vectors += [neighbour_vector(form) for form in queries.forms]
         found = self._rows.search_grams(vectors, limit, expression)
         m = len(queries)
-        known = {id_: text for hits in found for id_, text in hits}
-        self._texts.remember(list(known.items()))
+        known = self._forms.remember([pair for hits in found for pair in hits])
         pools = [
             np.array([id_ for id_, _ in found[i] + found[m + i]], dtype=np.int64) for i in range(m)
         ]

@@ -24,7 +24,7 @@ from softdict._files import FileReader
 from softdict._similarity import metric_scores
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
 from softdict.store.milvus._client import MAX_TOPK
-from softdict.store.milvus._collection import KeyRows
+from softdict.store.milvus._collection import KeyRows, SeenKeys
 
 __all__ = ["CLIENT_SIDE_MAX", "IN_LIST_MAX", "MilvusBackend"]
 
@@ -67,7 +67,8 @@ class MilvusBackend(IndexBackend):
     a store small enough to keep them in this process, checked current by the store, or None:
     then scoring every key (``score_all``) and ``vectors`` need not ask Milvus. ``count`` gives
     the number of keys held, where their ids are hashes of their texts (a store's): then samples
-    are drawn by id range.
+    are drawn by id range. ``seen`` is told the keys that come back with searches and samples
+    (a store's spelling channel then needs not fetch them).
     """
 
     def __init__(
@@ -76,12 +77,14 @@ class MilvusBackend(IndexBackend):
         held_ids: Callable[[], np.ndarray] | None = None,
         local_vectors: Callable[[], tuple[np.ndarray, np.ndarray] | None] | None = None,
         count: Callable[[], int] | None = None,
+        seen: SeenKeys | None = None,
     ) -> None:
         super().__init__(rows.dim, rows.metric)
         self.rows = rows
         self._held_ids = held_ids or self._scan_ids
         self._local_vectors = local_vectors or (lambda: None)
         self._count = count
+        self._seen = seen
 
     def _scan_ids(self) -> np.ndarray:
         if not self.rows.exists():
@@ -124,7 +127,7 @@ class MilvusBackend(IndexBackend):
             return self._scored_here(queries, k, allow.ids)
         expression = self.filter_of(allow)
         if k <= MAX_TOPK:
-            return self.rows.search(queries, k, expression)
+            return self.rows.search(queries, k, expression, self._seen)
         return self._search_in_rounds(queries, k, expression)
 
     def filter_of(self, allow: Allow | None) -> str:
@@ -182,7 +185,7 @@ class MilvusBackend(IndexBackend):
         if allow is not None or self._count is None:
             return super().sample_near(query, count, rng, allow, temperature)
         n = self._count()
-        ids = self.rows.draw_by_id(count, n, rng)
+        ids = self.rows.draw_by_id(count, n, rng, self._seen)
         return ids, np.full(len(ids), 1.0 / max(n, 1))
 
     def score_all(

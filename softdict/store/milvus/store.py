@@ -81,7 +81,7 @@ from softdict.store.milvus._rows import (
     stored_values,
     values_of_rows,
 )
-from softdict.store.milvus._spelling import KeyTexts, MilvusSpelling
+from softdict.store.milvus._spelling import FormCache, MilvusSpelling
 from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
 from softdict.values.base import ValueColumn
 from softdict.values.registry import column_class
@@ -127,7 +127,7 @@ class MilvusStore(Store):
         self._rows: KeyRows | None = None
         self._open_rows()
         self._keys = KeyDirectory(self._meta, self._key_rows, self._column_of, self._count)
-        self._texts = KeyTexts(self._key_rows)
+        self._forms = FormCache(self._key_rows)
 
     # -- metadata --------------------------------------------------------------------------------
 
@@ -385,13 +385,15 @@ class MilvusStore(Store):
         if rows is None:
             raise EmptyStoreError("the store holds no keys, so it has no index to search")
         keys = self._keys
-        return MilvusBackend(rows, lambda: keys.listing().ids, keys.local_vectors, keys.count)
+        # A served store's spelling channel takes the keys that come back with its searches.
+        seen = self._forms.remember if keys.served() else None
+        return MilvusBackend(rows, lambda: keys.listing().ids, keys.local_vectors, keys.count, seen)
 
     @property
     def spelling(self) -> SpellingSource:
         if self._keys.served():
             backend = self.backend
-            return MilvusSpelling(backend.rows, self._texts, backend.filter_of)
+            return MilvusSpelling(backend.rows, self._forms, backend.filter_of)
         return self._keys.current().spelling_index()
 
     def _ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
