@@ -140,6 +140,25 @@ def test_a_write_elsewhere_costs_no_reread(
     assert len(milvus) == len(NAMES) + 1
 
 
+def test_values_come_back_with_the_requests(
+    milvus_store_location: str, large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A served lookup blends the values that came back with its searches, samples and
+    vectors: no request for values alone."""
+    memory, milvus = twins(milvus_store_location)
+    asked: list[list[str]] = []
+    get = _collection.KeyRows.get
+
+    def spied(self: _collection.KeyRows, ids: np.ndarray, fields: list[str]) -> list[dict]:
+        asked.append(fields)
+        return get(self, ids, fields)
+
+    monkeypatch.setattr(_collection.KeyRows, "get", spied)
+    for typo in TYPOS:
+        assert milvus.lookup(typo) == pytest.approx(memory.lookup(typo), rel=0.05)
+    assert asked and ["value"] not in asked
+
+
 def _format_2_collection(self: _collection.KeyRows) -> None:
     """A key collection as softdict made them before format 3: no 3-gram field."""
     from pymilvus import DataType

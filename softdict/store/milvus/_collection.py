@@ -61,8 +61,11 @@ _META_SUFFIX = "__softdict"
 # underscores, 255 characters at most; the metadata collection's suffix takes 10 of them.
 _COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_COLLECTION_NAME = 255 - len(_META_SUFFIX)
-# Told the (id, key) pairs that come back with a search or a sample (a process's form cache).
-SeenKeys = Callable[[list[tuple[int, str]]], object]
+# Told the rows (id, key, value) that come back with a search or a sample: a served store keeps
+# their keys' spelling forms, and their values for the lookup in progress.
+SeenKeys = Callable[[list[dict[str, Any]]], object]
+# The fields a search or a sample returns for ``SeenKeys``.
+SEEN_FIELDS = ["key", "value"]
 _KEY_FIELDS = {
     "id": "INT64",
     "key": "VARCHAR",
@@ -331,8 +334,8 @@ class KeyRows(_Rows):
         """About ``count`` ids of the ``n`` rows, a uniform sample without replacement: the rows
         whose ids lie in random ranges of the id space, which is valid where ids are uniform
         hashes (a store's: ``_ids``). Each range is expected to hold at most ``_RANGE_KEYS``
-        rows, far below a query's limit, so none is cut short. ``seen`` is given the rows'
-        (id, key) pairs, which come with them."""
+        rows, far below a query's limit, so none is cut short. ``seen`` is given the rows
+        (``SEEN_FIELDS``), which come with them."""
         ranges = max(1, -(-count // _RANGE_KEYS))
         width = min(ID_SPACE, round(ID_SPACE * count / ranges / max(n, 1)))
         found: list[int] = []
@@ -345,14 +348,14 @@ class KeyRows(_Rows):
                 expression = f"id >= {start} and id < {end}"
             else:  # the range wraps around the end of the id space
                 expression = f"id >= {start} or id < {end - ID_SPACE}"
-            fields = ["key"] if seen is not None else []
+            fields = SEEN_FIELDS if seen is not None else []
             with self.calling("sample keys"):
                 rows = self.client.query(
                     self.name, filter=expression, output_fields=fields, limit=MAX_TOPK
                 )
             found.extend(row["id"] for row in rows)
             if seen is not None:
-                seen([(row["id"], row["key"]) for row in rows])
+                seen(rows)
         return np.asarray(found, dtype=np.int64)
 
     # -- searching -------------------------------------------------------------------------------
@@ -362,7 +365,7 @@ class KeyRows(_Rows):
     ) -> tuple[np.ndarray, np.ndarray]:
         """The ``k`` best rows (k <= _client.MAX_TOPK) per prepared query that pass ``expression``:
         float64 scores (higher is better) and int64 ids, padded with -inf and -1. ``seen`` is
-        given the (id, key) pairs of the rows found, which then come with them."""
+        given the rows found (``SEEN_FIELDS``), which then come with them."""
         m = len(queries)
         scores = np.full((m, k), -np.inf)
         ids = np.full((m, k), -1, dtype=np.int64)
@@ -379,7 +382,7 @@ class KeyRows(_Rows):
                     filter=expression,
                     search_params=self._search_params,
                     anns_field="vector",
-                    output_fields=["key"] if seen is not None else [],
+                    output_fields=SEEN_FIELDS if seen is not None else [],
                 )
             for i, hits in enumerate(results, start=part.start):
                 found = len(hits)
@@ -387,7 +390,7 @@ class KeyRows(_Rows):
                     ids[i, :found] = [hit["id"] for hit in hits]
                     scores[i, :found] = [sign * hit["distance"] for hit in hits]
                 if seen is not None:
-                    seen([(hit["id"], hit["entity"]["key"]) for hit in hits])
+                    seen([{"id": hit["id"], **hit["entity"]} for hit in hits])
         return scores, ids
 
     def search_grams(

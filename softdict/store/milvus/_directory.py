@@ -35,10 +35,12 @@ def held_here(count: int) -> bool:
 
 @dataclass
 class View:
-    """What one lookup read of the store (``reading``): the directory it checked, or the count."""
+    """What one lookup read of the store (``reading``): the directory it checked, or the count,
+    and the values by id that came back with its requests (a served store's)."""
 
     directory: Directory | None = None
     count: int | None = None
+    values: dict[int, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -204,6 +206,20 @@ class KeyDirectory:
             return None
         directory = self.current()
         return None if directory.vectors is None else (directory.ids, directory.vectors)
+
+    def note_values(self, rows: list[dict[str, Any]]) -> None:
+        """Keep the values of ``rows`` (id, value) for the lookup in progress (none outside
+        one): its last step, blending values, then needs not fetch them."""
+        if self._view is not None:
+            self._view.values.update((row["id"], row["value"]["v"]) for row in rows)
+
+    def take_noted_values(self) -> dict[int, object]:
+        """The values kept by ``note_values`` in the lookup in progress, forgotten here: a batch
+        blends each chunk's values after its requests, so the values kept stay a chunk's."""
+        if self._view is None:
+            return {}
+        values, self._view.values = self._view.values, {}
+        return values
 
     def count(self) -> int:
         """How many keys the store holds: within a lookup, taken once (from the directory of a

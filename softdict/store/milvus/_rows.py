@@ -110,17 +110,20 @@ def values_of_rows(
     rows: KeyRows | None,
     ids: np.ndarray,
     column_of: Callable[[list[object], list[str]], ValueColumn[Any]],
+    known: dict[int, object] | None = None,
 ) -> tuple[ValueColumn[Any], np.ndarray]:
-    """The values of ``ids`` (any shape; -1 pads) fetched from ``rows``, as a column (made by
-    ``column_of``) and each id's slot in it. A key gone since the ids were found is an error."""
+    """The values of ``ids`` (any shape; -1 pads) as a column (made by ``column_of``) and each
+    id's slot in it: from ``known`` (values by id that came back with this lookup's requests),
+    the others fetched from ``rows``. A key gone since the ids were found is an error."""
     wanted = np.unique(ids[ids >= 0])
-    found = {} if rows is None else {row["id"]: row for row in rows.get(wanted, ["value"])}
+    found = {i: known[i] for i in wanted.tolist() if i in known} if known else {}
+    missing = np.array([i for i in wanted.tolist() if i not in found], dtype=np.int64)
+    if rows is not None and len(missing):
+        found.update((row["id"], row["value"]["v"]) for row in rows.get(missing, ["value"]))
     if len(found) < len(wanted):
         raise changed_during_lookup()
     # The keys only name a value in an error message, and stored values passed the checks.
-    column = column_of(
-        [found[i]["value"]["v"] for i in wanted.tolist()], [str(i) for i in wanted.tolist()]
-    )
+    column = column_of([found[i] for i in wanted.tolist()], [str(i) for i in wanted.tolist()])
     slots = np.searchsorted(wanted, np.maximum(ids, 0)).clip(0, max(len(wanted) - 1, 0))
     return column, slots
 

@@ -24,7 +24,7 @@ from softdict._files import FileReader
 from softdict._similarity import metric_scores
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
 from softdict.store.milvus._client import MAX_TOPK
-from softdict.store.milvus._collection import KeyRows, SeenKeys
+from softdict.store.milvus._collection import SEEN_FIELDS, KeyRows, SeenKeys
 
 __all__ = ["CLIENT_SIDE_MAX", "IN_LIST_MAX", "MilvusBackend"]
 
@@ -67,8 +67,8 @@ class MilvusBackend(IndexBackend):
     a store small enough to keep them in this process, checked current by the store, or None:
     then scoring every key (``score_all``) and ``vectors`` need not ask Milvus. ``count`` gives
     the number of keys held, where their ids are hashes of their texts (a store's): then samples
-    are drawn by id range. ``seen`` is told the keys that come back with searches and samples
-    (a store's spelling channel then needs not fetch them).
+    are drawn by id range. ``seen`` is told the rows (keys and values) that come back with
+    searches, samples and vectors fetched (a store then needs not fetch them again).
     """
 
     def __init__(
@@ -222,7 +222,11 @@ class MilvusBackend(IndexBackend):
         return result[:, np.searchsorted(columns, ids)]
 
     def _vectors_found(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        rows = self.rows.get(ids, ["vector"])
+        if self._seen is None:
+            rows = self.rows.get(ids, ["vector"])
+        else:
+            rows = self.rows.get(ids, ["vector", *SEEN_FIELDS])
+            self._seen(rows)
         held = np.asarray([row["id"] for row in rows], dtype=np.int64)
         vectors = np.asarray([row["vector"] for row in rows], dtype=np.float32)
         return held, vectors.reshape(len(rows), self.dim)

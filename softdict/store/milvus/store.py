@@ -385,9 +385,13 @@ class MilvusStore(Store):
         if rows is None:
             raise EmptyStoreError("the store holds no keys, so it has no index to search")
         keys = self._keys
-        # A served store's spelling channel takes the keys that come back with its searches.
-        seen = self._forms.remember if keys.served() else None
+        # A served store keeps the keys and values that come back with its searches.
+        seen = self._seen if keys.served() else None
         return MilvusBackend(rows, lambda: keys.listing().ids, keys.local_vectors, keys.count, seen)
+
+    def _seen(self, rows: list[dict[str, Any]]) -> None:
+        self._forms.remember([(row["id"], row["key"]) for row in rows])
+        self._keys.note_values(rows)
 
     @property
     def spelling(self) -> SpellingSource:
@@ -410,7 +414,8 @@ class MilvusStore(Store):
             slots = directory.slots_of(ids)
             if slots is not None and directory.column is not None:
                 return directory.column, slots
-        return values_of_rows(self._key_rows(), ids, self._column_of)
+        noted = self._keys.take_noted_values()
+        return values_of_rows(self._key_rows(), ids, self._column_of, noted)
 
     def present_slots(self, column: ValueColumn[Any]) -> np.ndarray:
         cached = self._keys.cached
