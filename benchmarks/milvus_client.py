@@ -215,14 +215,21 @@ def main() -> None:
     text = "\n".join(table)
     print(text)
     if args.out:
+        # Each run adds its section, which names its command.
         command = "python benchmarks/milvus_client.py " + " ".join(sys.argv[1:])
-        header = (
-            "# A Milvus store's client: memory, requests, and another process's write\n\n"
-            "Produced by `benchmarks/milvus_client.py` (its docstring defines the data, method "
-            f"and columns).\n\nCommand: `{command}`, run {time.strftime('%Y-%m-%d')} on "
-            f"{os.cpu_count()} cores.\n\n"
+        section = (
+            f"## {', '.join(f'{n:,}' for n in args.sizes)} keys\n\nCommand: `{command}`, run "
+            f"{time.strftime('%Y-%m-%d')} on {os.cpu_count()} cores.\n\n{text}\n"
         )
-        args.out.write_text(header + text + "\n", encoding="utf-8")
+        if args.out.exists():
+            args.out.write_text(args.out.read_text(encoding="utf-8") + "\n" + section)
+        else:
+            args.out.write_text(
+                "# A Milvus store's client: memory, requests, and another process's write\n\n"
+                "Produced by `benchmarks/milvus_client.py` (its docstring defines the data, "
+                "method and columns).\n\n" + section,
+                encoding="utf-8",
+            )
 
 
 if __name__ == "__main__":

@@ -47,7 +47,7 @@ class TableEncoder:
     def encode(self, texts: list[str]) -> np.ndarray:
         missing = [text for text in texts if text not in self._vectors]
         if missing:
-            self._vectors.update(zip(missing, self._encoder.encode(missing)))
+            self._vectors.update(zip(missing, self._encoder.encode_keys(missing)))
         return np.stack([self._vectors[text] for text in texts])
 
 
