@@ -19,10 +19,10 @@ import pytest
 from _milvus import fresh_collection
 from _support import FakeEncoder
 
-from softdict import SoftDict, _retrieval
-from softdict.spelling import SpellingIndex, SpellingQueries
+from softdict import SoftDict, StoreUnavailableError, _retrieval
+from softdict.spelling import SpellingIndex, SpellingQueries, spelling_form
 from softdict.store.milvus import _collection, _directory
-from softdict.store.milvus._spelling import MilvusSpelling
+from softdict.store.milvus._spelling import FormCache, MilvusSpelling
 
 pytestmark = pytest.mark.milvus
 
@@ -157,6 +157,37 @@ def test_values_come_back_with_the_requests(
     for typo in TYPOS:
         assert milvus.lookup(typo) == pytest.approx(memory.lookup(typo), rel=0.05)
     assert asked and ["value"] not in asked
+
+
+class _Rows:
+    """Key rows by id, counting the ids asked for."""
+
+    def __init__(self, keys: dict[int, str]) -> None:
+        self.keys = keys
+        self.asked: list[int] = []
+
+    def get(self, ids: np.ndarray, fields: list[str]) -> list[dict]:
+        self.asked += ids.tolist()
+        return [{"id": i, "key": self.keys[i]} for i in ids.tolist() if i in self.keys]
+
+
+def test_the_form_cache_is_bounded_and_fetches_what_it_lacks() -> None:
+    rows = _Rows({i: name for i, name in enumerate(NAMES)})
+    cache = FormCache(lambda: rows, limit=10)  # type: ignore[arg-type, return-value]
+    assert cache.remember([(0, NAMES[0]), (1, NAMES[1])]) == {
+        0: spelling_form(NAMES[0]),
+        1: spelling_form(NAMES[1]),
+    }
+    assert cache.forms_of([1, 2, 3]) == {i: spelling_form(NAMES[i]) for i in (1, 2, 3)}
+    assert rows.asked == [2, 3]  # 1 was kept
+    cache.remember([(i, NAMES[i]) for i in range(20, 30)])
+    assert len(cache) == 10  # the least recently used went first
+    rows.asked.clear()
+    cache.forms_of([1, 29])
+    assert rows.asked == [1]
+    del rows.keys[5]  # deleted since its id was found
+    with pytest.raises(StoreUnavailableError, match="changed during the lookup"):
+        cache.forms_of([5])
 
 
 def _format_2_collection(self: _collection.KeyRows) -> None:
