@@ -8,8 +8,9 @@ collections are read with Strong consistency).
 
 **What is cached, and how it stays right.** A store of more than ``EXACT_MAX_KEYS`` keys keeps
 nothing per key here: Milvus serves its lookups, dense search and spelling candidates (the keys'
-3-gram field, ``_spelling``) and samples of the tail (``backend``), and the texts of keys a
-lookup rescores are cached by id (an id never names another text). A smaller store (or a
+3-gram field, ``_spelling``) and samples of the tail (``backend``), and these requests return
+the keys and values the lookup then needs; the spelling forms of keys are cached by id, a
+bounded number (an id never names another text). A smaller store (or a
 large one whose collection predates the 3-gram field) reads its keys into this process's key
 directory (``_directory``). Every process that writes keeps a counter row in the metadata
 (``writer:<uuid>``) and raises it after each write; a process reuses its directory only while
