@@ -11,12 +11,17 @@ on a store the fake encoder embeds in a moment.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pycountry
 import pytest
-from _milvus import fresh_collection
+from _milvus import MilvusServer, fresh_collection
 from _support import FakeEncoder
 
 from softdict import SoftDict, StoreUnavailableError, _retrieval
@@ -157,6 +162,47 @@ def test_values_come_back_with_the_requests(
     for typo in TYPOS:
         assert milvus.lookup(typo) == pytest.approx(memory.lookup(typo), rel=0.05)
     assert asked and ["value"] not in asked
+
+
+_DELETER = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {tests!r})
+    from _support import FakeEncoder
+    from softdict import SoftDict
+    sd = SoftDict.open({store!r}, collection={collection!r}, encoder=FakeEncoder())
+    for key in {keys!r}:
+        del sd[key]
+        print(key, flush=True)
+    """
+)
+
+
+def test_a_writer_killed_mid_delete_leaves_no_deleted_key_answered(
+    milvus_server: MilvusServer, large: None
+) -> None:
+    """Another process deletes keys one by one and is killed (perhaps between a delete and its
+    write counter): a served reader answers with none of the deleted keys, having kept none."""
+    store, collection = "milvus:" + milvus_server.uri, fresh_collection()
+    milvus = SoftDict(
+        ITEMS, encoder=FakeEncoder(), store=store, collection=collection, max_sample=32
+    )
+    assert milvus.attend("Grmany").keys[0] == "Germany"  # read before the deletes
+    code = _DELETER.format(
+        tests=str(Path(__file__).parent), store=store, collection=collection, keys=NAMES[::3]
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None
+    reported = [child.stdout.readline().strip() for _ in range(10)]
+    child.send_signal(signal.SIGKILL)
+    child.wait(timeout=60)
+    gone = set(NAMES) - set(milvus)  # the reported deletes, and perhaps the one in flight
+    assert set(reported) <= gone and len(milvus) == len(NAMES) - len(gone)
+    for key in sorted(gone):
+        assert not set(milvus.attend(key).keys) & gone
+    assert not set(milvus.attend(sorted(gone)[0][:-1]).keys) & gone  # spelling too
 
 
 class _Rows:
