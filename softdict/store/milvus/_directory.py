@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 
 from softdict._config import EXACT_MAX_KEYS
-from softdict.spelling import SpellingIndex
-from softdict.store.milvus._collection import KeyRows
+from softdict.spelling import SpellingIndex, SpellingSource
+from softdict.store.milvus._collection import KeyRows, SeenKeys
 from softdict.store.milvus._metadata import StoreMetadata
+from softdict.store.milvus._spelling import FormCache, MilvusSpelling
+from softdict.store.milvus.backend import MilvusBackend
 from softdict.values.base import ValueColumn
 
 __all__ = ["Directory", "KeyDirectory", "View", "held_here", "read_directory"]
@@ -138,6 +140,7 @@ class KeyDirectory:
         self._count_rows = count_rows
         self._cached: Directory | None = None
         self._view: View | None = None
+        self._forms = FormCache(rows)  # a served store's keys' spelling forms
 
     @property
     def cached(self) -> Directory | None:
@@ -207,11 +210,24 @@ class KeyDirectory:
         directory = self.current()
         return None if directory.vectors is None else (directory.ids, directory.vectors)
 
-    def note_values(self, rows: list[dict[str, Any]]) -> None:
-        """Keep the values of ``rows`` (id, value) for the lookup in progress (none outside
-        one): its last step, blending values, then needs not fetch them."""
+    def seen_hook(self) -> SeenKeys | None:
+        """What the backend of a served store tells of the rows (id, key, value) that come back
+        with its requests (``_seen``); None for a store that is not served."""
+        return self._seen if self.served() else None
+
+    def _seen(self, rows: list[dict[str, Any]]) -> None:
+        """Keep the keys' spelling forms, and their values for the lookup in progress (none
+        outside one): its last step, blending values, then needs not fetch them."""
+        self._forms.remember([(row["id"], row["key"]) for row in rows])
         if self._view is not None:
             self._view.values.update((row["id"], row["value"]["v"]) for row in rows)
+
+    def spelling(self, backend: MilvusBackend) -> SpellingSource:
+        """The store's spelling channel: served by Milvus (``_spelling``), or this process's
+        directory's spelling index."""
+        if self.served():
+            return MilvusSpelling(backend.rows, self._forms, backend.filter_of)
+        return self.current().spelling_index()
 
     def take_noted_values(self) -> dict[int, object]:
         """The values kept by ``note_values`` in the lookup in progress, forgotten here: a batch

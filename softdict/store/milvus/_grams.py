@@ -26,7 +26,7 @@ from softdict.spelling.index import SHORT_QUERY, short_query
 from softdict.spelling.ngrams import N_FEATURES, gram_vectorizer
 from softdict.spelling.text import spelling_form
 
-__all__ = ["key_grams", "neighbour_vector", "query_vector"]
+__all__ = ["key_grams", "neighbour_vector", "query_vectors"]
 
 # The neighbour features: N_FEATURES + code point * _LENGTHS + length, below Milvus's 2^32
 # columns for every code point (0x10FFFF * 8 + 2^18 < 2^24).
@@ -53,10 +53,13 @@ def key_grams(keys: list[str]) -> list[dict[int, float]]:
     return vectors
 
 
-def query_vector(form: str) -> dict[int, float]:
-    """A query form's 3-grams, each weighing 1 (empty where it has none)."""
-    grams = gram_vectorizer().transform([form])
-    return dict.fromkeys(grams.indices.tolist(), 1.0)
+def query_vectors(forms: list[str]) -> list[dict[int, float]]:
+    """Each query form's 3-grams, each weighing 1 (empty where it has none)."""
+    grams = gram_vectorizer().transform(forms).tocsr()
+    return [
+        dict.fromkeys(grams.indices[grams.indptr[i] : grams.indptr[i + 1]].tolist(), 1.0)
+        for i in range(len(forms))
+    ]
 
 
 def neighbour_vector(form: str) -> dict[int, float]:

@@ -26,7 +26,7 @@ from softdict.spelling.combination import QueryTerms
 from softdict.spelling.index import CANDIDATE_POOL, PreparedKeys, SpellingIndex, no_candidates
 from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
 from softdict.store.milvus._collection import KeyRows
-from softdict.store.milvus._grams import neighbour_vector, query_vector
+from softdict.store.milvus._grams import neighbour_vector, query_vectors
 from softdict.store.milvus.backend import changed_during_lookup
 
 __all__ = ["FORMS_CACHED", "FormCache", "MilvusSpelling"]
@@ -144,7 +144,7 @@ class MilvusSpelling:
             return no_candidates(len(queries), n)
         expression = self._expression(allow)
         limit = max(n, CANDIDATE_POOL)
-        vectors = [query_vector(form) for form in queries.forms]
+        vectors = query_vectors(queries.forms)
         vectors += [neighbour_vector(form) for form in queries.forms]
         found = self._rows.search_grams(vectors, limit, expression)
         m = len(queries)

@@ -82,7 +82,6 @@ from softdict.store.milvus._rows import (
     stored_values,
     values_of_rows,
 )
-from softdict.store.milvus._spelling import FormCache, MilvusSpelling
 from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
 from softdict.values.base import ValueColumn
 from softdict.values.registry import column_class
@@ -128,7 +127,6 @@ class MilvusStore(Store):
         self._rows: KeyRows | None = None
         self._open_rows()
         self._keys = KeyDirectory(self._meta, self._key_rows, self._column_of, self._count)
-        self._forms = FormCache(self._key_rows)
 
     # -- metadata --------------------------------------------------------------------------------
 
@@ -386,20 +384,13 @@ class MilvusStore(Store):
         if rows is None:
             raise EmptyStoreError("the store holds no keys, so it has no index to search")
         keys = self._keys
-        # A served store keeps the keys and values that come back with its searches.
-        seen = self._seen if keys.served() else None
-        return MilvusBackend(rows, lambda: keys.listing().ids, keys.local_vectors, keys.count, seen)
-
-    def _seen(self, rows: list[dict[str, Any]]) -> None:
-        self._forms.remember([(row["id"], row["key"]) for row in rows])
-        self._keys.note_values(rows)
+        return MilvusBackend(
+            rows, lambda: keys.listing().ids, keys.local_vectors, keys.count, keys.seen_hook()
+        )
 
     @property
     def spelling(self) -> SpellingSource:
-        if self._keys.served():
-            backend = self.backend
-            return MilvusSpelling(backend.rows, self._forms, backend.filter_of)
-        return self._keys.current().spelling_index()
+        return self._keys.spelling(self.backend)
 
     def _ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
         return self._keys.ids_where(predicate)
