@@ -162,13 +162,13 @@ def with_sampled_tail(
         if route.n_allowed - len(head_ids) <= policy.max_sample:
             every = allow.ids if allow is not None else backend.ids()
             sample = _Sample(every[~is_in(every, head_ids)], None, 0)
-            scored = _score_sample(backend, queries, i, sample.ids, spelling)
+            scored = _score_sample(backend, queries, i, sample, spelling)
             estimate = estimate_tail(head.scores[i, found], scored[0], None, 0, policy.temperature)
             rows.append((found, sample, scored, estimate))
             continue
         rng = query_rng(policy.seed, queries[i])
         sample = _draw(backend, queries[i], rng, FIRST_SAMPLE, allow, head_ids, policy)
-        scored = _score_sample(backend, queries, i, sample.ids, spelling)
+        scored = _score_sample(backend, queries, i, sample, spelling)
         estimate = estimate_tail(
             head.scores[i, found], scored[0], sample.factors(), sample.draws, policy.temperature
         )
@@ -177,7 +177,7 @@ def with_sampled_tail(
         )
         if wanted > sample.draws:
             more = _draw(backend, queries[i], rng, wanted - sample.draws, allow, head_ids, policy)
-            scored = _concatenated(scored, _score_sample(backend, queries, i, more.ids, spelling))
+            scored = _concatenated(scored, _score_sample(backend, queries, i, more, spelling))
             sample = sample.extended(more)
             estimate = estimate_tail(
                 head.scores[i, found], scored[0], sample.factors(), sample.draws,
@@ -190,11 +190,13 @@ def with_sampled_tail(
 @dataclass(frozen=True)
 class _Sample:
     """One query's sampled keys: the ``ids`` kept of ``draws`` draws (those in the head are
-    dropped) and each kept draw's ``probability``; None: every key outside the head, scored."""
+    dropped) and each kept draw's ``probability``; None: every key outside the head, scored.
+    ``meaning``: their scores where the draw brought them (``IndexBackend.sample_scored``)."""
 
     ids: np.ndarray
     probability: np.ndarray | None
     draws: int
+    meaning: np.ndarray | None = None
 
     def factors(self) -> np.ndarray | None:
         """Each kept draw's f = 1/(M·p) (``softdict._sampling``); None when nothing is estimated."""
@@ -218,11 +220,13 @@ def _draw(
     head_ids: np.ndarray,
     policy: RetrievalPolicy,
 ) -> _Sample:
-    """``count`` draws from the allowed keys (``IndexBackend.sample_near``), those in the head
+    """``count`` draws from the allowed keys (``IndexBackend.sample_scored``), those in the head
     dropped: they are counted exactly, and a dropped draw adds 0 to the estimate."""
-    ids, probability = backend.sample_near(query, count, rng, allow, policy.temperature)
+    ids, probability, meaning = backend.sample_scored(query, count, rng, allow, policy.temperature)
     kept = ~is_in(ids, head_ids)
-    return _Sample(ids[kept], probability[kept], len(ids))
+    return _Sample(
+        ids[kept], probability[kept], len(ids), None if meaning is None else meaning[kept]
+    )
 
 
 # A sample's (combined score, meaning, spelling similarity or None) per key.
@@ -233,11 +237,14 @@ def _score_sample(
     backend: IndexBackend,
     queries: np.ndarray,
     i: int,
-    ids: np.ndarray,
+    sample: _Sample,
     spelling: SpellingRequest | None,
 ) -> _Scored:
-    """Query ``i``'s (combined score, meaning, spelling similarity) on the sampled ``ids``."""
-    meaning = backend.score_ids(queries[i : i + 1], ids)[0] if len(ids) else np.zeros(0)
+    """Query ``i``'s (combined score, meaning, spelling similarity) on the ``sample``'s keys."""
+    ids = sample.ids
+    meaning = sample.meaning
+    if meaning is None:
+        meaning = backend.score_ids(queries[i : i + 1], ids)[0] if len(ids) else np.zeros(0)
     if spelling is None:
         return meaning, meaning, None
     request = spelling.subset(np.array([i]))

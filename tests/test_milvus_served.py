@@ -22,7 +22,7 @@ import numpy as np
 import pycountry
 import pytest
 from _milvus import MilvusServer, fresh_collection
-from _support import FakeEncoder
+from _support import FakeEncoder, assert_close
 
 from softdict import SoftDict, StoreUnavailableError, _retrieval
 from softdict.spelling import SpellingIndex, SpellingQueries, spelling_form
@@ -128,6 +128,32 @@ def test_the_sampled_tail_is_uniform_by_id_ranges(milvus_store_location: str, la
     assert ((observed - expected) ** 2 / expected).sum() < 149 + 6 * 17.3
 
 
+def test_a_sample_comes_with_its_scores_in_one_request(
+    milvus_store_location: str, large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scored draw is the draw ``sample_near`` makes from the same generator, with each key's
+    score as ``score_ids`` gives it, in one search; a range holding a request's limit of keys
+    (the store grew far past the count the draw was sized by) is an error, not a sample."""
+    _, milvus = twins(milvus_store_location)
+    backend = milvus._store.backend
+    query = backend.vectors(milvus._store.ids()[:1])[0]
+    searches = []
+    search = backend.rows.client.search
+    monkeypatch.setattr(
+        backend.rows.client, "search", lambda *a, **k: searches.append(1) or search(*a, **k)
+    )
+    ids, probability, scores = backend.sample_scored(query, 40, np.random.default_rng(3), None, 0.1)
+    assert len(searches) == 1 and scores is not None and len(ids) > 0
+    drawn, drawn_probability = backend.sample_near(query, 40, np.random.default_rng(3), None, 0.1)
+    order = np.argsort(ids)
+    np.testing.assert_array_equal(ids[order], np.sort(drawn))
+    np.testing.assert_array_equal(probability, drawn_probability)
+    assert_close(scores, backend.score_ids(query[None, :], ids)[0])
+    monkeypatch.setattr(_collection, "MAX_TOPK", 5)
+    with pytest.raises(StoreUnavailableError, match="grew during the lookup"):
+        backend.sample_scored(query, 40, np.random.default_rng(3), None, 0.1)
+
+
 def test_a_write_elsewhere_costs_no_reread(
     milvus_store_location: str, large: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -168,7 +194,7 @@ _DELETER = textwrap.dedent(
     """
     import sys
     sys.path.insert(0, {tests!r})
-    from _support import FakeEncoder
+    from _support import FakeEncoder, assert_close
     from softdict import SoftDict
     sd = SoftDict.open({store!r}, collection={collection!r}, encoder=FakeEncoder())
     for key in {keys!r}:
@@ -231,6 +257,9 @@ def test_the_form_cache_is_bounded_and_fetches_what_it_lacks() -> None:
     rows.asked.clear()
     cache.forms_of([1, 29])
     assert rows.asked == [1]
+    cache.note([(7, NAMES[7])])  # kept as its text, spelled when asked for, never fetched
+    assert cache.forms_of([7]) == {7: spelling_form(NAMES[7])} and rows.asked == [1]
+    assert len(cache) == 10
     del rows.keys[5]  # deleted since its id was found
     with pytest.raises(StoreUnavailableError, match="changed during the lookup"):
         cache.forms_of([5])

@@ -284,6 +284,7 @@ BAD_VALUES: dict[str, list[tuple[object, type[SoftDictError]]]] = {
         ([1.0, float("nan"), 0.0], InvalidValueError),
         ("abc", ValueKindError),
         (5.0, ValueKindError),
+        ([1, 2, 10**400], InvalidValueError),
     ],
     "categorical": [
         (object(), ValueKindError),
@@ -314,3 +315,21 @@ def test_a_bad_value_raises_a_softdict_error_and_changes_nothing(
         sd.update({"good key": values[3], "bad key": bad})
     assert list(sd) == KEYS[:3] and "good key" not in sd
     assert all(same_value(sd[key], expected_back(kind, v)) for key, v in zip(KEYS[:3], values))
+
+
+def test_vectors_read_back_as_lists_are_staged_at_once_with_the_same_checks() -> None:
+    """A batch of plain lists (as a Milvus store reads values back) is staged in one array; any
+    value that is not a finite number of the right length still gets its own error."""
+    column = column_class("vector").for_first_value("first", [0.0] * VECTOR_LENGTH)
+    good = [[1, 2.5, -3.0], [0.0, 0, 1e300]]
+    np.testing.assert_array_equal(column.stage(good, ["a", "b"]), np.array(good, dtype=float))
+    for bad, error in [
+        ([True, 1.0, 2.0], ValueKindError),
+        (["1", 2, 3], ValueKindError),
+        ([1.0, None, 2.0], ValueKindError),
+        ([1, 2, 10**400], InvalidValueError),
+        ([1.0, float("inf"), 0.0], InvalidValueError),
+        ([1.0, 2.0], ValueShapeError),
+    ]:
+        with pytest.raises(error, match="'bad'"):
+            column.stage([[1.0, 2.0, 3.0], bad], ["good", "bad"])

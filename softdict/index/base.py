@@ -212,6 +212,20 @@ class IndexBackend(ABC):
         n = len(allow) if allow is not None else len(self)
         return ids, np.full(len(ids), 1.0 / max(n, 1))
 
+    def sample_scored(
+        self,
+        query: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        allow: Allow | None,
+        temperature: float,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``sample_near``'s draws and probabilities, and the draws' scores (as ``score_ids``
+        gives them) where the backend gets them with the draw: a remote index then answers in
+        one request, not a draw and a scoring. None: the caller scores the draws it keeps."""
+        ids, probability = self.sample_near(query, count, rng, allow, temperature)
+        return ids, probability, None
+
     def score_approximately(
         self, queries: np.ndarray, allow: Allow | None = None
     ) -> tuple[np.ndarray, np.ndarray, ScoreErrors]:

@@ -127,6 +127,16 @@ class GrowingBackend(IndexBackend):
     ) -> tuple[np.ndarray, np.ndarray]:
         return self._active.sample_near(query, count, rng, allow, temperature)
 
+    def sample_scored(
+        self,
+        query: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        allow: Allow | None,
+        temperature: float,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        return self._active.sample_scored(query, count, rng, allow, temperature)
+
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         return self._active.vectors(ids)
 

@@ -63,13 +63,22 @@ class VectorColumn(ValueColumn[np.ndarray]):
         return len(self._vectors)
 
     def stage(self, values: Sequence[object], keys: Sequence[str]) -> np.ndarray:
+        at_once = self._lists_at_once(values)
+        if at_once is not None:
+            return at_once
         staged = np.empty((len(values), self.length), dtype=np.float64)
         for i, (key, value) in enumerate(zip(keys, values)):
             # A numeric array of the wrong shape is a shape error, not a kind error.
             numeric_array = isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.number)
             if not (numeric_array or is_numeric_sequence(value)):
                 raise self.kind_error(key, value)
-            vector = np.asarray(value, dtype=np.float64)
+            try:
+                vector = np.asarray(value, dtype=np.float64)
+            except OverflowError:
+                raise InvalidValueError(
+                    f"value for key {key!r} holds an integer beyond a float's range; vector "
+                    f"values are stored as float64"
+                ) from None
             if vector.shape != (self.length,):
                 raise ValueShapeError(
                     f"value for key {key!r} has shape {vector.shape}, but this store holds "
@@ -81,6 +90,22 @@ class VectorColumn(ValueColumn[np.ndarray]):
                 )
             staged[i] = vector
         return staged
+
+    def _lists_at_once(self, values: Sequence[object]) -> np.ndarray | None:
+        """``values`` as one array where each is a list of this length of finite ints and
+        floats (as JSON reads them back: a Milvus store's lookup stages a few thousand), which
+        passes the checks below; None: check them one by one, which says what is wrong."""
+        length = self.length
+        if not all(type(value) is list and len(value) == length for value in values):
+            return None
+        lists: Sequence[list[object]] = values  # type: ignore[assignment]  # checked above
+        if not {type(item) for value in lists for item in value} <= {int, float}:
+            return None
+        try:
+            staged = np.array(values, dtype=np.float64).reshape(len(values), length)
+        except OverflowError:  # an int beyond a float's range
+            return None
+        return staged if np.isfinite(staged).all() else None
 
     def append(self, staged: np.ndarray) -> None:
         self._vectors.append(staged)

@@ -78,6 +78,8 @@ _GRAMS_SEARCH = {"metric_type": "IP", "params": {}}
 # Key ids are below 2^63 (``_ids.key_id``); a sample's ranges hold this many keys on average.
 ID_SPACE = 1 << 63
 _RANGE_KEYS = 2048
+# A sample's request is expected to hold at most this many rows, a quarter of its limit.
+_REQUEST_KEYS = 4096
 
 
 def check_collection_name(collection: object) -> str:
@@ -115,6 +117,17 @@ def index_type(option: str) -> str:
 def _chunks(n: int, size: int) -> Iterator[slice]:
     for start in range(0, n, max(1, size)):
         yield slice(start, start + max(1, size))
+
+
+def _id_range(start: int, width: int) -> str:
+    """The filter of the ids in [start, start + width) on the circle of the id space ("" for
+    every id)."""
+    if width >= ID_SPACE:
+        return ""
+    end = start + width
+    if end <= ID_SPACE:
+        return f"id >= {start} and id < {end}"
+    return f"id >= {start} or id < {end - ID_SPACE}"  # the range wraps around the end
 
 
 def _ids_list(ids: np.ndarray) -> list[int]:
@@ -221,6 +234,8 @@ class KeyRows(_Rows):
         # Whether rows hold their 3-grams (``_grams``): every collection this softdict makes;
         # ``check_schema`` reads it from an older one.
         self.grams = True
+        # Milvus's L2 is the squared distance, lower nearer: scores here are higher nearer.
+        self._sign = -1.0 if metric is Metric.L2 else 1.0
         self._search_params: dict[str, Any] = {
             "metric_type": _METRICS[metric],
             "params": dict(_IVF_SEARCH) if index == "IVF_FLAT" else {},
@@ -329,34 +344,52 @@ class KeyRows(_Rows):
             iterator.close()
 
     def draw_by_id(
-        self, count: int, n: int, rng: np.random.Generator, seen: SeenKeys | None = None
-    ) -> np.ndarray:
+        self,
+        count: int,
+        n: int,
+        rng: np.random.Generator,
+        seen: SeenKeys | None = None,
+        query: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """About ``count`` ids of the ``n`` rows, a uniform sample without replacement: the rows
         whose ids lie in random ranges of the id space, which is valid where ids are uniform
-        hashes (a store's: ``_ids``). Each range is expected to hold at most ``_RANGE_KEYS``
-        rows, far below a query's limit, so none is cut short. ``seen`` is given the rows
-        (``SEEN_FIELDS``), which come with them."""
+        hashes (a store's: ``_ids``); ranges that overlap give their keys once, and the union
+        of uniformly placed ranges is still uniform. Each range is expected to hold at most
+        ``_RANGE_KEYS`` rows and a request ``_REQUEST_KEYS``, far below a request's limit of
+        results: a request that reaches it (the store grew past ``n`` by far) is an error, not
+        a sample cut short. With a prepared ``query`` (d,) the rows are searched, not read, and
+        come with their scores (an exact index scores every row that passes a filter): one
+        request for a draw and its scores. ``seen`` is given the rows (``SEEN_FIELDS``)."""
         ranges = max(1, -(-count // _RANGE_KEYS))
         width = min(ID_SPACE, round(ID_SPACE * count / ranges / max(n, 1)))
         found: list[int] = []
-        for _ in range(ranges):
-            start = int(rng.integers(0, ID_SPACE - 1, endpoint=True))
-            end = start + width
-            if width >= ID_SPACE:
-                expression = ""
-            elif end <= ID_SPACE:
-                expression = f"id >= {start} and id < {end}"
-            else:  # the range wraps around the end of the id space
-                expression = f"id >= {start} or id < {end - ID_SPACE}"
-            fields = SEEN_FIELDS if seen is not None else []
-            with self.calling("sample keys"):
-                rows = self.client.query(
-                    self.name, filter=expression, output_fields=fields, limit=MAX_TOPK
+        scores: list[float] = []
+        fields = SEEN_FIELDS if seen is not None else []
+        per_request = max(1, _REQUEST_KEYS // _RANGE_KEYS)
+        for part in _chunks(ranges, per_request):
+            starts = rng.integers(0, ID_SPACE - 1, size=len(range(ranges)[part]), endpoint=True)
+            terms = [_id_range(int(start), width) for start in starts]
+            expression = "" if "" in terms else " or ".join(f"({term})" for term in terms)
+            if query is None:
+                with self.calling("sample keys"):
+                    rows = self.client.query(
+                        self.name, filter=expression, output_fields=fields, limit=MAX_TOPK
+                    )
+            else:
+                with self.calling("sample keys"):
+                    (hits,) = self._search_vectors(query[None, :], MAX_TOPK, expression, fields)
+                rows = [{"id": hit["id"], **hit["entity"]} for hit in hits]
+                scores.extend(self._sign * hit["distance"] for hit in hits)
+            if len(rows) >= MAX_TOPK:
+                raise StoreUnavailableError(
+                    f"the Milvus store at {self.location} grew during the lookup (a sample of "
+                    f"{n:,} keys' id space held {len(rows):,}); try again"
                 )
             found.extend(row["id"] for row in rows)
             if seen is not None:
                 seen(rows)
-        return np.asarray(found, dtype=np.int64)
+        ids = np.asarray(found, dtype=np.int64)
+        return ids, None if query is None else np.asarray(scores, dtype=np.float64)
 
     # -- searching -------------------------------------------------------------------------------
 
@@ -372,26 +405,32 @@ class KeyRows(_Rows):
         per_request = min(
             MAX_NQ, max(1, RESULTS_PER_SEARCH // max(k, 1)), max(1, REQUEST_BYTES // (4 * self.dim))
         )
-        sign = -1.0 if self.metric is Metric.L2 else 1.0  # Milvus's L2 is the squared distance
+        fields = SEEN_FIELDS if seen is not None else []
         for part in _chunks(m, per_request):
             with self.calling("search"):
-                results = self.client.search(
-                    self.name,
-                    data=[row.tolist() for row in queries[part]],
-                    limit=k,
-                    filter=expression,
-                    search_params=self._search_params,
-                    anns_field="vector",
-                    output_fields=SEEN_FIELDS if seen is not None else [],
-                )
+                results = self._search_vectors(queries[part], k, expression, fields)
             for i, hits in enumerate(results, start=part.start):
                 found = len(hits)
                 if found:
                     ids[i, :found] = [hit["id"] for hit in hits]
-                    scores[i, :found] = [sign * hit["distance"] for hit in hits]
+                    scores[i, :found] = [self._sign * hit["distance"] for hit in hits]
                 if seen is not None:
                     seen([{"id": hit["id"], **hit["entity"]} for hit in hits])
         return scores, ids
+
+    def _search_vectors(
+        self, queries: np.ndarray, k: int, expression: str, fields: list[str]
+    ) -> Any:
+        """One search request of the dense vectors (the caller names it in ``calling``)."""
+        return self.client.search(
+            self.name,
+            data=[row.tolist() for row in queries],
+            limit=k,
+            filter=expression,
+            search_params=self._search_params,
+            anns_field="vector",
+            output_fields=fields,
+        )
 
     def search_grams(
         self, vectors: list[dict[int, float]], limit: int, expression: str = ""

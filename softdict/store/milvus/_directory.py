@@ -218,7 +218,7 @@ class KeyDirectory:
     def _seen(self, rows: list[dict[str, Any]]) -> None:
         """Keep the keys' spelling forms, and their values for the lookup in progress (none
         outside one): its last step, blending values, then needs not fetch them."""
-        self._forms.remember([(row["id"], row["key"]) for row in rows])
+        self._forms.note([(row["id"], row["key"]) for row in rows])
         if self._view is not None:
             self._view.values.update((row["id"], row["value"]["v"]) for row in rows)
 

@@ -38,33 +38,38 @@ FORMS_CACHED = 1 << 17
 
 class FormCache:
     """Keys' spelling forms by id: the most recently used ``limit`` of them (see the module
-    docstring). Spelling a key's form took most of building a pool's index (12 us a key)."""
+    docstring). Spelling a key's form took most of building a pool's index (12 us a key), so a
+    key noted with a search's results (``note``: most are never asked about) is kept as its
+    text, and spelled when first asked for."""
 
     def __init__(self, rows: Callable[[], KeyRows | None], limit: int = FORMS_CACHED) -> None:
         self._rows = rows
         self._limit = limit
-        self._forms: OrderedDict[int, str] = OrderedDict()
+        # A key's text until it is spelled, then its form (the id is then in ``_spelled``).
+        self._kept: OrderedDict[int, str] = OrderedDict()
+        self._spelled: set[int] = set()
 
     def __len__(self) -> int:
-        return len(self._forms)
+        return len(self._kept)
+
+    def note(self, found: list[tuple[int, str]]) -> None:
+        """Keep the keys ``found`` (id, text), unspelled."""
+        for id_, text in found:
+            if id_ not in self._kept:
+                self._kept[id_] = text
+            self._kept.move_to_end(id_)
+        self._evict()
 
     def remember(self, found: list[tuple[int, str]]) -> dict[int, str]:
-        """Keep the forms of the keys ``found`` (id, text); their forms by id."""
-        forms = {}
-        for id_, text in found:
-            form = self._forms.get(id_)
-            if form is None:
-                form = spelling_form(text)
-            self._forms[id_] = forms[id_] = form
-            self._forms.move_to_end(id_)
-        while len(self._forms) > self._limit:
-            self._forms.popitem(last=False)
+        """Keep the keys ``found`` (id, text); their forms by id."""
+        forms = {id_: self._form(id_, text) for id_, text in found}
+        self._evict()
         return forms
 
     def forms_of(self, ids: list[int]) -> dict[int, str]:
         """The forms of ``ids`` (held keys), fetching the texts of those not kept in one
         request; a key deleted since its id was found is an error (``changed_during_lookup``)."""
-        missing = [i for i in ids if i not in self._forms]
+        missing = [i for i in ids if i not in self._kept]
         fetched = []
         if missing:
             rows = self._rows()
@@ -72,12 +77,24 @@ class FormCache:
             if len(found) < len(missing):
                 raise changed_during_lookup()
             fetched = [(row["id"], row["key"]) for row in found]
-        kept = [(i, self._forms[i]) for i in ids if i in self._forms]
-        forms = self.remember(fetched)
-        for id_, form in kept:
-            forms[id_] = form
-            self._forms.move_to_end(id_)
+        forms = {id_: self._form(id_, self._kept[id_]) for id_ in ids if id_ in self._kept}
+        forms.update(self.remember(fetched))
         return forms
+
+    def _form(self, id_: int, text: str) -> str:
+        """The form of the key ``id_`` (``text``), spelled unless it was, kept as most recent."""
+        if id_ in self._spelled:
+            form = self._kept[id_]
+        else:
+            form = self._kept[id_] = spelling_form(text)
+            self._spelled.add(id_)
+        self._kept.move_to_end(id_)
+        return form
+
+    def _evict(self) -> None:
+        while len(self._kept) > self._limit:
+            id_, _ = self._kept.popitem(last=False)
+            self._spelled.discard(id_)
 
 
 class MilvusSpelling:

@@ -182,11 +182,38 @@ class MilvusBackend(IndexBackend):
         """Uniform draws (``IndexBackend.sample_near``): by id range where the ids are hashes
         (see the module docstring). A range's keys come without replacement, and each kept draw
         stands for n/M keys, as a uniform draw with replacement would."""
+        ids, probability, _ = self._drawn(query, count, rng, allow, temperature, scored=False)
+        return ids, probability
+
+    def sample_scored(
+        self,
+        query: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        allow: Allow | None,
+        temperature: float,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """``sample_near``'s draws with their scores, in one search of the id ranges where the
+        index is exact (FLAT scores every row a filter passes; IVF would miss some)."""
+        exact = self.rows.index == "FLAT"
+        return self._drawn(query, count, rng, allow, temperature, scored=exact)
+
+    def _drawn(
+        self,
+        query: np.ndarray,
+        count: int,
+        rng: np.random.Generator,
+        allow: Allow | None,
+        temperature: float,
+        scored: bool,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         if allow is not None or self._count is None:
-            return super().sample_near(query, count, rng, allow, temperature)
+            ids, probability = super().sample_near(query, count, rng, allow, temperature)
+            return ids, probability, None
         n = self._count()
-        ids = self.rows.draw_by_id(count, n, rng, self._seen)
-        return ids, np.full(len(ids), 1.0 / max(n, 1))
+        searched = np.asarray(query, dtype=np.float32) if scored else None
+        ids, scores = self.rows.draw_by_id(count, n, rng, self._seen, searched)
+        return ids, np.full(len(ids), 1.0 / max(n, 1)), scores
 
     def score_all(
         self, queries: np.ndarray, allow: Allow | None = None
