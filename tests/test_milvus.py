@@ -33,7 +33,7 @@ from softdict import (
     StoreUnavailableError,
 )
 from softdict._cli import main
-from softdict.store.milvus import _collection, _directory, _ids, backend
+from softdict.store.milvus import _client, _collection, _directory, _ids, backend
 
 pytestmark = pytest.mark.milvus
 
@@ -283,6 +283,32 @@ def test_a_server_that_is_down_is_a_softdict_error() -> None:
         SoftDict(encoder=FakeEncoder(), store="milvus:./prices", collection="x")
     with pytest.raises(ConfigError, match="collection"):
         SoftDict(encoder=FakeEncoder(), store="milvus:./prices.db")
+
+
+def test_credentials_reach_pymilvus_and_no_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A token from the environment and a password in the URI go to pymilvus; the errors and
+    descriptions a user sees hide both."""
+    import pymilvus
+    from pymilvus.exceptions import MilvusException
+
+    given: dict[str, object] = {}
+
+    def refusing(**kwargs: object) -> None:
+        given.update(kwargs)
+        raise MilvusException(code=2, message=f"cannot connect to {kwargs} ({kwargs['uri']})")
+
+    monkeypatch.setattr(pymilvus, "MilvusClient", refusing)
+    monkeypatch.setenv(_client.TOKEN_VARIABLE, "api-key-123")
+    uri = "https://ann:s3cret@milvus.example:19530/prices_db"
+    with pytest.raises(StoreUnavailableError, match="cannot be reached") as caught:
+        SoftDict(encoder=FakeEncoder(), store=f"milvus:{uri}", collection="x")
+    assert given == {"uri": uri, "token": "api-key-123"}
+    message = str(caught.value)
+    assert "s3cret" not in message and "api-key-123" not in message
+    assert "https://ann:***@milvus.example:19530/prices_db" in message
+    assert _client.shown("http://127.0.0.1:19530") == "http://127.0.0.1:19530"
+    assert _client.shown("./prices.db") == "./prices.db"
+    assert _client.shown("http://u:p@[::1]:19530") == "http://u:***@[::1]:19530"
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ them too, so the tests meet them where a cluster would).
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -23,8 +24,10 @@ __all__ = [
     "MAX_TOPK",
     "REQUEST_BYTES",
     "RESULTS_PER_SEARCH",
+    "TOKEN_VARIABLE",
     "connect",
     "is_server_uri",
+    "shown",
     "translated",
 ]
 
@@ -43,10 +46,25 @@ RESULTS_PER_SEARCH = 1 << 20
 IDS_PER_REQUEST = 4096
 # pymilvus's status code for a server it cannot reach.
 _UNAVAILABLE = 2
+# The environment variable that holds a server's token (an API key, or "user:password"), for
+# servers and clusters with authentication on: kept out of code, URIs and messages. A URI's own
+# "https://user:password@host:19530" works too (pymilvus reads it); messages hide the password.
+TOKEN_VARIABLE = "SOFTDICT_MILVUS_TOKEN"
 
 
 def is_server_uri(location: str) -> bool:
     return location.startswith(("http://", "https://", "tcp://", "grpc://"))
+
+
+def shown(location: str) -> str:
+    """``location`` as messages show it: a server URI's password replaced by ``***``."""
+    scheme, separator, rest = location.partition("://")
+    authority, slash, path = rest.partition("/")
+    if not separator or "@" not in authority:
+        return location
+    userinfo, host = authority.rsplit("@", 1)
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}{slash}{path}"
 
 
 def _without_mvcc_warning(record: logging.LogRecord) -> bool:
@@ -91,12 +109,18 @@ def connect(location: str) -> MilvusClient:
     # Milvus Lite does not report a read timestamp, and pymilvus logs a warning on every
     # read of all rows that it falls back on its own clock, which is right for one file.
     logging.getLogger("pymilvus.client.iterator.query_iterator").addFilter(_without_mvcc_warning)
+    token = os.environ.get(TOKEN_VARIABLE, "") if is_server_uri(location) else ""
     try:
-        with translated(location, "connect"):
-            return MilvusClient(uri=location)
+        with translated(shown(location), "connect"):
+            return MilvusClient(uri=location, **({"token": token} if token else {}))
     except StoreUnavailableError as exc:
         if is_server_uri(location):
-            raise
+            # pymilvus's own message may quote what it was given: no secret leaves here.
+            message = str(exc)
+            for secret in (token, location.partition("://")[2].rpartition("@")[0]):
+                if secret:
+                    message = message.replace(secret, "***")
+            raise StoreUnavailableError(message) from None
         raise StoreUnavailableError(
             f"{exc}. A Milvus Lite file is opened by one process at a time: if another has it "
             f"open, close it there, or share the store through a Milvus server"

@@ -56,7 +56,7 @@ from softdict.store.base import (
     write_column,
 )
 from softdict.store.memory import MemoryStore
-from softdict.store.milvus._client import connect, schema_error
+from softdict.store.milvus._client import connect, schema_error, shown
 from softdict.store.milvus._collection import (
     KeyRows,
     MetaRows,
@@ -98,15 +98,12 @@ class MilvusStore(Store):
         self, location: str, collection: str, config: SoftDictConfig, *, create: bool = True
     ) -> None:
         check_collection_name(collection)
+        self._client = connect(location)
+        location = shown(location)  # messages and descriptions show no password
         self._location = location
         self._collection = collection
-        self._client = connect(location)
-        self._meta = StoreMetadata(
-            MetaRows(self._client, location, meta_name(collection)),
-            location,
-            collection,
-            new_writer(uuid.uuid4().hex),
-        )
+        meta_rows = MetaRows(self._client, location, meta_name(collection))
+        self._meta = StoreMetadata(meta_rows, location, collection, new_writer(uuid.uuid4().hex))
         self._clock = OrderClock()
         self._projection: np.ndarray | None = None
         if self._meta.rows.exists():
