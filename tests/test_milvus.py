@@ -311,6 +311,25 @@ def test_credentials_reach_pymilvus_and_no_message(monkeypatch: pytest.MonkeyPat
     assert _client.shown("http://u:p@[::1]:19530") == "http://u:***@[::1]:19530"
 
 
+def test_a_connection_the_server_dropped_is_replaced_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """pymilvus hands a new client the shared connection a server dropped while it was idle
+    (milvus-lite does after a minute or two): that first attempt fails, the second connects."""
+    import pymilvus
+    from pymilvus.exceptions import MilvusException
+
+    attempts: list[str] = []
+
+    class DroppedOnce:
+        def __init__(self, uri: str) -> None:
+            attempts.append(uri)
+            if len(attempts) == 1:
+                raise MilvusException(code=2, message="Fail connecting to server")
+
+    monkeypatch.setattr(pymilvus, "MilvusClient", DroppedOnce)
+    assert isinstance(_client.connect("http://127.0.0.1:19530"), DroppedOnce)
+    assert attempts == ["http://127.0.0.1:19530"] * 2
+
+
 @pytest.mark.parametrize(
     "name", ['c"; drop', "it's", "two words", "2prices", "prices-eu", "prix_é", "p" * 256]
 )

@@ -111,8 +111,15 @@ def connect(location: str) -> MilvusClient:
     logging.getLogger("pymilvus.client.iterator.query_iterator").addFilter(_without_mvcc_warning)
     token = os.environ.get(TOKEN_VARIABLE, "") if is_server_uri(location) else ""
     try:
-        with translated(shown(location), "connect"):
-            return MilvusClient(uri=location, **({"token": token} if token else {}))
+        try:
+            return _new_client(MilvusClient, location, token)
+        except StoreUnavailableError:
+            # pymilvus shares one connection per server between its clients, and keeps it after
+            # they close; when the server has dropped it meanwhile (milvus-lite sends a gRPC
+            # GOAWAY, "too_many_pings", to a connection idle for a minute or two), the first new
+            # client fails on it and the next gets a new connection (measured on a Lite file and
+            # a served binary after 100 s idle). A server that is down fails again.
+            return _new_client(MilvusClient, location, token)
     except StoreUnavailableError as exc:
         if is_server_uri(location):
             # pymilvus's own message may quote what it was given: no secret leaves here.
@@ -125,6 +132,11 @@ def connect(location: str) -> MilvusClient:
             f"{exc}. A Milvus Lite file is opened by one process at a time: if another has it "
             f"open, close it there, or share the store through a Milvus server"
         ) from None
+
+
+def _new_client(client_class: type[MilvusClient], location: str, token: str) -> MilvusClient:
+    with translated(shown(location), "connect"):
+        return client_class(uri=location, **({"token": token} if token else {}))
 
 
 def _message(exc: BaseException) -> str:
