@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,7 +46,14 @@ from softdict.store.milvus._grams import key_grams
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
 
-__all__ = ["INDEX_TYPES", "KeyRows", "MetaRows", "check_collection_name", "meta_name"]
+__all__ = [
+    "INDEX_TYPES",
+    "KeyRows",
+    "MetaRows",
+    "check_collection_name",
+    "meta_name",
+    "seen_columns",
+]
 
 # What ``index=`` means in a Milvus store: Milvus builds and searches the index itself. FLAT is
 # exact (every search scores every allowed key); IVF_FLAT searches the nearest of 1,024 lists.
@@ -61,9 +68,9 @@ _META_SUFFIX = "__softdict"
 # underscores, 255 characters at most; the metadata collection's suffix takes 10 of them.
 _COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_COLLECTION_NAME = 255 - len(_META_SUFFIX)
-# Told the rows (id, key, value) that come back with a search or a sample: a served store keeps
-# their keys' spelling forms, and their values for the lookup in progress.
-SeenKeys = Callable[[list[dict[str, Any]]], object]
+# Told the ids, keys and values of the rows that come back with a search or a sample: a served
+# store keeps their keys' spelling forms, and their values for the lookup in progress.
+SeenKeys = Callable[[list[int], list[str], list[object]], object]
 # The fields a search or a sample returns for ``SeenKeys``.
 SEEN_FIELDS = ["key", "value"]
 _KEY_FIELDS = {
@@ -128,6 +135,26 @@ def _id_range(start: int, width: int) -> str:
     if end <= ID_SPACE:
         return f"id >= {start} and id < {end}"
     return f"id >= {start} or id < {end - ID_SPACE}"  # the range wraps around the end
+
+
+def seen_columns(
+    rows: Iterable[Mapping[str, Any]], seen: SeenKeys | None, nested: bool = False
+) -> list[int]:
+    """The ids of ``rows`` (a query's or get's; a search's hits, whose fields are under
+    "entity", where ``nested``), telling ``seen`` their ids, keys and values (``SEEN_FIELDS``):
+    one pass, as a lookup's rows are thousands and pymilvus's hits slow to read."""
+    if seen is None:
+        return [row["id"] for row in rows]
+    ids: list[int] = []
+    keys: list[str] = []
+    values: list[object] = []
+    for row in rows:
+        fields = row["entity"] if nested else row
+        ids.append(row["id"])
+        keys.append(fields["key"])
+        values.append(fields["value"]["v"])
+    seen(ids, keys, values)
+    return ids
 
 
 def _ids_list(ids: np.ndarray) -> list[int]:
@@ -366,8 +393,9 @@ class KeyRows(_Rows):
         scores: list[float] = []
         fields = SEEN_FIELDS if seen is not None else []
         per_request = max(1, _REQUEST_KEYS // _RANGE_KEYS)
-        for part in _chunks(ranges, per_request):
-            starts = rng.integers(0, ID_SPACE - 1, size=len(range(ranges)[part]), endpoint=True)
+        for first in range(0, ranges, per_request):
+            here = min(per_request, ranges - first)
+            starts = rng.integers(0, ID_SPACE - 1, size=here, endpoint=True)
             terms = [_id_range(int(start), width) for start in starts]
             expression = "" if "" in terms else " or ".join(f"({term})" for term in terms)
             if query is None:
@@ -377,17 +405,14 @@ class KeyRows(_Rows):
                     )
             else:
                 with self.calling("sample keys"):
-                    (hits,) = self._search_vectors(query[None, :], MAX_TOPK, expression, fields)
-                rows = [{"id": hit["id"], **hit["entity"]} for hit in hits]
-                scores.extend(self._sign * hit["distance"] for hit in hits)
+                    (rows,) = self._search_vectors(query[None, :], MAX_TOPK, expression, fields)
+                scores.extend(self._sign * hit["distance"] for hit in rows)
             if len(rows) >= MAX_TOPK:
                 raise StoreUnavailableError(
                     f"the Milvus store at {self.location} grew during the lookup (a sample of "
                     f"{n:,} keys' id space held {len(rows):,}); try again"
                 )
-            found.extend(row["id"] for row in rows)
-            if seen is not None:
-                seen(rows)
+            found.extend(seen_columns(rows, seen, nested=query is not None))
         ids = np.asarray(found, dtype=np.int64)
         return ids, None if query is None else np.asarray(scores, dtype=np.float64)
 
@@ -412,10 +437,8 @@ class KeyRows(_Rows):
             for i, hits in enumerate(results, start=part.start):
                 found = len(hits)
                 if found:
-                    ids[i, :found] = [hit["id"] for hit in hits]
+                    ids[i, :found] = seen_columns(hits, seen, nested=True)
                     scores[i, :found] = [self._sign * hit["distance"] for hit in hits]
-                if seen is not None:
-                    seen([{"id": hit["id"], **hit["entity"]} for hit in hits])
         return scores, ids
 
     def _search_vectors(

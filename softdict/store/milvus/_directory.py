@@ -215,12 +215,12 @@ class KeyDirectory:
         with its requests (``_seen``); None for a store that is not served."""
         return self._seen if self.served() else None
 
-    def _seen(self, rows: list[dict[str, Any]]) -> None:
+    def _seen(self, ids: list[int], keys: list[str], values: list[object]) -> None:
         """Keep the keys' spelling forms, and their values for the lookup in progress (none
         outside one): its last step, blending values, then needs not fetch them."""
-        self._forms.note([(row["id"], row["key"]) for row in rows])
+        self._forms.note(zip(ids, keys))
         if self._view is not None:
-            self._view.values.update((row["id"], row["value"]["v"]) for row in rows)
+            self._view.values.update(zip(ids, values))
 
     def spelling(self, backend: MilvusBackend) -> SpellingSource:
         """The store's spelling channel: served by Milvus (``_spelling``), or this process's

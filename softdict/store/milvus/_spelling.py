@@ -16,7 +16,7 @@ form is never stale (a deleted key's id is simply no longer found by searches).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -52,12 +52,14 @@ class FormCache:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def note(self, found: list[tuple[int, str]]) -> None:
+    def note(self, found: Iterable[tuple[int, str]]) -> None:
         """Keep the keys ``found`` (id, text), unspelled."""
+        kept = self._kept
         for id_, text in found:
-            if id_ not in self._kept:
-                self._kept[id_] = text
-            self._kept.move_to_end(id_)
+            if id_ in kept:
+                kept.move_to_end(id_)
+            else:
+                kept[id_] = text  # new: last already
         self._evict()
 
     def remember(self, found: list[tuple[int, str]]) -> dict[int, str]:

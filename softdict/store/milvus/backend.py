@@ -24,7 +24,7 @@ from softdict._files import FileReader
 from softdict._similarity import metric_scores
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
 from softdict.store.milvus._client import MAX_TOPK
-from softdict.store.milvus._collection import SEEN_FIELDS, KeyRows, SeenKeys
+from softdict.store.milvus._collection import SEEN_FIELDS, KeyRows, SeenKeys, seen_columns
 
 __all__ = ["CLIENT_SIDE_MAX", "IN_LIST_MAX", "MilvusBackend"]
 
@@ -249,12 +249,9 @@ class MilvusBackend(IndexBackend):
         return result[:, np.searchsorted(columns, ids)]
 
     def _vectors_found(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        if self._seen is None:
-            rows = self.rows.get(ids, ["vector"])
-        else:
-            rows = self.rows.get(ids, ["vector", *SEEN_FIELDS])
-            self._seen(rows)
-        held = np.asarray([row["id"] for row in rows], dtype=np.int64)
+        fields = ["vector"] if self._seen is None else ["vector", *SEEN_FIELDS]
+        rows = self.rows.get(ids, fields)
+        held = np.asarray(seen_columns(rows, self._seen), dtype=np.int64)
         vectors = np.asarray([row["vector"] for row in rows], dtype=np.float32)
         return held, vectors.reshape(len(rows), self.dim)
 
