@@ -10,11 +10,11 @@
     grams   SPARSE_FLOAT_VECTOR the key's character 3-grams (``_grams``), for spelling candidates;
                                 absent from collections made before softdict-milvus format 3
 
-``MetaRows`` (the collection ``NAME__softdict``) holds what a store folder's manifest holds, as
-text rows by name: the options, the encoder's identity, the query projection, and one write
-counter per writing process (see ``store``). It exists from the moment the store is created; the
-key collection is made at the first insert, when the embeddings' dimension is known, and dropped
-by ``clear``.
+``_metadata.MetaRows`` (the collection ``NAME__softdict``) holds what a store folder's
+manifest holds, as text rows by name: the options, the encoder's identity, the query projection,
+and one write counter per writing process (see ``store``). It exists from the moment the store
+is created; the key collection is made at the first insert, when the embeddings' dimension is
+known, and dropped by ``clear``.
 
 Every request stays within a cluster's limits (``_client``): at most 16,384 queries and 16,384
 results per query in one search, at most ``IDS_PER_REQUEST`` ids in one get, and requests well
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -48,8 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "INDEX_TYPES",
+    "CollectionRows",
     "KeyRows",
-    "MetaRows",
     "check_collection_name",
     "meta_name",
     "seen_columns",
@@ -161,7 +161,7 @@ def _ids_list(ids: np.ndarray) -> list[int]:
     return [int(i) for i in np.asarray(ids, dtype=np.int64).ravel()]
 
 
-class _Rows:
+class CollectionRows:
     """A collection of a store: the client, where it is, and its name."""
 
     def __init__(self, client: MilvusClient, location: str, name: str) -> None:
@@ -194,55 +194,7 @@ class _Rows:
             self.client.drop_collection(self.name)
 
 
-class MetaRows(_Rows):
-    """Named text rows (see the module docstring)."""
-
-    def create(self) -> None:
-        from pymilvus import DataType
-
-        schema = self.client.create_schema(auto_id=False, description="softdict store metadata")
-        schema.add_field("name", DataType.VARCHAR, is_primary=True, max_length=512)
-        schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
-        # Milvus requires a vector field in every collection; this one is never searched.
-        schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)
-        params = self.client.prepare_index_params()
-        params.add_index("unused", index_type="FLAT", metric_type="L2")
-        self._create(schema, params, "create the metadata collection")
-
-    def check_schema(self, collection: str) -> None:
-        with self.calling("describe the collection"):
-            described = self.client.describe_collection(self.name)
-        names = {field["name"] for field in described.get("fields", [])}
-        if names != {"name", "text", "unused"}:
-            raise schema_error(self.location, collection, f"{self.name!r} has other fields")
-
-    def read(self, names: Sequence[str]) -> dict[str, str]:
-        if not names:
-            return {}
-        with self.calling("read metadata"):
-            rows = self.client.get(self.name, ids=list(names), output_fields=["text"])
-        return {row["name"]: row["text"] for row in rows}
-
-    def read_prefix(self, prefix: str) -> dict[str, str]:
-        with self.calling("read metadata"):
-            rows = self.client.query(
-                self.name, filter=f"name like {json.dumps(prefix + '%')}", output_fields=["text"]
-            )
-        return {row["name"]: row["text"] for row in rows}
-
-    def write(self, texts: dict[str, str]) -> None:
-        rows = [{"name": name, "text": text, "unused": [0.0, 0.0]} for name, text in texts.items()]
-        for part in _chunks(len(rows), 256):
-            with self.calling("write metadata"):
-                self.client.upsert(self.name, rows[part])
-
-    def delete(self, names: Sequence[str]) -> None:
-        if names:
-            with self.calling("delete metadata"):
-                self.client.delete(self.name, ids=list(names))
-
-
-class KeyRows(_Rows):
+class KeyRows(CollectionRows):
     """The rows of the keys (see the module docstring)."""
 
     def __init__(

@@ -21,8 +21,10 @@ import numpy as np
 
 from softdict._config import EXACT_MAX_KEYS
 from softdict.spelling import SpellingIndex, SpellingSource
+from softdict.spelling.index import PreparedKeys
+from softdict.spelling.text import token_sorted
 from softdict.store.milvus._collection import KeyRows, SeenKeys
-from softdict.store.milvus._metadata import StoreMetadata
+from softdict.store.milvus._metadata import StoreMetadata, changed_since
 from softdict.store.milvus._spelling import FormCache, MilvusSpelling
 from softdict.store.milvus.backend import MilvusBackend
 from softdict.values.base import ValueColumn
@@ -47,26 +49,34 @@ class View:
 
 @dataclass
 class Directory:
-    """Every key, read at one moment: ids increasing and their keys, and the iteration order."""
+    """Every key, read at one moment: ids increasing and their keys and insertion orders, and
+    the iteration order."""
 
     generation: dict[str, str]
     ids: np.ndarray
     keys: list[str]
+    orders: np.ndarray
     by_order: np.ndarray  # positions in ``ids`` in iteration order
-    # Every value and vector, aligned with ``ids``, in a store small enough for lookups to
-    # attend to every key (``EXACT_MAX_KEYS``): such a lookup needs every score and value, and
-    # fetching them from Milvus each time took 25 ms of a lookup at 10^4 keys (a run of
-    # benchmarks/milvus_store.py before this; 7 ms with it).
+    # Every value (as stored, and as a column) and vector, aligned with ``ids``, in a store
+    # small enough for lookups to attend to every key (``EXACT_MAX_KEYS``): such a lookup needs
+    # every score and value, and fetching them from Milvus each time took 25 ms of a lookup at
+    # 10^4 keys (a run of benchmarks/milvus_store.py before this; 7 ms with it).
+    values: list[object] | None = None
     column: ValueColumn[Any] | None = None
     vectors: np.ndarray | None = None
     spelling: SpellingIndex | None = field(default=None)
 
-    def spelling_index(self) -> SpellingIndex:
-        """The spelling forms of every key, built on first use."""
+    def spelling_index(self, forms: FormCache) -> SpellingIndex:
+        """The spelling forms of every key, built on first use (from ``forms``, which keeps
+        those spelled for an earlier directory)."""
         if self.spelling is None:
             spelling = SpellingIndex()
             if len(self.ids):
-                spelling.add(self.ids, self.keys)
+                spelled = forms.remember(list(zip(self.ids.tolist(), self.keys)))
+                ordered = [spelled[i] for i in self.ids.tolist()]
+                spelling.add(
+                    self.ids, PreparedKeys(ordered, [token_sorted(f) for f in ordered], None)
+                )
                 spelling.maintain()
             self.spelling = spelling
         return self.spelling
@@ -79,6 +89,59 @@ class Directory:
         wanted = np.maximum(ids, 0)
         slots = np.searchsorted(self.ids, wanted).clip(0, len(self.ids) - 1)
         return slots if np.all((self.ids[slots] == wanted) | (ids < 0)) else None
+
+    def fields(self) -> list[str]:
+        """The fields of a row that this directory holds."""
+        return ["key", "order", "value", "vector"] if self.vectors is not None else ["key", "order"]
+
+    def changed(
+        self,
+        found: list[dict[str, Any]],
+        changed: np.ndarray,
+        generation: dict[str, str],
+        column_of: Callable[[list[object], list[str]], ValueColumn[Any]],
+    ) -> Directory:
+        """This directory after writes that ``changed`` the keys of these ids, whose rows now
+        are ``found`` (``fields``; an id not found was deleted), as of ``generation``."""
+        keep = ~np.isin(self.ids, changed)
+        kept = np.flatnonzero(keep).tolist()
+        values = None
+        if self.values is not None:
+            values = [self.values[i] for i in kept] + [row["value"]["v"] for row in found]
+        vectors = None
+        if self.vectors is not None:
+            new = np.asarray([row["vector"] for row in found], dtype=np.float32)
+            vectors = np.concatenate([self.vectors[keep], new.reshape(len(found), -1)])
+        return _assembled(
+            generation,
+            np.concatenate([self.ids[keep], [row["id"] for row in found]]).astype(np.int64),
+            [self.keys[i] for i in kept] + [row["key"] for row in found],
+            np.concatenate([self.orders[keep], [row["order"] for row in found]]).astype(np.int64),
+            values,
+            vectors,
+            column_of,
+        )
+
+
+def _assembled(
+    generation: dict[str, str],
+    ids: np.ndarray,
+    keys: list[str],
+    orders: np.ndarray,
+    values: list[object] | None,
+    vectors: np.ndarray | None,
+    column_of: Callable[[list[object], list[str]], ValueColumn[Any]],
+) -> Directory:
+    """A directory of these keys (any order), sorted by id."""
+    by_id = np.argsort(ids)
+    ids, orders = ids[by_id], orders[by_id]
+    keys = [keys[i] for i in by_id.tolist()]
+    directory = Directory(generation, ids, keys, orders, np.lexsort((ids, orders)))
+    if values is not None and vectors is not None and len(ids):
+        directory.values = [values[i] for i in by_id.tolist()]
+        directory.column = column_of(directory.values, keys)
+        directory.vectors = vectors.reshape(len(ids), -1)[by_id]
+    return directory
 
 
 def read_directory(
@@ -104,17 +167,15 @@ def read_directory(
                 if small:
                     values.append(row["value"]["v"])
                     vectors.append(row["vector"])
-    id_array = np.asarray(ids, dtype=np.int64)
-    by_id = np.argsort(id_array)
-    id_array = id_array[by_id]
-    keys = [keys[i] for i in by_id.tolist()]
-    order_array = np.asarray(orders, dtype=np.int64)[by_id]
-    by_order = np.lexsort((id_array, order_array))
-    directory = Directory(generation, id_array, keys, by_order)
-    if small and ids:
-        directory.column = column_of([values[i] for i in by_id.tolist()], keys)
-        directory.vectors = np.asarray(vectors, dtype=np.float32).reshape(len(ids), -1)[by_id]
-    return directory
+    return _assembled(
+        generation,
+        np.asarray(ids, dtype=np.int64),
+        keys,
+        np.asarray(orders, dtype=np.int64),
+        values if small else None,
+        np.asarray(vectors, dtype=np.float32) if small else None,
+        column_of,
+    )
 
 
 class KeyDirectory:
@@ -173,11 +234,25 @@ class KeyDirectory:
         generation = self._metadata.writers()
         directory = self._cached
         if directory is None or directory.generation != generation:
-            directory = read_directory(self._rows(), generation, self._column_of)
+            directory = self._refreshed(directory, generation)
             self._cached = directory
         if view is not None:
             view.directory = directory
         return directory
+
+    def _refreshed(self, directory: Directory | None, generation: dict[str, str]) -> Directory:
+        """The directory as of ``generation``: ``directory`` with the keys the writers' logs
+        say changed fetched again (one request), where they say it and the store stays on the
+        same side of ``held_here``; else every key read again."""
+        rows = self._rows()
+        changed = None if directory is None else changed_since(directory.generation, generation)
+        if directory is None or changed is None or rows is None:
+            return read_directory(rows, generation, self._column_of)
+        found = rows.get(changed, directory.fields()) if len(changed) else []
+        updated = directory.changed(found, changed, generation, self._column_of)
+        if held_here(len(updated.ids)) != (updated.vectors is not None or not len(updated.ids)):
+            return read_directory(rows, generation, self._column_of)
+        return updated
 
     def served(self) -> bool:
         """Whether Milvus serves the store's lookups, and no directory is kept (the module
@@ -227,7 +302,7 @@ class KeyDirectory:
         directory's spelling index."""
         if self.served():
             return MilvusSpelling(backend.rows, self._forms, backend.filter_of)
-        return self.current().spelling_index()
+        return self.current().spelling_index(self._forms)
 
     def take_noted_values(self) -> dict[int, object]:
         """The values kept by ``note_values`` in the lookup in progress, forgotten here: a batch

@@ -3,6 +3,11 @@ format, the options, the keys' dimension and value kind, the encoder's identity,
 projection's shape and checksum), the query projection itself as base64 chunks (a VARCHAR holds
 at most 65,535 bytes), and one counter row per process that writes (``writer:<uuid>``), which
 tells other processes' key directories that the store changed (``softdict.store.milvus.store``).
+
+A writer's row holds its count of writes and the ids each of its recent writes changed, up to
+``CHANGES_KEPT`` ids: a directory that saw the count before can fetch just those keys
+(``changed_since``) instead of every key. Any other text (a writer of softdict before the log
+wrote the count alone) or a gap in the log tells only that the store changed.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -19,15 +25,18 @@ from softdict._config import CombinationName, SoftDictConfig
 from softdict._errors import ConfigError, StoreFormatError
 from softdict._manifest import EncoderEntry
 from softdict.store.milvus._client import schema_error
-from softdict.store.milvus._collection import MetaRows
+from softdict.store.milvus._collection import MAX_VARCHAR, CollectionRows
 
 __all__ = [
+    "CHANGES_KEPT",
     "FIXED_OPTIONS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "Manifest",
+    "MetaRows",
     "StoreMetadata",
     "adopted_config",
+    "changed_since",
     "new_writer",
 ]
 
@@ -44,6 +53,56 @@ _PROJECTION = "projection:"
 _CHUNK = 60_000
 # Options a store keeps from its creation (they decide how its rows were written).
 FIXED_OPTIONS = ("similarity", "index", "value_kind")
+# Ids kept in a writer's log of changes (about 20 bytes each in its row of at most 65,535).
+CHANGES_KEPT = 2048
+
+
+class MetaRows(CollectionRows):
+    """Named text rows (see the module docstring)."""
+
+    def create(self) -> None:
+        from pymilvus import DataType
+
+        schema = self.client.create_schema(auto_id=False, description="softdict store metadata")
+        schema.add_field("name", DataType.VARCHAR, is_primary=True, max_length=512)
+        schema.add_field("text", DataType.VARCHAR, max_length=MAX_VARCHAR)
+        # Milvus requires a vector field in every collection; this one is never searched.
+        schema.add_field("unused", DataType.FLOAT_VECTOR, dim=2)
+        params = self.client.prepare_index_params()
+        params.add_index("unused", index_type="FLAT", metric_type="L2")
+        self._create(schema, params, "create the metadata collection")
+
+    def check_schema(self, collection: str) -> None:
+        with self.calling("describe the collection"):
+            described = self.client.describe_collection(self.name)
+        names = {field["name"] for field in described.get("fields", [])}
+        if names != {"name", "text", "unused"}:
+            raise schema_error(self.location, collection, f"{self.name!r} has other fields")
+
+    def read(self, names: Sequence[str]) -> dict[str, str]:
+        if not names:
+            return {}
+        with self.calling("read metadata"):
+            rows = self.client.get(self.name, ids=list(names), output_fields=["text"])
+        return {row["name"]: row["text"] for row in rows}
+
+    def read_prefix(self, prefix: str) -> dict[str, str]:
+        with self.calling("read metadata"):
+            rows = self.client.query(
+                self.name, filter=f"name like {json.dumps(prefix + '%')}", output_fields=["text"]
+            )
+        return {row["name"]: row["text"] for row in rows}
+
+    def write(self, texts: dict[str, str]) -> None:
+        rows = [{"name": name, "text": text, "unused": [0.0, 0.0]} for name, text in texts.items()]
+        for start in range(0, len(rows), 256):
+            with self.calling("write metadata"):
+                self.client.upsert(self.name, rows[start : start + 256])
+
+    def delete(self, names: Sequence[str]) -> None:
+        if names:
+            with self.calling("delete metadata"):
+                self.client.delete(self.name, ids=list(names))
 
 
 class Manifest(BaseModel):
@@ -74,6 +133,7 @@ class StoreMetadata:
         self._collection = collection
         self._writer = writer
         self._writes = 0
+        self._log: list[tuple[int, list[int]]] = []  # (write, the ids it changed), oldest first
 
     def open(self) -> Manifest:
         """This process's copy of the stored manifest (the store exists)."""
@@ -113,10 +173,18 @@ class StoreMetadata:
         }
         self.update(config=self.read_manifest().config.replace(**changes))
 
-    def count_write(self) -> None:
-        """Raise this process's writer counter: other processes' directories see a change."""
+    def count_write(self, changed: np.ndarray | None) -> None:
+        """Raise this process's writer counter, logging the ids the write ``changed`` (None:
+        unknown, or every key): directories see a change, and which keys it touched."""
         self._writes += 1
-        self.rows.write({self._writer: str(self._writes)})
+        if changed is None or len(changed) > CHANGES_KEPT:
+            self._log = []  # a gap: a reader from before it reads every key again
+        else:
+            self._log.append((self._writes, [int(i) for i in changed]))
+            while sum(len(ids) for _, ids in self._log) > CHANGES_KEPT:
+                self._log.pop(0)
+        text = json.dumps({"writes": self._writes, "changed": self._log}, separators=(",", ":"))
+        self.rows.write({self._writer: text})
 
     def read_manifest(self) -> Manifest:
         """The stored manifest, checked; a format 1 store's config reads as the hand-set rule."""
@@ -174,6 +242,39 @@ class StoreMetadata:
     def writers(self) -> dict[str, str]:
         """Every writer's counter: equal between two reads only if no write came between."""
         return self.rows.read_prefix(_WRITER)
+
+
+def _writes_of(text: str | None) -> tuple[int, dict[int, list[int]]] | None:
+    """A writer row's count and logged changes by write; (0, {}) for a writer not seen yet;
+    None for a row without a log."""
+    if text is None:
+        return 0, {}
+    try:
+        parsed = json.loads(text)
+        return int(parsed["writes"]), {int(n): list(ids) for n, ids in parsed["changed"]}
+    except (ValueError, TypeError, KeyError, RecursionError):
+        return None
+
+
+def changed_since(before: dict[str, str], now: dict[str, str]) -> np.ndarray | None:
+    """The ids (increasing, unique) of the keys that writes changed between the writers'
+    counters ``before`` and ``now``, where their logs tell; None where they do not (a writer's
+    row without a log, writes gone from its log, a writer's row gone)."""
+    if not set(before) <= set(now):
+        return None
+    changed: list[int] = []
+    for writer, text in now.items():
+        if before.get(writer) == text:
+            continue
+        then, current = _writes_of(before.get(writer)), _writes_of(text)
+        if then is None or current is None:
+            return None
+        writes, log = current
+        missed = range(then[0] + 1, writes + 1)
+        if writes < then[0] or not all(write in log for write in missed):
+            return None
+        changed.extend(i for write in missed for i in log[write])
+    return np.unique(np.asarray(changed, dtype=np.int64))
 
 
 def new_writer(uuid_hex: str) -> str:

@@ -59,7 +59,6 @@ from softdict.store.memory import MemoryStore
 from softdict.store.milvus._client import connect, schema_error, shown
 from softdict.store.milvus._collection import (
     KeyRows,
-    MetaRows,
     check_collection_name,
     index_type,
     meta_name,
@@ -69,6 +68,7 @@ from softdict.store.milvus._ids import rows_of_keys
 from softdict.store.milvus._metadata import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    MetaRows,
     StoreMetadata,
     adopted_config,
     new_writer,
@@ -159,10 +159,13 @@ class MilvusStore(Store):
     def record_encoder(self, identity: EncoderIdentity) -> None:
         self._meta.update(encoder=EncoderEntry.of(identity))
 
-    def _bump(self) -> None:
-        """Tell other processes (and this one's directory) that the store changed."""
-        self._keys.forget()
-        self._meta.count_write()
+    def _bump(self, changed: np.ndarray | None) -> None:
+        """Tell every process's directory which keys changed (their ids; None: any key)."""
+        try:
+            self._meta.count_write(changed)
+        except BaseException:
+            self._keys.forget()
+            raise
 
     # -- options and shape ------------------------------------------------------------------------
 
@@ -201,12 +204,11 @@ class MilvusStore(Store):
         self._projection = None
         if projection is None:
             self._meta.update(projection=None)
-            self._bump()
-            return
-        array = np.ascontiguousarray(projection, dtype=np.float32)
-        self._meta.update(projection=self._meta.write_projection(array))
-        self._projection = array.copy()
-        self._bump()
+        else:
+            array = np.ascontiguousarray(projection, dtype=np.float32)
+            self._meta.update(projection=self._meta.write_projection(array))
+            self._projection = array.copy()
+        self._bump(np.zeros(0, np.int64))  # no key changed
 
     def describe_index(self) -> str:
         kind = "exact" if self._index == "FLAT" else self._index.lower()
@@ -329,7 +331,7 @@ class MilvusStore(Store):
         try:
             rows.upsert(written)
         finally:
-            self._bump()
+            self._bump(np.array([row["id"] for row in written], dtype=np.int64))
 
     def _create_rows(self, dim: int, kind: str, exemplar: dict[str, Any]) -> None:
         rows = self._key_rows_of(dim)
@@ -351,10 +353,11 @@ class MilvusStore(Store):
             raise KeyError(key)
         rows = self._key_rows()
         assert rows is not None
+        deleted = np.array([found[key]["id"]], np.int64)
         try:
-            rows.delete(np.array([found[key]["id"]], np.int64))
+            rows.delete(deleted)
         finally:
-            self._bump()
+            self._bump(deleted)
 
     def compact(self) -> None:
         """Milvus compacts its segments on its own."""
@@ -367,7 +370,7 @@ class MilvusStore(Store):
             self._rows = None
             self._meta.update(dim=None, value_kind=None, exemplar=None)
         finally:
-            self._bump()
+            self._bump(None)
 
     # -- reading for attention ---------------------------------------------------------------------
 
