@@ -98,6 +98,9 @@ def test_a_write_elsewhere_fetches_only_the_keys_it_changed(
     changed = {row for ids in asked for row in ids}
     assert len(changed) == 5  # the five keys the writes touched, and nothing else
     _answers_as_read_afresh(reader, milvus_store_location, collection)
+    del writer["Chile"]  # a write that leaves nothing to fetch
+    reader.lookup("Grmany")
+    _answers_as_read_afresh(reader, milvus_store_location, collection)
     # Its own writes too.
     reader["Brazil"] = 123.0
     del reader["Cuba"]

@@ -52,6 +52,11 @@ _UNAVAILABLE = 2
 TOKEN_VARIABLE = "SOFTDICT_MILVUS_TOKEN"
 
 
+# The Milvus Lite files (resolved paths) this process has opened: milvus-lite serves each from a
+# process of its own, started by the first open.
+_LITE_FILES_OPENED: set[str] = set()
+
+
 def is_server_uri(location: str) -> bool:
     return location.startswith(("http://", "https://", "tcp://", "grpc://"))
 
@@ -112,14 +117,21 @@ def connect(location: str) -> MilvusClient:
     token = os.environ.get(TOKEN_VARIABLE, "") if is_server_uri(location) else ""
     try:
         try:
-            return _new_client(MilvusClient, location, token)
+            client = _new_client(MilvusClient, location, token)
         except StoreUnavailableError:
             # pymilvus shares one connection per server between its clients, and keeps it after
             # they close; when the server has dropped it meanwhile (milvus-lite sends a gRPC
             # GOAWAY, "too_many_pings", to a connection idle for a minute or two), the first new
             # client fails on it and the next gets a new connection (measured on a Lite file and
-            # a served binary after 100 s idle). A server that is down fails again.
-            return _new_client(MilvusClient, location, token)
+            # a served binary after 100 s idle). A server that is down fails again. A Lite file
+            # is tried again only where this process opened it before: the first failure to
+            # open one is another process holding it, and a second try got past that.
+            if not (is_server_uri(location) or location in _LITE_FILES_OPENED):
+                raise
+            client = _new_client(MilvusClient, location, token)
+        if not is_server_uri(location):
+            _LITE_FILES_OPENED.add(location)
+        return client
     except StoreUnavailableError as exc:
         if is_server_uri(location):
             # pymilvus's own message may quote what it was given: no secret leaves here.

@@ -5,9 +5,11 @@ where its collection predates the keys' 3-gram field (format 3), for the spellin
 forms; otherwise Milvus serves its lookups (``_spelling``, ``backend``), and a directory is read
 only for a call that lists every key (iteration, a predicate mask), and not kept.
 
-A directory is reused only while every writer's counter (``_metadata.StoreMetadata.writers``) is
-as it was when it was read; one lookup checks that once, through its ``View`` (``KeyDirectory``
-keeps both).
+A directory is reused while every writer's counter (``_metadata.StoreMetadata.writers``) is as
+it was when it was read; one lookup checks that once, through its ``View`` (``KeyDirectory``
+keeps both). When counters moved, the writers' logs name the keys their writes changed
+(``_metadata.changed_since``), and just those are fetched again (``Directory.changed``); where
+the logs cannot tell, every key is read again.
 """
 
 from __future__ import annotations
@@ -111,12 +113,15 @@ class Directory:
         vectors = None
         if self.vectors is not None:
             new = np.asarray([row["vector"] for row in found], dtype=np.float32)
-            vectors = np.concatenate([self.vectors[keep], new.reshape(len(found), -1)])
+            new = new.reshape(len(found), self.vectors.shape[1])
+            vectors = np.concatenate([self.vectors[keep], new])
         return _assembled(
             generation,
-            np.concatenate([self.ids[keep], [row["id"] for row in found]]).astype(np.int64),
+            np.concatenate([self.ids[keep], np.array([row["id"] for row in found], np.int64)]),
             [self.keys[i] for i in kept] + [row["key"] for row in found],
-            np.concatenate([self.orders[keep], [row["order"] for row in found]]).astype(np.int64),
+            np.concatenate(
+                [self.orders[keep], np.array([row["order"] for row in found], np.int64)]
+            ),
             values,
             vectors,
             column_of,

@@ -13,10 +13,10 @@ the keys and values the lookup then needs; the spelling forms of keys are cached
 bounded number (an id never names another text). A smaller store (or a
 large one whose collection predates the 3-gram field) reads its keys into this process's key
 directory (``_directory``). Every process that writes keeps a counter row in the metadata
-(``writer:<uuid>``) and raises it after each write; a process reuses its directory only while
-every counter is as it was when the directory was read, which one small query tells. (A writer
-killed between its rows and its counter leaves readers' directories stale until the next
-write.)
+(``writer:<uuid>``) and raises it after each write, logging the ids it changed; a process
+reuses its directory while every counter is as it was, which one small query tells, and else
+fetches the keys the logs name. (A writer killed between its rows and its counter leaves
+readers' directories stale until the next write.)
 
 **Writes.** ``stage`` validates the whole write (values, embeddings, key lengths) before anything
 is sent, so bad input changes nothing. ``commit`` then upserts whole rows (``_rows``), in
