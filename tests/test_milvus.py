@@ -311,23 +311,38 @@ def test_credentials_reach_pymilvus_and_no_message(monkeypatch: pytest.MonkeyPat
     assert _client.shown("http://u:p@[::1]:19530") == "http://u:***@[::1]:19530"
 
 
-def test_a_connection_the_server_dropped_is_replaced_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_connection_the_server_dropped_is_replaced_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     """pymilvus hands a new client the shared connection a server dropped while it was idle
-    (milvus-lite does after a minute or two): that first attempt fails, the second connects."""
+    (milvus-lite does after a minute or two): that first attempt fails, the second connects. A
+    Lite file this process never opened is not tried again: another process holds it."""
     import pymilvus
     from pymilvus.exceptions import MilvusException
 
     attempts: list[str] = []
+    failing = [True]
 
     class DroppedOnce:
         def __init__(self, uri: str) -> None:
             attempts.append(uri)
-            if len(attempts) == 1:
+            if failing[0]:
+                failing[0] = False
                 raise MilvusException(code=2, message="Fail connecting to server")
 
     monkeypatch.setattr(pymilvus, "MilvusClient", DroppedOnce)
     assert isinstance(_client.connect("http://127.0.0.1:19530"), DroppedOnce)
     assert attempts == ["http://127.0.0.1:19530"] * 2
+    lite = str(tmp_path / "held.db")
+    attempts.clear()
+    failing[0] = True
+    with pytest.raises(StoreUnavailableError, match="one process at a time"):
+        _client.connect(lite)
+    assert attempts == [lite]
+    _client.connect(lite)  # opened here now: a later failure is tried again
+    attempts.clear()
+    failing[0] = True
+    assert isinstance(_client.connect(lite), DroppedOnce) and attempts == [lite] * 2
 
 
 @pytest.mark.parametrize(
