@@ -176,7 +176,16 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        revisions: list[tuple[str, str | None]] = [("this", str(HERE.parent))]
+        head = subprocess.run(
+            ["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"],
+            capture_output=True, text=True, check=False,
+        ).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(
+            ["git", "-C", str(HERE.parent), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, check=False,
+        ).stdout.strip()  # fmt: skip
+        this = f"this ({head}{' + changes' if dirty else ''})" if head else "this"
+        revisions: list[tuple[str, str | None]] = [(this, str(HERE.parent))]
         if args.against:
             tree = folder / "against"
             subprocess.run(
