@@ -14,6 +14,7 @@ the logs cannot tell, every key is read again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,11 +60,13 @@ class Directory:
     keys: list[str]
     orders: np.ndarray
     by_order: np.ndarray  # positions in ``ids`` in iteration order
-    # Every value (as stored, and as a column) and vector, aligned with ``ids``, in a store
-    # small enough for lookups to attend to every key (``EXACT_MAX_KEYS``): such a lookup needs
-    # every score and value, and fetching them from Milvus each time took 25 ms of a lookup at
-    # 10^4 keys (a run of benchmarks/milvus_store.py before this; 7 ms with it).
-    values: list[object] | None = None
+    # Every value and vector, aligned with ``ids``, in a store small enough for lookups to
+    # attend to every key (``EXACT_MAX_KEYS``): such a lookup needs every score and value, and
+    # fetching them from Milvus each time took 25 ms of a lookup at 10^4 keys (a run of
+    # benchmarks/milvus_store.py before this; 7 ms with it). The values as stored, for a
+    # refresh, are one JSON text: kept as objects, they pinned the memory of the vectors read
+    # beside them (a client of 10^4 keys held 475 MB against 367 MB without them).
+    values_json: str | None = None
     column: ValueColumn[Any] | None = None
     vectors: np.ndarray | None = None
     spelling: SpellingIndex | None = field(default=None)
@@ -108,8 +111,9 @@ class Directory:
         keep = ~np.isin(self.ids, changed)
         kept = np.flatnonzero(keep).tolist()
         values = None
-        if self.values is not None:
-            values = [self.values[i] for i in kept] + [row["value"]["v"] for row in found]
+        if self.values_json is not None:
+            held = json.loads(self.values_json)
+            values = [held[i] for i in kept] + [row["value"]["v"] for row in found]
         vectors = None
         if self.vectors is not None:
             new = np.asarray([row["vector"] for row in found], dtype=np.float32)
@@ -143,8 +147,9 @@ def _assembled(
     keys = [keys[i] for i in by_id.tolist()]
     directory = Directory(generation, ids, keys, orders, np.lexsort((ids, orders)))
     if values is not None and vectors is not None and len(ids):
-        directory.values = [values[i] for i in by_id.tolist()]
-        directory.column = column_of(directory.values, keys)
+        ordered = [values[i] for i in by_id.tolist()]
+        directory.column = column_of(ordered, keys)
+        directory.values_json = json.dumps(ordered)
         directory.vectors = vectors.reshape(len(ids), -1)[by_id]
     return directory
 
@@ -206,7 +211,8 @@ class KeyDirectory:
         self._count_rows = count_rows
         self._cached: Directory | None = None
         self._view: View | None = None
-        self._forms = FormCache(rows)  # a served store's keys' spelling forms
+        # Keys' spelling forms by id: a served store's, and a directory's across its refreshes.
+        self._forms = FormCache(rows)
 
     @property
     def cached(self) -> Directory | None:
