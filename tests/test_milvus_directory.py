@@ -46,6 +46,16 @@ def _store(location: str, collection: str, **options: object) -> SoftDict:
     return SoftDict(store=location, collection=collection, encoder=FakeEncoder(), **options)
 
 
+def _writer_and_reader(location: str) -> tuple[str, SoftDict, SoftDict]:
+    """Two store objects of one new store of ``ITEMS``; the reader has read its directory."""
+    collection = fresh_collection()
+    writer = _store(location, collection)
+    writer.update(ITEMS)
+    reader = _store(location, collection)
+    reader.lookup("Grmany")
+    return collection, writer, reader
+
+
 @pytest.fixture
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """How many times a directory read every key."""
@@ -79,11 +89,7 @@ def _answers_as_read_afresh(sd: SoftDict, location: str, collection: str) -> Non
 def test_a_write_elsewhere_fetches_only_the_keys_it_changed(
     milvus_store_location: str, reads: list[int]
 ) -> None:
-    collection = fresh_collection()
-    writer = _store(milvus_store_location, collection)
-    writer.update(ITEMS)
-    reader = _store(milvus_store_location, collection)
-    reader.lookup("Grmany")
+    collection, writer, reader = _writer_and_reader(milvus_store_location)
     assert len(reads) == 1  # its first read
     writer["New land"] = 99.0  # a new key
     writer["Germany"] = -3.0  # a new value
@@ -112,11 +118,7 @@ def test_a_write_elsewhere_fetches_only_the_keys_it_changed(
 def test_without_a_log_every_key_is_read_again(
     milvus_store_location: str, reads: list[int], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    collection = fresh_collection()
-    writer = _store(milvus_store_location, collection)
-    writer.update(ITEMS)
-    reader = _store(milvus_store_location, collection)
-    reader.lookup("Grmany")
+    collection, writer, reader = _writer_and_reader(milvus_store_location)
     # A writer of an older softdict counts its writes without a log.
     writer._store._meta.rows.write({"writer:older": "1"})
     writer["Germany"] = -3.0
