@@ -23,8 +23,9 @@ ITEMS = {name: float(i) for i, name in enumerate(NAMES)}
 QUERIES = ["Grmany", "Frnace", "Brazl", "Chiel", "Cuab", "New land"]
 
 
-def _log(writes: int, changed: dict[int, list[int]]) -> str:
-    return json.dumps({"writes": writes, "changed": [[n, ids] for n, ids in changed.items()]})
+def _log(writes: int, changed: dict[int, list[int]], open_write: int | None = None) -> str:
+    log = [[n, ids] for n, ids in changed.items()]
+    return json.dumps({"writes": writes, "changed": log, "open": open_write})
 
 
 def test_changed_since_reads_the_writers_logs() -> None:
@@ -40,6 +41,11 @@ def test_changed_since_reads_the_writers_logs() -> None:
     assert changed_since(before, {**now, "writer:a": _log(4, {4: [11]})}) is None
     assert changed_since(before, {**now, "writer:b": "2"}) is None
     assert changed_since({**before, "writer:d": _log(1, {1: [2]})}, now) is None
+    # A write left open (in progress, or its writer killed) is fetched at every refresh, and
+    # once more when it closes.
+    opened = {"writer:a": _log(3, {2: [7], 3: [3, 5]}, open_write=3)}
+    assert changed_since(opened, opened).tolist() == [3, 5]
+    assert changed_since(opened, {"writer:a": _log(3, {2: [7], 3: [3, 5]})}).tolist() == [3, 5]
 
 
 def _store(location: str, collection: str, **options: object) -> SoftDict:
@@ -129,4 +135,31 @@ def test_without_a_log_every_key_is_read_again(
     writer.update({"Chile": 7.5, "Cuba": 0.5, "Peru": 1.5})
     reader.lookup("Grmany")
     assert len(reads) == 3
+    _answers_as_read_afresh(reader, milvus_store_location, collection)
+
+
+def test_a_write_left_open_is_fetched_at_every_lookup(
+    milvus_store_location: str, reads: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A writer that dies between its rows and closing its write (here: its last metadata
+    request fails) leaves the write open: readers fetch its keys at every lookup, so none
+    answers with the key it deleted, and none reads every key again."""
+    collection, writer, reader = _writer_and_reader(milvus_store_location)
+    meta = writer._store._meta
+    write_counter = meta._write_counter
+
+    def dying(open_write: int | None) -> None:
+        if open_write is None:
+            raise SystemExit("killed before closing its write")
+        write_counter(open_write)
+        reader.lookup("Grmany")  # the reader refreshes while the write is open, rows unchanged
+        assert "Germany" in reader._store._keys.current().keys
+
+    monkeypatch.setattr(meta, "_write_counter", dying)
+    with pytest.raises(SystemExit):
+        del writer["Germany"]
+    for _ in range(2):
+        assert "Germany" not in reader.attend("Germany").keys
+        assert "Germany" not in reader._store._keys.current().keys
+    assert len(reads) == 1
     _answers_as_read_afresh(reader, milvus_store_location, collection)

@@ -27,7 +27,7 @@ from softdict.spelling import SpellingIndex, SpellingSource
 from softdict.spelling.index import PreparedKeys
 from softdict.spelling.text import token_sorted
 from softdict.store.milvus._collection import KeyRows, SeenKeys
-from softdict.store.milvus._metadata import StoreMetadata, changed_since
+from softdict.store.milvus._metadata import StoreMetadata, changed_since, has_open_write
 from softdict.store.milvus._spelling import FormCache, MilvusSpelling
 from softdict.store.milvus.backend import MilvusBackend
 from softdict.values.base import ValueColumn
@@ -244,7 +244,7 @@ class KeyDirectory:
             return view.directory
         generation = self._metadata.writers()
         directory = self._cached
-        if directory is None or directory.generation != generation:
+        if directory is None or directory.generation != generation or has_open_write(generation):
             directory = self._refreshed(directory, generation)
             self._cached = directory
         if view is not None:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,7 @@ __all__ = [
     "StoreMetadata",
     "adopted_config",
     "changed_since",
+    "has_open_write",
     "new_writer",
 ]
 
@@ -173,9 +176,13 @@ class StoreMetadata:
         }
         self.update(config=self.read_manifest().config.replace(**changes))
 
-    def count_write(self, changed: np.ndarray | None) -> None:
-        """Raise this process's writer counter, logging the ids the write ``changed`` (None:
-        unknown, or every key): directories see a change, and which keys it touched."""
+    @contextmanager
+    def writing(self, changed: np.ndarray | None) -> Iterator[None]:
+        """Around a write that changes the keys of ``changed`` ids (None: unknown, or every
+        key): raise this process's writer counter and log the ids, marked open, before the rows
+        change, and close the write after, whether the rows were written or not. A reader
+        fetches an open write's ids again at every lookup (``changed_since``), so a writer
+        killed in between leaves no reader answering with what it deleted or overwrote."""
         self._writes += 1
         if changed is None or len(changed) > CHANGES_KEPT:
             self._log = []  # a gap: a reader from before it reads every key again
@@ -183,8 +190,15 @@ class StoreMetadata:
             self._log.append((self._writes, [int(i) for i in changed]))
             while sum(len(ids) for _, ids in self._log) > CHANGES_KEPT:
                 self._log.pop(0)
-        text = json.dumps({"writes": self._writes, "changed": self._log}, separators=(",", ":"))
-        self.rows.write({self._writer: text})
+        self._write_counter(open_write=self._writes)
+        try:
+            yield
+        finally:
+            self._write_counter(open_write=None)
+
+    def _write_counter(self, open_write: int | None) -> None:
+        record = {"writes": self._writes, "changed": self._log, "open": open_write}
+        self.rows.write({self._writer: json.dumps(record, separators=(",", ":"))})
 
     def read_manifest(self) -> Manifest:
         """The stored manifest, checked; a format 1 store's config reads as the hand-set rule."""
@@ -244,36 +258,54 @@ class StoreMetadata:
         return self.rows.read_prefix(_WRITER)
 
 
-def _writes_of(text: str | None) -> tuple[int, dict[int, list[int]]] | None:
-    """A writer row's count and logged changes by write; (0, {}) for a writer not seen yet;
-    None for a row without a log."""
+@dataclass(frozen=True)
+class _Counter:
+    """A writer row: its count of writes, the ids of its logged writes, the write still open."""
+
+    writes: int
+    log: dict[int, list[int]]
+    open: int | None
+
+
+def _counter_of(text: str | None) -> _Counter | None:
+    """A writer row's counter; an empty one for a writer not seen yet; None for a row without
+    a log (a writer of softdict before the log)."""
     if text is None:
-        return 0, {}
+        return _Counter(0, {}, None)
     try:
         parsed = json.loads(text)
-        return int(parsed["writes"]), {int(n): list(ids) for n, ids in parsed["changed"]}
-    except (ValueError, TypeError, KeyError, RecursionError):
+        log = {int(n): [int(i) for i in ids] for n, ids in parsed["changed"]}
+        opened = parsed.get("open")
+        return _Counter(int(parsed["writes"]), log, None if opened is None else int(opened))
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
+
+
+def has_open_write(counters: dict[str, str]) -> bool:
+    """Whether a writer's row holds a write that is not closed (in progress, or its writer was
+    killed): its keys are fetched again at every lookup."""
+    return any(c is not None and c.open is not None for c in map(_counter_of, counters.values()))
 
 
 def changed_since(before: dict[str, str], now: dict[str, str]) -> np.ndarray | None:
     """The ids (increasing, unique) of the keys that writes changed between the writers'
-    counters ``before`` and ``now``, where their logs tell; None where they do not (a writer's
-    row without a log, writes gone from its log, a writer's row gone)."""
+    counters ``before`` and ``now``, and those of writes open in either, where the logs tell;
+    None where they do not (a writer's row without a log, writes gone from its log, a
+    writer's row gone)."""
     if not set(before) <= set(now):
         return None
     changed: list[int] = []
     for writer, text in now.items():
-        if before.get(writer) == text:
-            continue
-        then, current = _writes_of(before.get(writer)), _writes_of(text)
+        then, current = _counter_of(before.get(writer)), _counter_of(text)
         if then is None or current is None:
             return None
-        writes, log = current
-        missed = range(then[0] + 1, writes + 1)
-        if writes < then[0] or not all(write in log for write in missed):
+        if current.writes < then.writes:
             return None
-        changed.extend(i for write in missed for i in log[write])
+        wanted = set(range(then.writes + 1, current.writes + 1))
+        wanted |= {write for write in (then.open, current.open) if write is not None}
+        if not wanted <= set(current.log):
+            return None
+        changed.extend(i for write in wanted for i in current.log[write])
     return np.unique(np.asarray(changed, dtype=np.int64))
 
 

@@ -13,10 +13,10 @@ the keys and values the lookup then needs; the spelling forms of keys are cached
 bounded number (an id never names another text). A smaller store (or a
 large one whose collection predates the 3-gram field) reads its keys into this process's key
 directory (``_directory``). Every process that writes keeps a counter row in the metadata
-(``writer:<uuid>``) and raises it after each write, logging the ids it changed; a process
-reuses its directory while every counter is as it was, which one small query tells, and else
-fetches the keys the logs name. (A writer killed between its rows and its counter leaves
-readers' directories stale until the next write.)
+(``writer:<uuid>``), raised with the ids a write changes before its rows change and closed
+after (``_metadata.StoreMetadata.writing``); a process reuses its directory while every counter
+is as it was and no write is open, which one small query tells, and else fetches the keys the
+logs name.
 
 **Writes.** ``stage`` validates the whole write (values, embeddings, key lengths) before anything
 is sent, so bad input changes nothing. ``commit`` then upserts whole rows (``_rows``), in
@@ -29,8 +29,8 @@ as written is lost (tests kill the server mid-update).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import numpy as np
@@ -159,10 +159,13 @@ class MilvusStore(Store):
     def record_encoder(self, identity: EncoderIdentity) -> None:
         self._meta.update(encoder=EncoderEntry.of(identity))
 
-    def _bump(self, changed: np.ndarray | None) -> None:
-        """Tell every process's directory which keys changed (their ids; None: any key)."""
+    @contextmanager
+    def _writing(self, changed: np.ndarray | None) -> Iterator[None]:
+        """Around a write: every process's directory learns which keys it changes (ids; None:
+        any key), from before the rows change (``StoreMetadata.writing``)."""
         try:
-            self._meta.count_write(changed)
+            with self._meta.writing(changed):
+                yield
         except BaseException:
             self._keys.forget()
             raise
@@ -202,13 +205,13 @@ class MilvusStore(Store):
     @projection.setter
     def projection(self, projection: np.ndarray | None) -> None:
         self._projection = None
-        if projection is None:
-            self._meta.update(projection=None)
-        else:
-            array = np.ascontiguousarray(projection, dtype=np.float32)
-            self._meta.update(projection=self._meta.write_projection(array))
-            self._projection = array.copy()
-        self._bump(np.zeros(0, np.int64))  # no key changed
+        with self._writing(np.zeros(0, np.int64)):  # no key changes
+            if projection is None:
+                self._meta.update(projection=None)
+            else:
+                array = np.ascontiguousarray(projection, dtype=np.float32)
+                self._meta.update(projection=self._meta.write_projection(array))
+                self._projection = array.copy()
 
     def describe_index(self) -> str:
         kind = "exact" if self._index == "FLAT" else self._index.lower()
@@ -328,10 +331,8 @@ class MilvusStore(Store):
         rows = self._key_rows()
         assert rows is not None
         written = rows_of_write(staged, self._clock)
-        try:
+        with self._writing(np.array([row["id"] for row in written], dtype=np.int64)):
             rows.upsert(written)
-        finally:
-            self._bump(np.array([row["id"] for row in written], dtype=np.int64))
 
     def _create_rows(self, dim: int, kind: str, exemplar: dict[str, Any]) -> None:
         rows = self._key_rows_of(dim)
@@ -354,23 +355,19 @@ class MilvusStore(Store):
         rows = self._key_rows()
         assert rows is not None
         deleted = np.array([found[key]["id"]], np.int64)
-        try:
+        with self._writing(deleted):
             rows.delete(deleted)
-        finally:
-            self._bump(deleted)
 
     def compact(self) -> None:
         """Milvus compacts its segments on its own."""
 
     def clear(self) -> None:
         rows = self._key_rows()
-        try:
+        with self._writing(None):
             if rows is not None:
                 rows.drop()
             self._rows = None
             self._meta.update(dim=None, value_kind=None, exemplar=None)
-        finally:
-            self._bump(None)
 
     # -- reading for attention ---------------------------------------------------------------------
 
