@@ -77,6 +77,11 @@ class PreparedKeys:
     sorted_forms: list[str]
     grams: sp.csr_matrix | None
 
+    @classmethod
+    def of_forms(cls, forms: list[str], grams: sp.csr_matrix | None = None) -> PreparedKeys:
+        """Keys whose forms are already spelled (by ``spelling_form``)."""
+        return cls(forms, [token_sorted(form) for form in forms], grams)
+
 
 def no_candidates(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(m, n) ids and similarities of no candidate: -1 and NaN."""
@@ -114,7 +119,7 @@ class SpellingIndex:
         of adding them, which changes nothing, so a store does it before its commit."""
         forms = [spelling_form(key) for key in keys]
         grams = self._ngrams.grams(forms) if self._ngrams is not None else None
-        return PreparedKeys(forms, [token_sorted(form) for form in forms], grams)
+        return PreparedKeys.of_forms(forms, grams)
 
     def add(self, ids: np.ndarray, keys: PreparedKeys | list[str]) -> None:
         """New keys under ``ids`` (increasing, larger than any held): quick appends when

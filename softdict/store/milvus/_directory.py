@@ -25,7 +25,6 @@ import numpy as np
 from softdict._config import EXACT_MAX_KEYS
 from softdict.spelling import SpellingIndex, SpellingSource
 from softdict.spelling.index import PreparedKeys
-from softdict.spelling.text import token_sorted
 from softdict.store.milvus._collection import KeyRows, SeenKeys
 from softdict.store.milvus._metadata import StoreMetadata, changed_since, has_open_write
 from softdict.store.milvus._spelling import FormCache, MilvusSpelling
@@ -79,9 +78,7 @@ class Directory:
             if len(self.ids):
                 spelled = forms.remember(list(zip(self.ids.tolist(), self.keys)))
                 ordered = [spelled[i] for i in self.ids.tolist()]
-                spelling.add(
-                    self.ids, PreparedKeys(ordered, [token_sorted(f) for f in ordered], None)
-                )
+                spelling.add(self.ids, PreparedKeys.of_forms(ordered))
                 spelling.maintain()
             self.spelling = spelling
         return self.spelling

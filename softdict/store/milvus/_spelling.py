@@ -24,7 +24,7 @@ from softdict.index.base import Allow, sorted_unique
 from softdict.spelling.bounded import BoundedBatch
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.index import CANDIDATE_POOL, PreparedKeys, SpellingIndex, no_candidates
-from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
+from softdict.spelling.text import SpellingQueries, spelling_form
 from softdict.store.milvus._collection import KeyRows
 from softdict.store.milvus._grams import neighbour_vector, query_vectors
 from softdict.store.milvus.backend import changed_during_lookup
@@ -127,7 +127,7 @@ class MilvusSpelling:
             wanted = held.tolist()
             forms = known if known is not None else self._forms.forms_of(wanted)
             ordered = [forms[i] for i in wanted]
-            index.add(held, PreparedKeys(ordered, [token_sorted(f) for f in ordered], None))
+            index.add(held, PreparedKeys.of_forms(ordered))
         return index, held
 
     def similarity(self, queries: SpellingQueries, ids: np.ndarray) -> np.ndarray:
