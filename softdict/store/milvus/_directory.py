@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from softdict._config import EXACT_MAX_KEYS
+from softdict.index.base import is_in
 from softdict.spelling import SpellingIndex, SpellingSource
 from softdict.spelling.index import PreparedKeys
 from softdict.store.milvus._collection import KeyRows, SeenKeys
@@ -69,6 +70,9 @@ class Directory:
     column: ValueColumn[Any] | None = None
     vectors: np.ndarray | None = None
     spelling: SpellingIndex | None = field(default=None)
+    # Whether a writer's write was open in ``generation``: its keys are fetched at every
+    # lookup (decided when the directory is made, not by parsing the writers' logs each time).
+    open_write: bool = False
 
     def spelling_index(self, forms: FormCache) -> SpellingIndex:
         """The spelling forms of every key, built on first use (from ``forms``, which keeps
@@ -105,7 +109,7 @@ class Directory:
     ) -> Directory:
         """This directory after writes that ``changed`` the keys of these ids, whose rows now
         are ``found`` (``fields``; an id not found was deleted), as of ``generation``."""
-        keep = ~np.isin(self.ids, changed)
+        keep = ~is_in(self.ids, changed)
         kept = np.flatnonzero(keep).tolist()
         values = None
         if self.values_json is not None:
@@ -241,8 +245,9 @@ class KeyDirectory:
             return view.directory
         generation = self._metadata.writers()
         directory = self._cached
-        if directory is None or directory.generation != generation or has_open_write(generation):
+        if directory is None or directory.generation != generation or directory.open_write:
             directory = self._refreshed(directory, generation)
+            directory.open_write = has_open_write(generation)
             self._cached = directory
         if view is not None:
             view.directory = directory
