@@ -61,15 +61,21 @@ def is_server_uri(location: str) -> bool:
     return location.startswith(("http://", "https://", "tcp://", "grpc://"))
 
 
-def shown(location: str) -> str:
-    """``location`` as messages show it: a server URI's password replaced by ``***``."""
+def _userinfo(location: str) -> tuple[str, str, str]:
+    """A server URI split around its credentials: ("https://", "user:password", "@host..."),
+    the middle empty where it has none."""
     scheme, separator, rest = location.partition("://")
     authority, slash, path = rest.partition("/")
     if not separator or "@" not in authority:
-        return location
+        return location, "", ""
     userinfo, host = authority.rsplit("@", 1)
-    user = userinfo.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}{slash}{path}"
+    return f"{scheme}://", userinfo, f"@{host}{slash}{path}"
+
+
+def shown(location: str) -> str:
+    """``location`` as messages show it: a server URI's password replaced by ``***``."""
+    before, userinfo, after = _userinfo(location)
+    return f"{before}{userinfo.split(':', 1)[0]}:***{after}" if userinfo else location
 
 
 def _without_mvcc_warning(record: logging.LogRecord) -> bool:
@@ -136,7 +142,7 @@ def connect(location: str) -> MilvusClient:
         if is_server_uri(location):
             # pymilvus's own message may quote what it was given: no secret leaves here.
             message = str(exc)
-            for secret in (token, location.partition("://")[2].rpartition("@")[0]):
+            for secret in (token, _userinfo(location)[1]):
                 if secret:
                     message = message.replace(secret, "***")
             raise StoreUnavailableError(message) from None
