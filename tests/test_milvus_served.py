@@ -26,7 +26,7 @@ from _support import FakeEncoder, assert_close
 
 from softdict import SoftDict, StoreUnavailableError, _retrieval
 from softdict.spelling import SpellingIndex, SpellingQueries, spelling_form
-from softdict.store.milvus import _collection, _directory
+from softdict.store.milvus import _collection, _directory, _hits
 from softdict.store.milvus._spelling import FormCache, MilvusSpelling
 
 pytestmark = pytest.mark.milvus
@@ -188,6 +188,67 @@ def test_values_come_back_with_the_requests(
     for typo in TYPOS:
         assert milvus.lookup(typo) == pytest.approx(memory.lookup(typo), rel=0.05)
     assert asked and ["value"] not in asked
+
+
+def test_hits_read_by_column_are_pymilvus_own(milvus_store_location: str) -> None:
+    """A search's ids, scores, keys and JSON values read by column (``_hits``) are what
+    pymilvus gives hit by hit, for values of every JSON shape, in every query of a batch; a
+    plain list of hits (no columns) is read hit by hit, with the same answers."""
+    from pymilvus import DataType, MilvusClient
+
+    uri = milvus_store_location.removeprefix("milvus:")
+    client = MilvusClient(uri)
+    name = fresh_collection()
+    schema = client.create_schema(auto_id=False)
+    schema.add_field("id", DataType.INT64, is_primary=True)
+    schema.add_field("key", DataType.VARCHAR, max_length=200)
+    schema.add_field("value", DataType.JSON)
+    schema.add_field("vector", DataType.FLOAT_VECTOR, dim=4)
+    params = client.prepare_index_params()
+    params.add_index("vector", index_type="FLAT", metric_type="IP")
+    client.create_collection(name, schema=schema, index_params=params)
+    shapes = [
+        1,
+        -(2**62),
+        0.1 + 0.2,
+        1e-300,
+        "Côte d'Ivoire",
+        "日本",
+        None,
+        True,
+        [1.5, [2, "x"]],
+        {"a": {"b": [None, 3]}},
+        "",
+        [],
+        {},
+    ]
+    rng = np.random.default_rng(7)
+    rows = [
+        {
+            "id": i,
+            "key": NAMES[i],
+            "value": {"v": shapes[i % len(shapes)]},
+            "vector": rng.normal(size=4).astype(np.float32).tolist(),
+        }
+        for i in range(60)
+    ]
+    client.insert(name, rows)
+    queries = rng.normal(size=(3, 4)).astype(np.float32).tolist()
+    try:
+        for fields in (["key", "value"], ["value"], []):
+            for hits in client.search(name, data=queries, limit=40, output_fields=fields):
+                expected = (
+                    [hit["id"] for hit in hits],
+                    [hit["distance"] for hit in hits],
+                    {field: [hit["entity"][field] for hit in hits] for field in fields},
+                )
+                assert len(expected[0]) == 40
+                # pymilvus's own hits are read by column here, not by the fallback
+                assert _hits._read_by_column(hits, fields) == expected
+                plain = [dict(hit) for hit in hits]
+                assert _hits.hit_columns(plain, fields) == expected
+    finally:
+        client.drop_collection(name)
 
 
 _DELETER = textwrap.dedent(

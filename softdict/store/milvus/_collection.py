@@ -42,6 +42,7 @@ from softdict.store.milvus._client import (
     translated,
 )
 from softdict.store.milvus._grams import key_grams
+from softdict.store.milvus._hits import hit_columns
 
 if TYPE_CHECKING:
     from pymilvus import MilvusClient
@@ -53,6 +54,7 @@ __all__ = [
     "check_collection_name",
     "meta_name",
     "seen_columns",
+    "seen_hits",
 ]
 
 # What ``index=`` means in a Milvus store: Milvus builds and searches the index itself. FLAT is
@@ -137,24 +139,29 @@ def _id_range(start: int, width: int) -> str:
     return f"id >= {start} or id < {end - ID_SPACE}"  # the range wraps around the end
 
 
-def seen_columns(
-    rows: Iterable[Mapping[str, Any]], seen: SeenKeys | None, nested: bool = False
-) -> list[int]:
-    """The ids of ``rows`` (a query's or get's; a search's hits, whose fields are under
-    "entity", where ``nested``), telling ``seen`` their ids, keys and values (``SEEN_FIELDS``):
-    one pass, as a lookup's rows are thousands and pymilvus's hits slow to read."""
+def seen_columns(rows: Iterable[Mapping[str, Any]], seen: SeenKeys | None) -> list[int]:
+    """The ids of a query's or get's ``rows``, telling ``seen`` their ids, keys and values
+    (``SEEN_FIELDS``) in one pass."""
     if seen is None:
         return [row["id"] for row in rows]
     ids: list[int] = []
     keys: list[str] = []
     values: list[object] = []
     for row in rows:
-        fields = row["entity"] if nested else row
         ids.append(row["id"])
-        keys.append(fields["key"])
-        values.append(fields["value"]["v"])
+        keys.append(row["key"])
+        values.append(row["value"]["v"])
     seen(ids, keys, values)
     return ids
+
+
+def seen_hits(hits: Any, seen: SeenKeys | None, sign: float) -> tuple[list[int], list[float]]:
+    """The ids and scores (higher is better: ``sign`` times Milvus's distance) of one query's
+    search ``hits``, read by column (``_hits``), telling ``seen`` their ids, keys and values."""
+    ids, distances, columns = hit_columns(hits, SEEN_FIELDS if seen is not None else [])
+    if seen is not None:
+        seen(ids, columns["key"], [value["v"] for value in columns["value"]])
+    return ids, [sign * distance for distance in distances]
 
 
 def _ids_list(ids: np.ndarray) -> list[int]:
@@ -358,13 +365,17 @@ class KeyRows(CollectionRows):
             else:
                 with self.calling("sample keys"):
                     (rows,) = self._search_vectors(query[None, :], MAX_TOPK, expression, fields)
-                scores.extend(self._sign * hit["distance"] for hit in rows)
             if len(rows) >= MAX_TOPK:
                 raise StoreUnavailableError(
                     f"the Milvus store at {self.location} grew during the lookup (a sample of "
                     f"{n:,} keys' id space held {len(rows):,}); try again"
                 )
-            found.extend(seen_columns(rows, seen, nested=query is not None))
+            if query is None:
+                found.extend(seen_columns(rows, seen))
+            else:
+                hit_ids, hit_scores = seen_hits(rows, seen, self._sign)
+                found.extend(hit_ids)
+                scores.extend(hit_scores)
         ids = np.asarray(found, dtype=np.int64)
         return ids, None if query is None else np.asarray(scores, dtype=np.float64)
 
@@ -387,10 +398,9 @@ class KeyRows(CollectionRows):
             with self.calling("search"):
                 results = self._search_vectors(queries[part], k, expression, fields)
             for i, hits in enumerate(results, start=part.start):
-                found = len(hits)
-                if found:
-                    ids[i, :found] = seen_columns(hits, seen, nested=True)
-                    scores[i, :found] = [self._sign * hit["distance"] for hit in hits]
+                hit_ids, hit_scores = seen_hits(hits, seen, self._sign)
+                ids[i, : len(hit_ids)] = hit_ids
+                scores[i, : len(hit_ids)] = hit_scores
         return scores, ids
 
     def _search_vectors(
