@@ -116,14 +116,20 @@ def values_of_rows(
     id's slot in it: from ``known`` (values by id that came back with this lookup's requests),
     the others fetched from ``rows``. A key gone since the ids were found is an error."""
     wanted = np.unique(ids[ids >= 0])
-    found = {i: known[i] for i in wanted.tolist() if i in known} if known else {}
-    missing = np.array([i for i in wanted.tolist() if i not in found], dtype=np.int64)
-    if rows is not None and len(missing):
-        found.update((row["id"], row["value"]["v"]) for row in rows.get(missing, ["value"]))
-    if len(found) < len(wanted):
-        raise changed_during_lookup()
+    listed = wanted.tolist()
+    known = known or {}
+    missing = [i for i in listed if i not in known]
+    if missing:
+        fetched = (
+            {}
+            if rows is None
+            else {row["id"]: row["value"]["v"] for row in rows.get(np.array(missing), ["value"])}
+        )
+        if len(fetched) < len(missing):
+            raise changed_during_lookup()
+        known = {**known, **fetched}
     # The keys only name a value in an error message, and stored values passed the checks.
-    column = column_of([found[i] for i in wanted.tolist()], [str(i) for i in wanted.tolist()])
+    column = column_of([known[i] for i in listed], list(map(str, listed)))
     slots = np.searchsorted(wanted, np.maximum(ids, 0)).clip(0, max(len(wanted) - 1, 0))
     return column, slots
 
