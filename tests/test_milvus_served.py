@@ -11,10 +11,12 @@ on a store the fake encoder embeds in a moment.
 
 from __future__ import annotations
 
+import gc
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections import Counter
 from pathlib import Path
 
@@ -26,7 +28,7 @@ from _support import FakeEncoder, assert_close
 
 from softdict import SoftDict, StoreUnavailableError, _retrieval
 from softdict.spelling import SpellingIndex, SpellingQueries, spelling_form
-from softdict.store.milvus import _collection, _directory, _hits
+from softdict.store.milvus import _collection, _collector, _directory, _hits
 from softdict.store.milvus._spelling import FormCache, MilvusSpelling
 
 pytestmark = pytest.mark.milvus
@@ -249,6 +251,54 @@ def test_hits_read_by_column_are_pymilvus_own(milvus_store_location: str) -> Non
                 assert _hits.hit_columns(plain, fields) == expected
     finally:
         client.drop_collection(name)
+
+
+def test_the_collector_waits_for_a_lookup_and_runs_after(
+    milvus_store_location: str, large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup's requests run with the cyclic collector paused (``_collector``); it runs again
+    after, and one the application paused stays paused."""
+    _, milvus = twins(milvus_store_location)
+    running: list[bool] = []
+    search = _collection.KeyRows.search
+
+    def spied(self: _collection.KeyRows, *args: object, **kwargs: object) -> object:
+        running.append(gc.isenabled())
+        return search(self, *args, **kwargs)
+
+    monkeypatch.setattr(_collection.KeyRows, "search", spied)
+    assert gc.isenabled()
+    milvus.lookup(TYPOS[0])
+    assert running and not any(running)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        milvus.lookup(TYPOS[1])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_the_collector_pause_is_shared_by_overlapping_lookups() -> None:
+    """Two threads in the pause at once: the collector runs again when the last one leaves."""
+    entered, release = threading.Event(), threading.Event()
+
+    def other() -> None:
+        with _collector.collector_paused():
+            entered.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=other)
+    with _collector.collector_paused():
+        thread.start()
+        assert entered.wait(10)
+    assert not gc.isenabled()  # the other thread is still inside
+    release.set()
+    thread.join(10)
+    assert gc.isenabled()
+    with _collector.collector_paused(), _collector.collector_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
 
 
 _DELETER = textwrap.dedent(

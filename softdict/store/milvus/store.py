@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -63,6 +63,7 @@ from softdict.store.milvus._collection import (
     index_type,
     meta_name,
 )
+from softdict.store.milvus._collector import collector_paused
 from softdict.store.milvus._directory import KeyDirectory
 from softdict.store.milvus._ids import rows_of_keys
 from softdict.store.milvus._metadata import (
@@ -237,8 +238,11 @@ class MilvusStore(Store):
         rows = self._key_rows()
         return rows.count() if rows is not None else 0
 
-    def reading(self) -> AbstractContextManager[None]:
-        return self._keys.reading()
+    @contextmanager
+    def reading(self) -> Iterator[None]:
+        # A lookup's hits are many short-lived objects: the cyclic collector waits (_collector).
+        with collector_paused(), self._keys.reading():
+            yield
 
     def _found(
         self, keys: list[str], fields: list[str], *, writing: bool = False
