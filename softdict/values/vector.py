@@ -8,6 +8,7 @@ key, an odd length such as 13 sent BLAS down a slow path (1.9 ms for 10^5 keys a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -95,14 +96,17 @@ class VectorColumn(ValueColumn[np.ndarray]):
         """``values`` as one array where each is a list of this length of finite ints and
         floats (as JSON reads them back: a Milvus store's lookup stages a few thousand), which
         passes the checks below; None: check them one by one, which says what is wrong."""
-        length = self.length
-        if not all(type(value) is list and len(value) == length for value in values):
+        if set(map(type, values)) != {list}:
             return None
         lists: Sequence[list[object]] = values  # type: ignore[assignment]  # checked above
-        if not {type(item) for value in lists for item in value} <= {int, float}:
+        length = self.length
+        if set(map(len, lists)) != {length}:
             return None
-        try:
-            staged = np.array(values, dtype=np.float64).reshape(len(values), length)
+        if not set(map(type, chain.from_iterable(lists))) <= {int, float}:
+            return None
+        try:  # (fromiter over the items is twice as fast as np.array over the lists)
+            items = chain.from_iterable(lists)
+            staged = np.fromiter(items, np.float64, len(lists) * length).reshape(-1, length)
         except OverflowError:  # an int beyond a float's range
             return None
         return staged if np.isfinite(staged).all() else None
