@@ -118,7 +118,7 @@ def values_of_rows(
     wanted = np.unique(ids[ids >= 0])
     listed = wanted.tolist()
     known = known or {}
-    missing = [i for i in listed if i not in known]
+    missing = sorted(set(listed).difference(known))
     if missing:
         fetched = (
             {}
@@ -129,7 +129,7 @@ def values_of_rows(
             raise changed_during_lookup()
         known = {**known, **fetched}
     # The keys only name a value in an error message, and stored values passed the checks.
-    column = column_of([known[i] for i in listed], list(map(str, listed)))
+    column = column_of(list(map(known.__getitem__, listed)), list(map(str, listed)))
     slots = np.searchsorted(wanted, np.maximum(ids, 0)).clip(0, max(len(wanted) - 1, 0))
     return column, slots
 
