@@ -107,7 +107,7 @@ class SoftLookups(Facade):
         """Like ``lookup``, for query embeddings: (n, d) gives n results, (d,) gives one."""
         check_min_score(min_score)
         array, single = self._query_array(queries)
-        with self._lock, self._store.reading():
+        with self._lock, self._store.reading(spelled=False):
             self._check_lookup(default, single)
             return _lookup.lookup_values(self._store, array, mask, None, single, min_score, default)
 
@@ -130,7 +130,7 @@ class SoftLookups(Facade):
     ) -> Attention | list[Attention]:
         """``attend`` for query embeddings: (n, d) gives a list of n ``Attention``, (d,) one."""
         array, single = self._query_array(queries)
-        with self._lock, self._store.reading():
+        with self._lock, self._store.reading(spelled=False):
             self._require_keys()
             found = _lookup.attentions(self._store, array, mask, None)
         return found[0] if single else found

@@ -253,6 +253,33 @@ def test_hits_read_by_column_are_pymilvus_own(milvus_store_location: str) -> Non
         client.drop_collection(name)
 
 
+def test_a_lookup_of_embeddings_is_brought_no_keys(
+    milvus_store_location: str, large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keys come back with a lookup's rows only where it may score spelling (its queries are
+    texts); a lookup of embeddings answers the same without them."""
+    memory, milvus = twins(milvus_store_location)
+    asked: list[list[str]] = []
+    search = _collection.KeyRows._search_vectors
+
+    def spied(self: _collection.KeyRows, queries, k, expression, fields):  # type: ignore[no-untyped-def]
+        asked.append(fields)
+        return search(self, queries, k, expression, fields)
+
+    monkeypatch.setattr(_collection.KeyRows, "_search_vectors", spied)
+    milvus.lookup(TYPOS[0])
+    assert asked and all(fields == ["key", "value"] for fields in asked)
+    asked.clear()
+    embeddings = FakeEncoder().encode(TYPOS)
+    assert_close(
+        milvus.lookup_embeddings(embeddings), memory.lookup_embeddings(embeddings), rtol=0.05
+    )
+    assert asked and all(fields == ["value"] for fields in asked)
+    asked.clear()
+    milvus.lookup(TYPOS[1])  # and texts again bring their keys
+    assert asked and all(fields == ["key", "value"] for fields in asked)
+
+
 def test_the_collector_waits_for_a_lookup_and_runs_after(
     milvus_store_location: str, large: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -368,9 +395,13 @@ def test_the_form_cache_is_bounded_and_fetches_what_it_lacks() -> None:
     rows.asked.clear()
     cache.forms_of([1, 29])
     assert rows.asked == [1]
-    cache.note([(7, NAMES[7])])  # kept as its text, spelled when asked for, never fetched
+    cache.note([7], [NAMES[7]])  # kept as its text, spelled when asked for, never fetched
     assert cache.forms_of([7]) == {7: spelling_form(NAMES[7])} and rows.asked == [1]
     assert len(cache) == 10
+    cache.note([7, 29], [NAMES[7], NAMES[29]])  # kept and spelled: noted again, still spelled
+    spelled = {i: spelling_form(NAMES[i]) for i in (7, 29)}
+    assert cache._kept[7] == spelled[7] and cache.forms_of([7, 29]) == spelled
+    assert rows.asked == [1]
     del rows.keys[5]  # deleted since its id was found
     with pytest.raises(StoreUnavailableError, match="changed during the lookup"):
         cache.forms_of([5])

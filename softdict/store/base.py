@@ -283,10 +283,11 @@ class Store(ABC):
     def _ids_of(self, keys: list[str]) -> np.ndarray:
         """The ids of those of ``keys`` the store holds (for ``allow``)."""
 
-    def reading(self) -> AbstractContextManager[None]:
+    def reading(self, spelled: bool = True) -> AbstractContextManager[None]:
         """A context a lookup runs in (the façade enters it, holding its lock). A store shared
         with other processes may read one view of itself for its duration, rather than check
-        for their writes at every call; by default nothing happens."""
+        for their writes at every call, and skip what only spelling needs where the lookup
+        scores none (not ``spelled``: its queries are embeddings); by default nothing happens."""
         return nullcontext()
 
     @abstractmethod

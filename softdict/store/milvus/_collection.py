@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -70,11 +70,22 @@ _META_SUFFIX = "__softdict"
 # underscores, 255 characters at most; the metadata collection's suffix takes 10 of them.
 _COLLECTION_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 MAX_COLLECTION_NAME = 255 - len(_META_SUFFIX)
-# Told the ids, keys and values of the rows that come back with a search or a sample: a served
-# store keeps their keys' spelling forms, and their values for the lookup in progress.
-SeenKeys = Callable[[list[int], list[str], list[object]], object]
-# The fields a search or a sample returns for ``SeenKeys``.
+# The fields a search or a sample returns for ``SeenKeys``: the keys, for the spelling channel,
+# and the values.
 SEEN_FIELDS = ["key", "value"]
+
+
+class SeenKeys(Protocol):
+    """Told of the rows that come back with a search, a sample or a get: a served store keeps
+    their keys' spelling forms, and their values for the lookup in progress."""
+
+    def seen_fields(self) -> list[str]:
+        """``SEEN_FIELDS``, or ``["value"]`` where the lookup in progress spells nothing."""
+
+    def see(self, ids: list[int], keys: list[str] | None, values: list[object]) -> None:
+        """The rows' ids, keys (None where not asked for) and values."""
+
+
 _KEY_FIELDS = {
     "id": "INT64",
     "key": "VARCHAR",
@@ -144,23 +155,18 @@ def seen_columns(rows: Iterable[Mapping[str, Any]], seen: SeenKeys | None) -> li
     (``SEEN_FIELDS``) in one pass."""
     if seen is None:
         return [row["id"] for row in rows]
-    ids: list[int] = []
-    keys: list[str] = []
-    values: list[object] = []
-    for row in rows:
-        ids.append(row["id"])
-        keys.append(row["key"])
-        values.append(row["value"]["v"])
-    seen(ids, keys, values)
+    ids = [row["id"] for row in rows]
+    keys = [row["key"] for row in rows] if "key" in seen.seen_fields() else None
+    seen.see(ids, keys, [row["value"]["v"] for row in rows])
     return ids
 
 
 def seen_hits(hits: Any, seen: SeenKeys | None, sign: float) -> tuple[list[int], list[float]]:
     """The ids and scores (higher is better: ``sign`` times Milvus's distance) of one query's
     search ``hits``, read by column (``_hits``), telling ``seen`` their ids, keys and values."""
-    ids, distances, columns = hit_columns(hits, SEEN_FIELDS if seen is not None else [])
+    ids, distances, columns = hit_columns(hits, seen.seen_fields() if seen is not None else [])
     if seen is not None:
-        seen(ids, columns["key"], [value["v"] for value in columns["value"]])
+        seen.see(ids, columns.get("key"), [value["v"] for value in columns["value"]])
     return ids, [sign * distance for distance in distances]
 
 
@@ -350,7 +356,7 @@ class KeyRows(CollectionRows):
         width = min(ID_SPACE, round(ID_SPACE * count / ranges / max(n, 1)))
         found: list[int] = []
         scores: list[float] = []
-        fields = SEEN_FIELDS if seen is not None else []
+        fields = seen.seen_fields() if seen is not None else []
         per_request = max(1, _REQUEST_KEYS // _RANGE_KEYS)
         for first in range(0, ranges, per_request):
             here = min(per_request, ranges - first)
@@ -393,7 +399,7 @@ class KeyRows(CollectionRows):
         per_request = min(
             MAX_NQ, max(1, RESULTS_PER_SEARCH // max(k, 1)), max(1, REQUEST_BYTES // (4 * self.dim))
         )
-        fields = SEEN_FIELDS if seen is not None else []
+        fields = seen.seen_fields() if seen is not None else []
         for part in _chunks(m, per_request):
             with self.calling("search"):
                 results = self._search_vectors(queries[part], k, expression, fields)

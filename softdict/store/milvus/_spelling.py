@@ -8,7 +8,8 @@ similarities and marks of other keys (the dense search's, a sampled tail's) are 
 their texts, which come back with those searches and samples (``MilvusBackend``'s ``seen``), or
 else are fetched by id.
 
-Keys' spelling forms are cached by id, up to ``FORMS_CACHED`` of them (the most recently used):
+Keys' spelling forms are cached by id, up to ``FORMS_CACHED`` of them (the most recently used
+or, for keys never asked about, first seen):
 a key's id is a hash of its text (``_ids``), so an id never names another text, and a cached
 form is never stale (a deleted key's id is simply no longer found by searches).
 """
@@ -16,7 +17,7 @@ form is never stale (a deleted key's id is simply no longer found by searches).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -52,14 +53,13 @@ class FormCache:
     def __len__(self) -> int:
         return len(self._kept)
 
-    def note(self, found: Iterable[tuple[int, str]]) -> None:
-        """Keep the keys ``found`` (id, text), unspelled."""
+    def note(self, ids: list[int], texts: list[str]) -> None:
+        """Keep the keys ``ids`` (with their ``texts``) not kept yet, unspelled, as the most
+        recent. A key kept already keeps its place: noting is not using (a lookup notes
+        thousands of keys, and moving each one was half the cost of noting them); a key asked
+        for moves to the end (``_form``)."""
         kept = self._kept
-        for id_, text in found:
-            if id_ in kept:
-                kept.move_to_end(id_)
-            else:
-                kept[id_] = text  # new: last already
+        kept.update([(id_, text) for id_, text in zip(ids, texts) if id_ not in kept])
         self._evict()
 
     def remember(self, found: list[tuple[int, str]]) -> dict[int, str]:

@@ -24,7 +24,7 @@ from softdict._files import FileReader
 from softdict._similarity import metric_scores
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
 from softdict.store.milvus._client import MAX_TOPK
-from softdict.store.milvus._collection import SEEN_FIELDS, KeyRows, SeenKeys, seen_columns
+from softdict.store.milvus._collection import KeyRows, SeenKeys, seen_columns
 
 __all__ = ["CLIENT_SIDE_MAX", "IN_LIST_MAX", "MilvusBackend"]
 
@@ -249,7 +249,7 @@ class MilvusBackend(IndexBackend):
         return result[:, np.searchsorted(columns, ids)]
 
     def _vectors_found(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        fields = ["vector"] if self._seen is None else ["vector", *SEEN_FIELDS]
+        fields = ["vector"] if self._seen is None else ["vector", *self._seen.seen_fields()]
         rows = self.rows.get(ids, fields)
         held = np.asarray(seen_columns(rows, self._seen), dtype=np.int64)
         vectors = np.asarray([row["vector"] for row in rows], dtype=np.float32)

@@ -239,9 +239,9 @@ class MilvusStore(Store):
         return rows.count() if rows is not None else 0
 
     @contextmanager
-    def reading(self) -> Iterator[None]:
+    def reading(self, spelled: bool = True) -> Iterator[None]:
         # A lookup's hits are many short-lived objects: the cyclic collector waits (_collector).
-        with collector_paused(), self._keys.reading():
+        with collector_paused(), self._keys.reading(spelled):
             yield
 
     def _found(
