@@ -1,7 +1,8 @@
 """The Milvus store beside the in-memory store (FAISS), exact numpy, and FAISS or Milvus alone.
 
 Run:  pip install -e '.[bench,milvus]' && python benchmarks/milvus_store.py
-      [--sizes 10000 100000] [--corpus places] [--out benchmarks/results_milvus.md]
+      [--sizes 10000 100000] [--corpus places] [--stores memory lite served]
+      [--out benchmarks/results_milvus.md]
 
 DATA (real, from installed packages; the bundled encoder's embeddings, cached by
 ``matching_scale.key_embeddings`` in ``~/.cache/softdict-bench``): ``real_scale.corpus
@@ -40,6 +41,14 @@ calls to pymilvus during the timed queries, per query; client RSS: the resident 
 fresh process that opens the served store (or, for Milvus alone, connects with pymilvus) and
 answers the 100 timed queries with the method's options (no encoder loaded: the queries are
 embeddings), against which the growth with the store's size is what the client holds per key.
+
+REQUESTS (the second table), for the served store, its ``top_k`` twin and Milvus alone: the
+requests of a lookup in the order it made them (over the lookups that made the most common
+sequence), each one's median time, which includes pymilvus's reading of its rows, and the
+median of the rest of the lookup, this process's own work.
+
+``--stores`` leaves out the memory store or the Lite file (their rows then missing): at 10^6
+keys each takes 10-15 minutes to build here.
 
 Timings are medians on a shared, noisy 2-core machine.
 """
@@ -115,22 +124,60 @@ def client_rss(uri: str, collection: str, queries: Path, top_k: int) -> int:
 
 
 class RequestCounter:
-    """Counts this process's calls to pymilvus (searches, queries, gets, iterator pages)."""
+    """Counts and times this process's calls to pymilvus (searches, queries, gets): ``log`` holds
+    each call's kind and time, a search's kind naming its limit and whether it had a filter."""
 
     def __init__(self) -> None:
         from pymilvus import MilvusClient
 
         self.calls = 0
+        self.log: list[tuple[str, float]] = []
         for name in ("search", "query", "get", "describe_collection", "has_collection"):
             method = getattr(MilvusClient, name)
-            setattr(MilvusClient, name, self._counted(method))
+            setattr(MilvusClient, name, self._counted(name, method))
 
-    def _counted(self, method):  # type: ignore[no-untyped-def]
+    def _counted(self, name, method):  # type: ignore[no-untyped-def]
         def wrapper(*args, **kwargs):  # type: ignore[no-untyped-def]
             self.calls += 1
-            return method(*args, **kwargs)
+            began = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                kind = name
+                if name == "search":
+                    kind += f" of {kwargs.get('limit'):,}" + (
+                        ", filtered" if kwargs.get("filter") else ""
+                    )
+                self.log.append((kind, time.perf_counter() - began))
 
         return wrapper
+
+
+def request_table(logs: dict[str, list[list[tuple[str, float]]]]) -> str:
+    """Each method's requests in a lookup, by their place in it: the median time of each (a
+    request's time includes pymilvus's reading of its rows), and the median of the rest of the
+    lookup (this process's own work). ``logs``: per method, per lookup, its requests and, last,
+    ("lookup", its whole time)."""
+    lines = []
+    for name, lookups in logs.items():
+        shapes = Counter(tuple(kind for kind, _ in lookup[:-1]) for lookup in lookups)
+        shape, count = shapes.most_common(1)[0]
+        same = [lookup for lookup in lookups if tuple(kind for kind, _ in lookup[:-1]) == shape]
+        cells = [
+            f"{i + 1}. {kind}: {np.median([lookup[i][1] for lookup in same]) * 1000:.1f}"
+            for i, kind in enumerate(shape)
+        ]
+        rest = [lookup[-1][1] - sum(t for _, t in lookup[:-1]) for lookup in same]
+        whole = [lookup[-1][1] for lookup in same]
+        lines.append(
+            f"| {name} | {count} of {len(lookups)} | {'<br>'.join(cells)} | "
+            f"{np.median(rest) * 1000:.1f} | {np.median(whole) * 1000:.1f} |"
+        )
+    return (
+        "\nRequests of a lookup (the lookups that made the most common sequence of requests), "
+        "ms, medians:\n\n| method | lookups | each request | the rest, here | the lookup |\n"
+        "|---|---|---|---|---|\n" + "\n".join(lines) + "\n"
+    )
 
 
 def rss_bytes(pid: int) -> int:
@@ -203,7 +250,7 @@ def milvus_alone(uri: str, keys: list[str], vectors: np.ndarray, values: np.ndar
     return search, build
 
 
-def measure(n: int, corpus_name: str, counter: RequestCounter) -> str:
+def measure(n: int, corpus_name: str, counter: RequestCounter, kept: list[str]) -> str:
     keys, vectors, values = corpus(corpus_name, n)
     rng = np.random.default_rng(1)
     held = np.zeros(len(keys), dtype=bool)
@@ -229,6 +276,8 @@ def measure(n: int, corpus_name: str, counter: RequestCounter) -> str:
             ),
             ("softdict, Milvus served", {"store": f"milvus:{server.uri}", "collection": "bench"}),
         ]:
+            if name.split(" ")[-1].lower() not in kept:
+                continue
             began = time.perf_counter()
             sd = SoftDict(temperature=T, lexical=0, query_cache_size=0, **options)
             sd.add_embeddings(keys, vectors, [v for v in values])
@@ -265,14 +314,17 @@ def measure(n: int, corpus_name: str, counter: RequestCounter) -> str:
         }
         times: dict[str, list[float]] = {name: [] for name in calls}
         requests: Counter[str] = Counter()
+        logs: dict[str, list[list[tuple[str, float]]]] = {name: [] for name in calls}
         order_rng = np.random.default_rng(2)
         for i in range(TIMED):
             for name in order_rng.permutation(list(calls)):
                 asked = counter.calls
+                counter.log = []
                 began = time.perf_counter()
                 calls[name](queries[i : i + 1])
                 times[name].append(time.perf_counter() - began)
                 requests[name] += counter.calls - asked
+                logs[name].append([*counter.log, ("lookup", times[name][-1])])
         np.save(workdir / "queries.npy", queries[:TIMED])
         clients = {
             "softdict, Milvus served": ("bench", 0),
@@ -298,23 +350,21 @@ def measure(n: int, corpus_name: str, counter: RequestCounter) -> str:
         def here(name: str) -> str:
             return f"{stores[name][0].index_memory_bytes / 2**20:.0f} MB here"
 
-        memory = {
-            "exact numpy": here_mb,
-            "softdict, memory": here("softdict, memory"),
-            "softdict, Milvus Lite": (
+        memory = {"exact numpy": here_mb, "FAISS alone, k=256": here_mb}
+        if "softdict, memory" in stores:
+            memory["softdict, memory"] = here("softdict, memory")
+        disk = {}
+        if "softdict, Milvus Lite" in stores:
+            memory["softdict, Milvus Lite"] = (
                 f"{here('softdict, Milvus Lite')}; server {lite_rss / 2**20:.0f} MB"
-            ),
-            "softdict, Milvus served": (
-                f"{here('softdict, Milvus served')}; server {served_rss / 2**20:.0f} MB"
-            ),
-            "FAISS alone, k=256": here_mb,
-        }
-        disk = {
-            "softdict, Milvus Lite": f"{disk_bytes(workdir / 'lite.db') / 2**20:.0f} MB",
-            "softdict, Milvus served": (
-                f"{disk_bytes(workdir / 'served.db') / 2**20:.0f} MB (both collections)"
-            ),
-        }
+            )
+            disk["softdict, Milvus Lite"] = f"{disk_bytes(workdir / 'lite.db') / 2**20:.0f} MB"
+        memory["softdict, Milvus served"] = (
+            f"{here('softdict, Milvus served')}; server {served_rss / 2**20:.0f} MB"
+        )
+        disk["softdict, Milvus served"] = (
+            f"{disk_bytes(workdir / 'served.db') / 2**20:.0f} MB (both collections)"
+        )
         for name, call in calls.items():
             began = time.perf_counter()
             if name == "Milvus alone (served), k=256":
@@ -354,7 +404,11 @@ def measure(n: int, corpus_name: str, counter: RequestCounter) -> str:
         "memory | disk | requests / lookup | client RSS |\n"
         "|---|---|---|---|---|---|---|---|---|---|---|"
     )
-    return header + "\n" + "\n".join(rows) + "\n"
+    served = [name for name in logs if "served" in name or "alone (served)" in name]
+    return (
+        header + "\n" + "\n".join(rows) + "\n"
+        + request_table({name: logs[name] for name in served})
+    )  # fmt: skip
 
 
 HEADER = """# The Milvus store beside the memory store, exact numpy, FAISS alone and Milvus alone
@@ -370,13 +424,21 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--corpus", choices=["places", "words"], default="places")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--stores",
+        nargs="+",
+        choices=["memory", "lite", "served"],
+        default=["memory", "lite", "served"],
+        help="the softdict stores to build (the served one always is): at 10^6 keys each takes "
+        "10-15 minutes to build on 2 cores",
+    )
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
     counter = RequestCounter()
     sections = {}
     for n in args.sizes:
         title = f"{args.corpus}, {n:,} keys"
-        sections[title] = measure(n, args.corpus, counter)
+        sections[title] = measure(n, args.corpus, counter, [*args.stores, "served"])
         print(sections[title], flush=True)
     if args.out:
         write(args.out, sections, " ".join(sys.argv), HEADER)
