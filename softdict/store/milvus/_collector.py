@@ -6,8 +6,8 @@ freed by reference counting (none is part of a cycle). Their count alone trigger
 collector, and objects that outlive two young collections get a full collection of the process's
 whole heap every few lookups. Measured on a 10^5-key store (``benchmarks/milvus_store.py``'s
 data, a process of 133,000 tracked objects): 7 full collections in 40 lookups, 130 ms each on
-average, 23 ms added to every lookup's median of ~105 ms. The heap is the application's, so in a
-larger process each such collection costs more.
+average, so that a lookup took 130 ms on average against 105 ms with the collector paused. The
+heap is the application's, so in a larger process each such collection costs more.
 
 ``collector_paused`` pauses the collector for a lookup and resumes it after, as msgpack and other
 parsers of large messages advise for a burst of short-lived objects. The pause is shared by the
