@@ -31,7 +31,10 @@ compute it):
 COLUMNS: insert: keys per second to build the store from embeddings (``add_embeddings``;
 FAISS: ``add``; Milvus alone: one ``insert`` per 2,000 rows); p50 / p99 ms: one query per call,
 100 queries, the methods interleaved query by query; batch q/s: 200 queries in one call;
-rel. error: mean ||y − y_exact|| / ||y_exact|| over the 200 queries; recall@10: share of each
+rel. error: mean ||y − y_exact|| / ||y_exact|| over the 200 queries; tail / value cover, where
+full attention is estimated: the share of queries whose true tail mass lies in ``tail_interval``
+and of value components within 1.96 ``value_stderr`` of the exact value, as
+``benchmarks/real_scale.py`` counts them (95% intervals); recall@10: share of each
 query's 10 nearest keys (exact cosine) among ``nearest(k=10)`` (FAISS and Milvus alone: their
 search); memory: this process's index bytes after the timed queries (softdict:
 ``index_memory_bytes``, which for a Milvus store is the vectors it keeps of a store of at most
@@ -250,6 +253,33 @@ def milvus_alone(uri: str, keys: list[str], vectors: np.ndarray, values: np.ndar
     return search, build
 
 
+def coverage(
+    sd: SoftDict, queries: np.ndarray, vectors: np.ndarray, truth: np.ndarray, row_of: dict
+) -> tuple[float, float] | None:
+    """How often the intervals of ``sd``'s estimated full attention hold, as
+    ``benchmarks/real_scale.py`` counts them: the share of queries whose true tail mass (1 − the
+    exact weights of the head's keys) lies in ``tail_interval``, and the share of value
+    components within 1.96 ``value_stderr`` of the exact value. None where nothing is estimated."""
+    attentions = sd.attend_embeddings(queries)
+    if not any(a.sampled > 0 for a in attentions):
+        return None
+    tails = []
+    for start in range(0, len(queries), 20):  # in chunks, to bound memory at 10^6 keys
+        weights = softmax(queries[start : start + 20] @ vectors.T, T)
+        for i, attention in enumerate(attentions[start : start + 20]):
+            head = np.array([row_of[key] for key in attention.keys], dtype=np.int64)
+            tails.append(1.0 - weights[i, head].sum(dtype=np.float64))
+    low, high = np.array([a.tail_interval for a in attentions]).T
+    tail_cover = float(np.mean((low - 1e-9 <= np.array(tails)) & (np.array(tails) <= high + 1e-9)))
+    values = np.stack([np.asarray(a.value, dtype=np.float64) for a in attentions])
+    stderr = np.stack(
+        [np.asarray(a.value_stderr if a.sampled else 0.0, dtype=np.float64) * np.ones_like(v)
+         for a, v in zip(attentions, values)]
+    )  # fmt: skip
+    value_cover = float(np.mean(np.abs(values - truth) <= 1.96 * stderr + 1e-12))
+    return tail_cover, value_cover
+
+
 def measure(n: int, corpus_name: str, counter: RequestCounter, kept: list[str]) -> str:
     keys, vectors, values = corpus(corpus_name, n)
     rng = np.random.default_rng(1)
@@ -382,6 +412,12 @@ def measure(n: int, corpus_name: str, counter: RequestCounter, kept: list[str]) 
                     near = [[row_of[key] for key, _ in row] for row in found]
             batch = time.perf_counter() - began
             error = np.mean(np.linalg.norm(got - truth, axis=1) / np.linalg.norm(truth, axis=1))
+            covered = (
+                coverage(stores[name][0], queries, vectors, truth, row_of)
+                if name in stores
+                else None
+            )
+            cover = "-" if covered is None else f"{covered[0]:.3f} / {covered[1]:.3f}"
             recall = (
                 np.mean([len(set(a) & set(b)) / 10 for a, b in zip(near, true_top)])
                 if near is not None
@@ -393,16 +429,16 @@ def measure(n: int, corpus_name: str, counter: RequestCounter, kept: list[str]) 
             rows.append(
                 f"| {name} | {'-' if build is None else f'{build:,.0f}'} | "
                 f"{np.median(t):.2f} | {np.percentile(t, 99):.2f} | {N_QUERIES / batch:,.0f} | "
-                f"{error:.2e} | {'-' if np.isnan(recall) else f'{recall:.3f}'} | "
+                f"{error:.2e} | {cover} | {'-' if np.isnan(recall) else f'{recall:.3f}'} | "
                 f"{memory.get(name, '-')} | {disk.get(name, '-')} | "
                 f"{'-' if asked is None else f'{asked:.1f}'} | {client_mb.get(name, '-')} |"
             )
     finally:
         server.stop()
     header = (
-        "| method | insert keys/s | p50 ms | p99 ms | batch q/s | rel. error | recall@10 | "
-        "memory | disk | requests / lookup | client RSS |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|"
+        "| method | insert keys/s | p50 ms | p99 ms | batch q/s | rel. error | tail / value cover "
+        "| recall@10 | memory | disk | requests / lookup | client RSS |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     served = [name for name in logs if "served" in name or "alone (served)" in name]
     return (
