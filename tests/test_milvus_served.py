@@ -208,7 +208,9 @@ def test_hits_read_by_column_are_pymilvus_own(milvus_store_location: str) -> Non
     schema.add_field("vector", DataType.FLOAT_VECTOR, dim=4)
     params = client.prepare_index_params()
     params.add_index("vector", index_type="FLAT", metric_type="IP")
-    client.create_collection(name, schema=schema, index_params=params)
+    client.create_collection(
+        name, schema=schema, index_params=params, consistency_level="Strong"
+    )  # (its searches see the insert below, as a softdict store's do)
     shapes = [
         1,
         -(2**62),
