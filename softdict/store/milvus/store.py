@@ -240,8 +240,7 @@ class MilvusStore(Store):
 
     @contextmanager
     def reading(self, spelled: bool = True) -> Iterator[None]:
-        # A lookup's hits are many short-lived objects: the cyclic collector waits (_collector).
-        with collector_paused(), self._keys.reading(spelled):
+        with collector_paused(), self._keys.reading(spelled):  # (why: _collector's docstring)
             yield
 
     def _found(
