@@ -13,7 +13,8 @@ from softdict.index.base import Allow, IndexBackend
 
 __all__ = ["INITIAL_K", "adaptive_top_k", "valid_bound"]
 
-# Adaptive top-k starts here and grows 4x per round until the tail bound is met or max_k reached.
+# Adaptive top-k starts here and grows 4x per round until the tail bound is met or the head's
+# size (max_k, or more: softdict._retrieval.head_size) is reached.
 INITIAL_K = 64
 _GROWTH = 4
 
@@ -42,7 +43,8 @@ def adaptive_top_k(
     bound: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Top-k per query, with k growing 4x per round (64, 256, 1024, ...) until the tail bound is
-    under ``tail_tolerance``, the index has no more candidates, or k reaches ``max_k``.
+    under ``tail_tolerance``, the index has no more candidates, or k reaches the route's head
+    size (``max_k``, or more: ``softdict._retrieval.head_size``).
 
     ``bound(rows, scores, ids)`` gives the tail bound of the queries ``rows`` from their top
     keys so far (default: the bound on these scores; the spelling channel's union passes one
@@ -50,10 +52,10 @@ def adaptive_top_k(
 
     Where a larger k makes a search much slower (HNSW), each round searches again, for the
     queries still pending. Elsewhere (exact scoring computes every score anyway; IVF scans about
-    the same lists for any k up to max_k) one search at the largest k serves every round: each
+    the same lists for any k up to the cap) one search at the largest k serves every round: each
     query is cut where the rounds would stop. Both give the same keys for an exact backend.
     """
-    cap = min(policy.max_k, route.n_allowed)
+    cap = route.head_k
     in_rounds = route.capabilities.cost_grows_with_k
     m = len(queries)
     scores = np.full((m, cap), -np.inf)

@@ -12,11 +12,12 @@ Three cases, decided per call:
   codes instead of its vector, and the keys that weigh most are scored exactly
   (``softdict._compressed``), within a stated bound.
 * top-k attention: ``top_k=k``, the softmax over the k best keys and nothing else.
-* estimated full attention: otherwise. The head is the ``max_k`` best keys, found by one search,
-  and a sample of the other allowed keys stands for the rest (``with_sampled_tail``,
-  ``softdict._sampling``), drawn near the query where the backend can (``sample_near``).
-  With ``max_sample=0`` nothing is sampled: the head's k starts at 64 and grows 4x until the
-  bound on the mass outside it is under ``tail_tolerance`` or k reaches ``max_k``.
+* estimated full attention: otherwise. The head is the ``max_k`` best keys (more on a backend
+  that draws its tail uniformly: ``head_size``), found by one search, and a sample of the other
+  allowed keys stands for the rest (``with_sampled_tail``, ``softdict._sampling``), drawn near
+  the query where the backend can (``sample_near``). With ``max_sample=0`` nothing is sampled:
+  the head's k starts at 64 and grows 4x until the bound on the mass outside it is under
+  ``tail_tolerance`` or k reaches that head size.
 
 The tail bound (``_attention.tail_mass_bound``) assumes the keys found are the true best k; it
 holds for exact backends, not always for approximate ones, which can miss a near key, so it is
@@ -50,11 +51,13 @@ from softdict.spelling.fusion import (
 )
 
 __all__ = [
+    "HEAD_GROWTH_MAX",
     "SPELLING_CANDIDATES",
     "RetrievalPolicy",
     "Route",
     "Selection",
     "SpellingRequest",
+    "head_size",
     "route",
     "scans_every_key",
     "scores_every_key",
@@ -82,11 +85,24 @@ def scans_every_key(
     return not spelled and policy.max_sample > 0 and n_allowed <= capabilities.scan_max_keys
 
 
+# A head widened by ``Capabilities.head_share`` holds at most this many times ``max_k`` keys.
+HEAD_GROWTH_MAX = 4
+
+
+def head_size(capabilities: Capabilities, policy: RetrievalPolicy, n_allowed: int) -> int:
+    """The most keys an estimated attention's head holds: ``max_k``, or on a backend with a
+    ``head_share`` that share of the allowed keys where it is more, up to ``HEAD_GROWTH_MAX``
+    times ``max_k``; never more than are allowed."""
+    widened = min(int(capabilities.head_share * n_allowed), HEAD_GROWTH_MAX * policy.max_k)
+    return min(n_allowed, max(policy.max_k, widened))
+
+
 def route(
     capabilities: Capabilities, policy: RetrievalPolicy, n_allowed: int, spelled: bool
 ) -> Route:
     """How a lookup over ``n_allowed`` keys chooses them, decided once (``Route``)."""
     every = scores_every_key(capabilities, n_allowed)
+    head_k = head_size(capabilities, policy, n_allowed)
     scans = scans_every_key(capabilities, policy, n_allowed, spelled)
     # Where the scan would go past the exact path on a backend that keeps compressed scores,
     # it reads every key's codes instead of its vector (softdict._compressed).
@@ -94,11 +110,13 @@ def route(
     if scans:
         columns = n_allowed
     else:
-        wanted = policy.top_k if policy.top_k is not None else policy.max_k + policy.max_sample
+        wanted = policy.top_k if policy.top_k is not None else head_k + policy.max_sample
         if spelled:
             wanted += SPELLING_CANDIDATES  # the spelling candidates join the dense ones
         columns = max(1, min(wanted, n_allowed))
-    return Route(n_allowed, capabilities, every, scans and not compressed, columns, compressed)
+    return Route(
+        n_allowed, capabilities, every, scans and not compressed, columns, head_k, compressed
+    )
 
 
 def select(
@@ -144,7 +162,7 @@ def select(
             scores, ids = backend.search(queries, min(policy.top_k, n_allowed), allow)
         elif policy.max_sample > 0:
             # The tail is sampled whatever the head's bound says: one search, no rounds.
-            scores, ids = backend.search(queries, min(policy.max_k, n_allowed), allow)
+            scores, ids = backend.search(queries, way.head_k, allow)
         else:
             scores, ids = adaptive_top_k(backend, queries, policy, allow, way)
         head = Selection(

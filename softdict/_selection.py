@@ -57,6 +57,7 @@ class Route:
         scores_every_key: every allowed key is scored, in both channels (``scores_every_key``).
         scans_every_key: full attention over every allowed key (``scans_every_key``).
         columns: about how many keys a query's selection holds (a batch is chunked by it).
+        head_k: the most keys an estimated attention's head holds (``_retrieval.head_size``).
         compressed: full attention from every allowed key's compressed score
             (``softdict._compressed``), in place of the scan.
     """
@@ -66,6 +67,7 @@ class Route:
     scores_every_key: bool
     scans_every_key: bool
     columns: int
+    head_k: int
     compressed: bool = False
 
     @property

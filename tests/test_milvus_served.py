@@ -29,6 +29,7 @@ from _support import FakeEncoder, assert_close
 from softdict import SoftDict, StoreUnavailableError, _retrieval
 from softdict.spelling import SpellingIndex, SpellingQueries, spelling_form
 from softdict.store.milvus import _collection, _collector, _directory, _hits
+from softdict.store.milvus import backend as backend_module
 from softdict.store.milvus._spelling import FormCache, MilvusSpelling
 
 pytestmark = pytest.mark.milvus
@@ -190,6 +191,38 @@ def test_values_come_back_with_the_requests(
     for typo in TYPOS:
         assert milvus.lookup(typo) == pytest.approx(memory.lookup(typo), rel=0.05)
     assert asked and ["value"] not in asked
+
+
+def test_the_head_widens_with_the_store_as_its_tail_is_uniform(
+    milvus_store_location: str, large: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Milvus store's sampled tail is uniform, so its head holds ``HEAD_SHARE`` of the keys
+    where that is more than max_k: with and without the spelling channel (a share large enough
+    for 150 keys to show it; at most 4 times max_k)."""
+    monkeypatch.setattr(backend_module, "HEAD_SHARE", 1 / 16)
+    searched: list[int] = []
+    search = backend_module.MilvusBackend.search
+
+    def spied(self, queries, k, allow=None):  # type: ignore[no-untyped-def]
+        searched.append(k)
+        return search(self, queries, k, allow)
+
+    monkeypatch.setattr(backend_module.MilvusBackend, "search", spied)
+    for max_k, head in [(4, len(NAMES) // 16), (2, 8)]:
+        milvus = SoftDict(
+            ITEMS,
+            store=milvus_store_location,
+            collection=fresh_collection(),
+            encoder=FakeEncoder(),
+            max_sample=32,
+            max_k=max_k,
+        )
+        searched.clear()
+        milvus.lookup_embeddings(FakeEncoder().encode(TYPOS[:2]))
+        attention = milvus.attend(TYPOS[2])
+        # The text lookup's head search is one of its searches (the others find candidates).
+        assert searched[0] == head and head in searched[1:]
+        assert attention.sampled is not None and attention.sampled > 0
 
 
 def test_hits_read_by_column_are_pymilvus_own(milvus_store_location: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _support import FakeEncoder, assert_close, close
+from _support import FLOAT32_RTOL, FakeEncoder, assert_close, close
 
 from softdict import (
     ConfigError,
@@ -22,7 +22,7 @@ from softdict import (
 from softdict._attention import softmax, tail_mass_bound
 from softdict._config import EXACT_MAX_KEYS
 from softdict._files import FileReader
-from softdict._retrieval import SPELLING_CANDIDATES, RetrievalPolicy, select
+from softdict._retrieval import HEAD_GROWTH_MAX, SPELLING_CANDIDATES, RetrievalPolicy, select
 from softdict._similarity import Metric, metric_scores
 from softdict.index import Allow, Capabilities, IndexBackend, backend_spec, register_backend
 from softdict.index.growing import GrowingBackend
@@ -41,17 +41,20 @@ class Recording(IndexBackend):
     """Any backend, recording each search's (number of queries, k); optionally claiming that
     cost grows with k, to run adaptive top-k in rounds over an exact backend."""
 
-    def __init__(self, inner: IndexBackend, *, rounds: bool | None = None) -> None:
+    def __init__(
+        self, inner: IndexBackend, *, rounds: bool | None = None, head_share: float = 0.0
+    ) -> None:
         super().__init__(inner.dim, inner.metric)
-        self.inner, self.rounds = inner, rounds
+        self.inner, self.rounds, self.head_share = inner, rounds, head_share
         self.searches: list[tuple[int, int]] = []
 
     @property
     def capabilities(self) -> Capabilities:
         caps = self.inner.capabilities
-        if self.rounds is None:
+        if self.rounds is None and not self.head_share:
             return caps
-        return Capabilities(exact=caps.exact, cost_grows_with_k=self.rounds)
+        rounds = caps.cost_grows_with_k if self.rounds is None else self.rounds
+        return Capabilities(caps.exact, rounds, head_share=self.head_share)
 
     def search(self, queries, k, allow=None):  # type: ignore[no-untyped-def]
         self.searches.append((len(queries), k))
@@ -183,6 +186,32 @@ def test_adaptive_k_in_one_search_equals_adaptive_k_in_rounds() -> None:
     for i in range(30):
         np.testing.assert_array_equal(a.ids[i, : a.k[i]], b.ids[i, : b.k[i]])
         assert_close(a.weights[i, : a.k[i]], b.weights[i, : b.k[i]], atol=1e-6)
+
+
+@pytest.mark.usefixtures("without_scan")
+def test_a_backend_drawing_its_tail_uniformly_widens_the_head_with_the_store() -> None:
+    """``Capabilities.head_share``: an estimated attention's head holds that share of the
+    allowed keys where it is more than max_k, at most HEAD_GROWTH_MAX times max_k, and the
+    head's rounds (no sample) stop there too: the head is the true best keys, the rest sampled."""
+    n = EXACT_MAX_KEYS + 500
+    inner, X = exact_backend(n, clusters=300)
+    queries = clustered(6, seed=9, clusters=300)[0]
+    scores = queries.astype(np.float64) @ X.T.astype(np.float64)
+    for share, head in [(0.0, 64), (1 / 64, n // 64), (1 / 4, HEAD_GROWTH_MAX * 64)]:
+        sampled = Recording(inner, head_share=share)
+        chosen = select(sampled, queries, RetrievalPolicy(0.05, max_k=64), None, n)
+        assert sampled.searches == [(6, head)] and chosen.k.tolist() == [head] * 6
+        assert chosen.n_sampled is not None and np.all(chosen.n_sampled > 0)
+        assert_close(chosen.weights.sum(axis=1), 1.0)
+        for i in range(6):
+            inside = np.zeros(n, dtype=bool)
+            inside[chosen.ids[i, :head]] = True
+            # float32 scores may order near-equal keys differently at the head's edge.
+            assert scores[i, inside].min() >= scores[i, ~inside].max() - FLOAT32_RTOL
+        rounds = Recording(inner, rounds=True, head_share=share)
+        never_met = RetrievalPolicy(0.05, max_k=64, max_sample=0, tail_tolerance=1e-12)
+        chosen = select(rounds, queries, never_met, None, n)
+        assert rounds.searches[-1] == (6, head) and chosen.k.tolist() == [head] * 6
 
 
 def test_an_empty_batch_selects_nothing() -> None:

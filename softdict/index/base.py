@@ -85,6 +85,12 @@ class Capabilities:
         approximate_scores: ``score_approximately`` gives every key's compressed score with a
             bound on its error (``softdict.index.compressed``), and full attention over a large
             store is computed from them (``softdict._compressed``).
+        head_share: an estimated attention's head grows past ``max_k`` to this share of the
+            allowed keys, up to ``softdict._retrieval.HEAD_GROWTH_MAX`` times ``max_k`` (0:
+            ``max_k`` keys), where the backend draws the tail uniformly (no ``sample_near`` of
+            its own): a uniform sample's error grows with the store as a near-query draw's does
+            not, and where a search is one request whatever its k (Milvus), a wider head costs
+            less than the wider sample that would give the same error.
     """
 
     exact: bool
@@ -92,6 +98,7 @@ class Capabilities:
     returns_vectors: bool = True
     scan_max_keys: int = 0
     approximate_scores: bool = False
+    head_share: float = 0.0
 
 
 @dataclass(frozen=True)
