@@ -19,7 +19,7 @@ compute it):
 * softdict, memory: the default store (index "auto": every key scored up to 10,000 keys, HNSW
   and a scan of every key up to 150,000);
 * softdict, Milvus Lite: ``store="milvus:FILE.db"`` (milvus-lite 2.5.1's engine, FLAT index);
-  full attention, which above 10,000 keys is estimated from a head of ``max_k`` keys (1/256
+  full attention, which above 10,000 keys is estimated from a head of ``max_k`` keys (1/64
   of the keys where that is more, at most 4·``max_k``) and a sample that Milvus draws;
 * softdict, Milvus served: the same store reached over gRPC on 127.0.0.1 (milvus-lite's server
   binary), as a cluster is reached; also with ``top_k=256``;

@@ -69,7 +69,7 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             keys and nothing else.
         max_k: the largest head of an estimated attention (the head grows 64, 256, 1024 until
             the bound on the mass outside it is below ``tail_tolerance``). A Milvus store,
-            whose sampled tail is uniform, widens it to 1/256 of the allowed keys where that
+            whose sampled tail is uniform, widens it to 1/64 of the allowed keys where that
             is more, at most 4 times ``max_k``.
         tail_tolerance: the bound on the mass outside the head at which the head stops growing.
         tolerance: the half-width wanted on the interval of an estimated attention's tail

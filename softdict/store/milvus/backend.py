@@ -33,11 +33,11 @@ __all__ = ["CLIENT_SIDE_MAX", "HEAD_SHARE", "IN_LIST_MAX", "MilvusBackend"]
 CLIENT_SIDE_MAX = 64
 # The head of an estimated attention holds this share of the allowed keys where it is more than
 # max_k (``Capabilities.head_share``): the tail is a uniform sample here, whose error grows with
-# the store. On the served binary (benchmarks/results_milvus.md): at 10^5 keys the head stays
-# max_k (1,024: 2.7x Milvus alone's search, within the 3x the store keeps to); at 10^6 it holds
-# 3,905 keys and errs by 2.3% (as the memory store's near-query sample) at 1.6x Milvus alone,
-# where 1,024 keys erred by 3.8%; a sample three times larger gave 2.6% for twice the added time.
-HEAD_SHARE = 1 / 256
+# the store. On the served binary (benchmarks/results_milvus.md), the head of 1,559 keys at 10^5
+# erred by 1.5% at 2.8x Milvus alone's search (1,024 keys: 1.8%, 2.7x), and of 4,096 at 10^6 by
+# 2.2% at 1.7x (1,024: 3.8%), as the memory store's near-query sample does (1.6%, 2.3%); a
+# sample three times larger gave 2.6% at 10^6 for twice the time the wider head added.
+HEAD_SHARE = 1 / 64
 # Up to this many allowed keys, a filter lists them ("id in [...]", ~20 bytes an id).
 IN_LIST_MAX = 16384
 
