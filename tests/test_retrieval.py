@@ -5,6 +5,7 @@ deletes, overwrites, compaction, masks inside the search, the auto switch, IVF r
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -39,7 +40,8 @@ EXACT = {"auto", "flat", "test-dict"}
 
 class Recording(IndexBackend):
     """Any backend, recording each search's (number of queries, k); optionally claiming that
-    cost grows with k, to run adaptive top-k in rounds over an exact backend."""
+    cost grows with k, to run adaptive top-k in rounds over an exact backend, or a head share
+    (``Capabilities.head_share``), its other capabilities the wrapped backend's."""
 
     def __init__(
         self, inner: IndexBackend, *, rounds: bool | None = None, head_share: float = 0.0
@@ -51,10 +53,8 @@ class Recording(IndexBackend):
     @property
     def capabilities(self) -> Capabilities:
         caps = self.inner.capabilities
-        if self.rounds is None and not self.head_share:
-            return caps
         rounds = caps.cost_grows_with_k if self.rounds is None else self.rounds
-        return Capabilities(caps.exact, rounds, head_share=self.head_share)
+        return replace(caps, cost_grows_with_k=rounds, head_share=self.head_share)
 
     def search(self, queries, k, allow=None):  # type: ignore[no-untyped-def]
         self.searches.append((len(queries), k))
