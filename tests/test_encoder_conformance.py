@@ -7,6 +7,7 @@ identity across instances and across a store's save and load. Through the public
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -133,6 +134,36 @@ def test_batching_equals_one_by_one(encoder_name: str, make) -> None:
         assert_same_embeddings(encoder_name, keys, keys_alone)
         queries = encoder.encode_queries(TEXTS, batch_size=batch_size)
         assert_same_embeddings(encoder_name, queries, queries_alone)
+
+
+def test_threads_encode_at_once(encoder_name: str, make) -> None:
+    """docs/guarantees.md: lookups and inserts encode in parallel, so one encoder object must
+    take calls from several threads at once (a tokenizer's Rust object refuses a second borrow:
+    "Already borrowed"), and each call gets its own texts' embeddings."""
+    encoder = resolve_encoder(make(), query_cache_size=0)
+    texts = [f"{word} {i}" for i, word in enumerate(TEXTS * 40)]
+    expected = encoder.encode_queries(texts, batch_size=8)
+    parts = [texts[start::4] for start in range(4)]
+    barrier = threading.Barrier(len(parts))
+    results: dict[int, np.ndarray] = {}
+    errors: list[BaseException] = []
+
+    def encode(part: int) -> None:
+        try:
+            barrier.wait()
+            for _ in range(3):
+                results[part] = encoder.encode_queries(parts[part], batch_size=8)
+        except BaseException as exc:  # surfaced by the assert below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=encode, args=(part,)) for part in range(len(parts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    for start in range(4):
+        assert_same_embeddings(encoder_name, results[start], expected[start::4])
 
 
 def test_an_empty_list_gives_no_rows_of_the_dimension(encoder_name: str, make) -> None:

@@ -48,6 +48,11 @@ _CHECKSUMS = "softdict-checksums.json"
 
 _LOADED: dict[Path, Any] = {}
 _LOAD_LOCK = threading.Lock()
+# model2vec tokenises with the ``tokenizers`` library's Rust object, which refuses a second
+# thread while a batch is under way ("RuntimeError: Already borrowed", huggingface/tokenizers
+# issue 537), and lookups encode outside the store's lock (docs/guarantees.md). Static encoding
+# is a table lookup (~30,000 queries/s here), so one thread at a time costs little.
+_ENCODE_LOCK = threading.Lock()
 
 
 def is_static_model(model: object) -> bool:
@@ -69,13 +74,15 @@ def is_static_folder(path: Path) -> bool:
 
 class StaticEncoder:
     """A model2vec ``StaticModel`` as an ``Encoder``: float32 output, in this process (model2vec's
-    own worker processes are not started: a library call should not fork)."""
+    own worker processes are not started: a library call should not fork), one call at a time
+    across threads (``_ENCODE_LOCK``)."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        raw = self.model.encode(texts, show_progress_bar=False, use_multiprocessing=False)
+        with _ENCODE_LOCK:
+            raw = self.model.encode(texts, show_progress_bar=False, use_multiprocessing=False)
         return np.asarray(raw, dtype=np.float32)
 
 
