@@ -52,7 +52,7 @@ from matching import cached_embeddings, tasks
 
 from softdict._attention import softmax
 from softdict.encoders import resolve_encoder
-from softdict.spelling import SpellingIndex, SpellingQueries
+from softdict.spelling import SpellingIndex, SpellingQueries, unknown_share
 
 TEMPERATURE = 0.05
 
@@ -102,7 +102,8 @@ def library_spelling(queries: list[str], keys: list[str]) -> tuple[np.ndarray, n
     index = SpellingIndex()
     index.add(np.arange(len(keys)), keys)
     spelled = SpellingQueries.of(queries)
-    return index.similarity(spelled, np.arange(len(keys))), spelled.unknown
+    unknown = np.array([unknown_share(query) for query in queries])
+    return index.similarity(spelled, np.arange(len(keys))), unknown
 
 
 def query_dependent_rules(encoder, matching, meaning_sets) -> None:

@@ -206,6 +206,8 @@ class QueryTerms:
         found = np.asarray(similarity, dtype=np.float64)
         found = np.where(np.isnan(found), 0.0, found)
         heights = self._heights
+        if rows is None and len(heights) == 1:  # one query's row: one pass, no list
+            return np.interp(found, self.knots, heights[0])
         if rows is None:
             return np.array(
                 [np.interp(row, self.knots, height) for row, height in zip(found, heights)]
@@ -292,4 +294,7 @@ def query_terms(
     offset = np.zeros(len(texts))
     if combination.offset:
         offset = lexical * unit * (x @ np.asarray(combination.offset, dtype=np.float64))
-    return QueryTerms(knots, scale, slopes, marks, offset)
+    terms = QueryTerms(knots, scale, slopes, marks, offset)
+    if not combination.meaning_parts and not combination.offset:  # known without a pass
+        terms.__dict__["_meaning_alone"] = True
+    return terms

@@ -115,13 +115,11 @@ class SpellingQueries:
     Attributes:
         forms: each query's spelling form.
         sorted_forms: each form with its words sorted.
-        unknown: (m,) each query's unknown share (see ``unknown_share``).
         counts: (m, 64) each form's character counts (``bounds.character_counts``).
     """
 
     forms: list[str]
     sorted_forms: list[str]
-    unknown: np.ndarray
     counts: np.ndarray
 
     @classmethod
@@ -130,7 +128,6 @@ class SpellingQueries:
         return cls(
             forms,
             [token_sorted(form) for form in forms],
-            np.array([unknown_share(text) for text in texts], dtype=np.float64),
             character_counts(forms),
         )
 
@@ -147,6 +144,5 @@ class SpellingQueries:
         return SpellingQueries(
             [self.forms[i] for i in picked],
             [self.sorted_forms[i] for i in picked],
-            self.unknown[picked],
             self.counts[picked],
         )
