@@ -1,12 +1,15 @@
 """SoftDict's soft lookups: ``lookup``, ``attend`` and ``nearest``, of text or of embeddings.
 
 Each parses its arguments, encodes the queries outside the lock, and hands the embeddings to
-``softdict._lookup`` under the lock.
+``softdict._lookup`` under the lock. A batch of texts is looked up once per distinct text and
+its answers repeated for the repeats: a table's column holds the same values many times (100
+distinct names in 10,000 rows took 109x the time of the 100 alone, before).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import copy
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar, overload
 
@@ -24,6 +27,7 @@ from softdict._types import NO_DEFAULT, BatchValue, Label, Mask, NoDefault, Valu
 __all__ = ["SoftLookups"]
 
 D = TypeVar("D")
+T = TypeVar("T")
 
 
 class SoftLookups(Facade):
@@ -78,10 +82,14 @@ class SoftLookups(Facade):
         """
         texts, single = query_texts(query)
         check_min_score(min_score)
+        texts, repeats = distinct_texts(texts)
         with self._encoded(texts, lambda: self._check_lookup(default, single)) as embeddings:
-            return _lookup.lookup_values(
+            found = _lookup.lookup_values(
                 self._store, embeddings, mask, texts, single, min_score, default
             )
+        if repeats is None:
+            return found
+        return found[repeats] if isinstance(found, np.ndarray) else [found[i] for i in repeats]
 
     @overload
     def lookup_embeddings(
@@ -121,9 +129,12 @@ class SoftLookups(Facade):
     ) -> Attention | list[Attention]:
         """How ``query`` attends: an ``Attention``, or a list of them for a list of queries."""
         texts, single = query_texts(query)
+        texts, repeats = distinct_texts(texts)
         with self._encoded(texts, self._require_keys) as embeddings:
             found = _lookup.attentions(self._store, embeddings, mask, texts)
-        return found[0] if single else found
+        if single:
+            return found[0]
+        return found if repeats is None else repeated(found, repeats, copy.deepcopy)
 
     def attend_embeddings(
         self, queries: npt.ArrayLike, *, mask: Mask = None
@@ -154,9 +165,12 @@ class SoftLookups(Facade):
         """
         check_number("k", k, "a whole number >= 1", lambda v: v >= 1, whole=True)
         texts, single = query_texts(query)
+        texts, repeats = distinct_texts(texts)
         with self._encoded(texts, self._require_keys) as embeddings:
             found = _lookup.nearest_keys(self._store, embeddings, int(k), mask, texts)
-        return found[0] if single else found
+        if single:
+            return found[0]
+        return found if repeats is None else repeated(found, repeats, list)
 
     @contextmanager
     def _encoded(self, texts: list[str], check: Callable[[], None]) -> Iterator[np.ndarray]:
@@ -187,3 +201,24 @@ class SoftLookups(Facade):
         column = self._store.value_column
         if not single and not isinstance(default, NoDefault) and column is not None:
             column.check_batch_default(default)  # a batch result is one array: default must fit
+
+
+def distinct_texts(texts: list[str]) -> tuple[list[str], np.ndarray | None]:
+    """``texts`` without repeats, in order of first appearance, and each text's position among
+    them; None where no text repeats (the texts are returned as they are)."""
+    positions: dict[str, int] = {}
+    where = [positions.setdefault(text, len(positions)) for text in texts]
+    if len(positions) == len(texts):
+        return texts, None
+    return list(positions), np.asarray(where, dtype=np.int64)
+
+
+def repeated(found: Sequence[T], where: np.ndarray, copied: Callable[[T], T]) -> list[T]:
+    """Each distinct text's answer at its places ``where``: the first in place, the others
+    ``copied`` (an answer holds mutable arrays or lists, which a caller may change)."""
+    answers: list[T] = []
+    seen = np.zeros(len(found), dtype=bool)
+    for i in where.tolist():
+        answers.append(copied(found[i]) if seen[i] else found[i])
+        seen[i] = True
+    return answers

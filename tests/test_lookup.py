@@ -116,6 +116,58 @@ def test_a_batch_is_encoded_in_one_call_and_keys_never_again() -> None:
     assert sorted(encoder.texts_encoded) == sorted(expected)
 
 
+@pytest.mark.parametrize(
+    "values",
+    [[1.0, 2.0, 3.0, 10.0, 20.0, 5.0], [[float(i), 1.0 - i] for i in range(6)], list("aabbcc")],
+    ids=["scalar", "vector", "labels"],
+)
+def test_a_batch_with_repeats_is_looked_up_once_per_distinct_text(values) -> None:
+    """A table's column repeats its values: each distinct text is embedded and looked up once,
+    and every row gets what its text gets alone (min_score's default included)."""
+    encoder = FakeEncoder()
+    sd = SoftDict(dict(zip(KEYS, values)), encoder=encoder, query_cache_size=0)
+    rows = ["apple", "chair", "apple", "red car", "chair", "apple", "red car"]
+    labels = isinstance(values[0], str)
+    default = "none" if labels else (np.nan if np.ndim(values[0]) == 0 else [9.0, 9.0])
+
+    def assert_same(batch: object, alone: object) -> None:
+        if labels:
+            assert batch == alone
+        else:  # a batch is one matrix product, one query a matrix-vector product
+            assert_close(np.asarray(batch, dtype=float), np.asarray(alone, dtype=float))
+
+    before = len(encoder.texts_encoded)
+    got = sd.lookup(rows)
+    assert sorted(encoder.texts_encoded[before:]) == ["apple", "chair", "red car"]
+    assert len(got) == len(rows)
+    for row, answer in zip(rows, got):
+        assert_same(answer, sd.lookup(row))
+    # "red car" is a key; "apple" scores below 0.9.
+    with_default = sd.lookup(rows, min_score=0.9, default=default)
+    for row, answer in zip(rows, with_default):
+        assert_same(answer, sd.lookup(row, min_score=0.9, default=default))
+    with pytest.raises(NoMatchError, match="'apple'"):
+        sd.lookup(rows, min_score=0.9)
+
+
+def test_repeated_texts_get_their_own_attention_and_nearest_lists() -> None:
+    sd = SoftDict(dict(zip(KEYS, range(6))), encoder=FakeEncoder())
+    rows = ["apple", "car", "apple"]
+    attentions = sd.attend(rows)
+    assert [a.query for a in attentions] == rows
+    first, again = attentions[0], attentions[2]
+    assert first is not again and first.keys == again.keys
+    np.testing.assert_array_equal(first.weights, again.weights)
+    if again.weights.flags.writeable:  # a caller changing one answer leaves the other alone
+        again.weights[:] = 0.0
+        assert first.weights.sum() == close(1.0)
+    nearest = sd.nearest(rows, k=2)
+    assert nearest[0] == nearest[2] and nearest[0] is not nearest[2]
+    alone = sd.nearest("apple", k=2)
+    assert [key for key, _ in nearest[0]] == [key for key, _ in alone]
+    assert [score for _, score in nearest[0]] == close([score for _, score in alone])
+
+
 def test_update_encodes_in_batches_of_batch_size() -> None:
     encoder = FakeEncoder()
     sd = SoftDict(encoder=encoder, batch_size=4)
