@@ -89,7 +89,10 @@ class SoftLookups(Facade):
             )
         if repeats is None:
             return found
-        return found[repeats] if isinstance(found, np.ndarray) else [found[i] for i in repeats]
+        if isinstance(found, np.ndarray):
+            return found[repeats]
+        assert isinstance(found, list)  # a batch of labels
+        return [found[i] for i in repeats]
 
     @overload
     def lookup_embeddings(
