@@ -9,6 +9,7 @@ distinct names in 10,000 rows took 109x the time of the 100 alone, before).
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar, overload
@@ -137,7 +138,7 @@ class SoftLookups(Facade):
             found = _lookup.attentions(self._store, embeddings, mask, texts)
         if single:
             return found[0]
-        return found if repeats is None else repeated(found, repeats, copy.deepcopy)
+        return found if repeats is None else repeated(found, repeats, own_arrays)
 
     def attend_embeddings(
         self, queries: npt.ArrayLike, *, mask: Mask = None
@@ -214,6 +215,17 @@ def distinct_texts(texts: list[str]) -> tuple[list[str], np.ndarray | None]:
     if len(positions) == len(texts):
         return texts, None
     return list(positions), np.asarray(where, dtype=np.int64)
+
+
+def own_arrays(attention: Attention) -> Attention:
+    """``attention`` with arrays and a distribution of its own; its keys and marks (tuples) are
+    shared, as copying a store's every key for each repeat would cost what the lookup saved."""
+    own = {
+        field.name: copy.copy(value)
+        for field in dataclasses.fields(attention)
+        if isinstance(value := getattr(attention, field.name), (np.ndarray, dict))
+    }
+    return dataclasses.replace(attention, **own)
 
 
 def repeated(found: Sequence[T], where: np.ndarray, copied: Callable[[T], T]) -> list[T]:

@@ -5,6 +5,8 @@ the combined score against its own naive formula."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from _support import FakeEncoder, assert_close, close
@@ -150,17 +152,29 @@ def test_a_batch_with_repeats_is_looked_up_once_per_distinct_text(values) -> Non
         sd.lookup(rows, min_score=0.9)
 
 
-def test_repeated_texts_get_their_own_attention_and_nearest_lists() -> None:
-    sd = SoftDict(dict(zip(KEYS, range(6))), encoder=FakeEncoder())
+@pytest.mark.parametrize(
+    "values", [[[float(i), 1.0] for i in range(6)], list("aabbcc")], ids=["vector", "labels"]
+)
+def test_repeated_texts_get_their_own_attention_and_nearest_lists(values) -> None:
+    """Each repeat's answer equals its text's, with arrays of its own: a caller changing one
+    answer leaves the others alone."""
+    sd = SoftDict(dict(zip(KEYS, values)), encoder=FakeEncoder())
     rows = ["apple", "car", "apple"]
     attentions = sd.attend(rows)
     assert [a.query for a in attentions] == rows
     first, again = attentions[0], attentions[2]
     assert first is not again and first.keys == again.keys
-    np.testing.assert_array_equal(first.weights, again.weights)
-    if again.weights.flags.writeable:  # a caller changing one answer leaves the other alone
-        again.weights[:] = 0.0
-        assert first.weights.sum() == close(1.0)
+    mutable = 0
+    for field in dataclasses.fields(Attention):
+        mine, theirs = getattr(first, field.name), getattr(again, field.name)
+        if isinstance(mine, np.ndarray):
+            np.testing.assert_array_equal(mine, theirs)
+        else:
+            assert mine == theirs
+        if isinstance(mine, (np.ndarray, dict)):
+            mutable += 1
+            assert mine is not theirs
+    assert mutable >= 4  # weights, scores, meaning and spelling scores, and value or distribution
     nearest = sd.nearest(rows, k=2)
     assert nearest[0] == nearest[2] and nearest[0] is not nearest[2]
     alone = sd.nearest("apple", k=2)
