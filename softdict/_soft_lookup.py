@@ -12,7 +12,7 @@ import copy
 import dataclasses
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -220,7 +220,7 @@ def distinct_texts(texts: list[str]) -> tuple[list[str], np.ndarray | None]:
 def own_arrays(attention: Attention) -> Attention:
     """``attention`` with arrays and a distribution of its own; its keys and marks (tuples) are
     shared, as copying a store's every key for each repeat would cost what the lookup saved."""
-    own = {
+    own: dict[str, Any] = {
         field.name: copy.copy(value)
         for field in dataclasses.fields(attention)
         if isinstance(value := getattr(attention, field.name), (np.ndarray, dict))
