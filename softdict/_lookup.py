@@ -173,7 +173,9 @@ def _no_match(
     i = int(np.argmax(misses))
     what = f"query {texts[i]!r}" if texts is not None else f"query embedding #{i}"
     n = int(misses.sum())
-    others = f" ({n - 1} other distinct queries in the batch missed too)" if n > 1 else ""
+    # A batch of texts is looked up once per distinct text (softdict._soft_lookup).
+    kind = "distinct queries" if texts is not None else "queries"
+    others = f" ({n - 1} other {kind} in the batch missed too)" if n > 1 else ""
     return NoMatchError(
         f"no key scored at least min_score={min_score} for {what}; the best was "
         f"{store.keys_of(np.array([ids[i]]))[0]!r} at {scores[i]:.4f}{others}. "
