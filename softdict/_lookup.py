@@ -174,8 +174,9 @@ def _no_match(
     what = f"query {texts[i]!r}" if texts is not None else f"query embedding #{i}"
     n = int(misses.sum())
     # A batch of texts is looked up once per distinct text (softdict._soft_lookup).
-    kind = "distinct queries" if texts is not None else "queries"
-    others = f" ({n - 1} other {kind} in the batch missed too)" if n > 1 else ""
+    kind = "distinct " if texts is not None else ""
+    noun = "query" if n == 2 else "queries"
+    others = f" ({n - 1} other {kind}{noun} in the batch missed too)" if n > 1 else ""
     return NoMatchError(
         f"no key scored at least min_score={min_score} for {what}; the best was "
         f"{store.keys_of(np.array([ids[i]]))[0]!r} at {scores[i]:.4f}{others}. "

@@ -93,9 +93,9 @@ class SoftLookups(Facade):
         if repeats is None:
             return found
         if isinstance(found, np.ndarray):
-            return found[repeats]
-        assert isinstance(found, list)  # a batch of labels
-        return [found[i] for i in repeats]
+            return found[repeats]  # a copy for each row
+        assert isinstance(found, list)  # a batch of labels: JSON values, lists and dicts too
+        return repeated(found, repeats, copy.deepcopy)
 
     @overload
     def lookup_embeddings(
@@ -140,7 +140,7 @@ class SoftLookups(Facade):
             found = _lookup.attentions(self._store, embeddings, mask, texts)
         if single:
             return found[0]
-        return found if repeats is None else repeated(found, repeats, own_arrays)
+        return found if repeats is None else repeated(found, repeats, own_copy)
 
     def attend_embeddings(
         self, queries: npt.ArrayLike, *, mask: Mask = None
@@ -219,14 +219,17 @@ def distinct_texts(texts: list[str]) -> tuple[list[str], np.ndarray | None]:
     return list(positions), np.asarray(where, dtype=np.int64)
 
 
-def own_arrays(attention: Attention) -> Attention:
-    """``attention`` with arrays and a distribution of its own; its keys and marks (tuples) are
-    shared, as copying a store's every key for each repeat would cost what the lookup saved."""
-    own: dict[str, Any] = {
-        field.name: copy.copy(value)
-        for field in dataclasses.fields(attention)
-        if isinstance(value := getattr(attention, field.name), (np.ndarray, dict))
-    }
+def own_copy(attention: Attention) -> Attention:
+    """``attention`` with arrays, a value and a distribution of its own (a label can be a JSON
+    list or dict, which a caller may change); its keys and marks (tuples of str) are shared, as
+    copying a store's every key for each repeat would cost what the lookup saved."""
+    own: dict[str, Any] = {}
+    for field in dataclasses.fields(attention):
+        value = getattr(attention, field.name)
+        if isinstance(value, np.ndarray):
+            own[field.name] = value.copy()
+        elif field.name in ("value", "distribution"):
+            own[field.name] = copy.deepcopy(value)
     return dataclasses.replace(attention, **own)
 
 

@@ -182,6 +182,32 @@ def test_repeated_texts_get_their_own_attention_and_nearest_lists(values) -> Non
     assert [score for _, score in nearest[0]] == close([score for _, score in alone])
 
 
+def test_repeated_rows_get_labels_of_their_own() -> None:
+    """A label can be a JSON list or dict: a caller changing one row's label (or its
+    attention's value or distribution) leaves the other rows' alone, as when each row was
+    decoded on its own."""
+    labels = [["fruit", "red"], {"kind": "fruit", "tags": ["green"]}, ["fruit"], "x", "y", "z"]
+    sd = SoftDict(dict(zip(KEYS, labels)), encoder=FakeEncoder())
+    rows = ["red apple", "green apple", "red apple", "green apple"]
+    got = sd.lookup(rows)
+    assert got == [sd.lookup(row) for row in rows]
+    got[0].append("changed")
+    got[1]["tags"].append("changed")
+    assert got[2] == ["fruit", "red"] and got[3] == {"kind": "fruit", "tags": ["green"]}
+    attentions = sd.attend(rows)
+    attentions[0].value.append("changed")
+    attentions[1].value["tags"].append("changed")
+    assert attentions[2].value == ["fruit", "red"]
+    assert attentions[3].value == {"kind": "fruit", "tags": ["green"]}
+    assert attentions[2].distribution is not attentions[0].distribution
+    first, again = (
+        list(attentions[0].distribution.items()),
+        list(attentions[2].distribution.items()),
+    )
+    assert [label for label, _ in again] == [label for label, _ in first]
+    assert [p for _, p in again] == close([p for _, p in first])
+
+
 def test_update_encodes_in_batches_of_batch_size() -> None:
     encoder = FakeEncoder()
     sd = SoftDict(encoder=encoder, batch_size=4)

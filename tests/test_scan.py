@@ -139,7 +139,7 @@ def test_a_miss_in_a_later_chunk_is_reported_for_its_query(
     # Queries 5 and 6 are no key: their best cosine is far below 0.999.
     queries = np.concatenate([X[:5], unit(2, seed=9), X[7:9]])
     monkeypatch.setattr(_lookup, "CHUNK_ENTRIES", 2 * 2000)  # chunks of 2 queries
-    with pytest.raises(NoMatchError, match=r"query embedding #5.*\(1 other queries"):
+    with pytest.raises(NoMatchError, match=r"query embedding #5.*\(1 other query in"):
         sd.lookup_embeddings(queries, min_score=0.999)
     filled = sd.lookup_embeddings(queries, min_score=0.999, default=np.nan)
     assert np.isnan(filled[5:7]).all() and np.isfinite(np.delete(filled, [5, 6])).all()
