@@ -48,9 +48,12 @@ def query_texts(query: object) -> tuple[list[str], bool]:
     """A query or a batch of them as a list of texts, and whether it was a single one."""
     if isinstance(query, str):
         return [check_key(query, what="query")], True
-    if isinstance(query, (bytes, Mapping)) or not isinstance(query, Iterable):
+    # A 0-d array claims to be iterable and then refuses: it is one value, not a sequence.
+    zero_dim = getattr(query, "ndim", None) == 0
+    if isinstance(query, (bytes, Mapping)) or not isinstance(query, Iterable) or zero_dim:
+        hint = " (a 0-d array: pass its .item())" if zero_dim else ""
         raise KeyTypeError(
-            f"a query must be a str or a sequence of str, got {type(query).__name__}"
+            f"a query must be a str or a sequence of str, got {type(query).__name__}{hint}"
         )
     return [check_key(q, f" (query #{i})", "query") for i, q in enumerate(query)], False
 
