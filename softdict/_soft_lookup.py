@@ -95,7 +95,7 @@ class SoftLookups(Facade):
         if isinstance(found, np.ndarray):
             return found[repeats]  # a copy for each row
         assert isinstance(found, list)  # a batch of labels: JSON values, lists and dicts too
-        return repeated(found, repeats, copy.deepcopy)
+        return repeated(found, repeats, own_label)
 
     @overload
     def lookup_embeddings(
@@ -217,6 +217,12 @@ def distinct_texts(texts: list[str]) -> tuple[list[str], np.ndarray | None]:
     if len(positions) == len(texts):
         return texts, None
     return list(positions), np.asarray(where, dtype=np.int64)
+
+
+def own_label(label: T) -> T:
+    """A copy of a label a caller could change (a JSON list or dict); the label itself if it
+    cannot (a str, number, bool or None: copying each row's would cost more than its lookup)."""
+    return copy.deepcopy(label) if isinstance(label, (list, dict)) else label
 
 
 def own_copy(attention: Attention) -> Attention:
