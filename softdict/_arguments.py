@@ -51,7 +51,7 @@ def query_texts(query: object) -> tuple[list[str], bool]:
     # A 0-d array claims to be iterable and then refuses: it is one value, not a sequence.
     zero_dim = getattr(query, "ndim", None) == 0
     if isinstance(query, (bytes, Mapping)) or not isinstance(query, Iterable) or zero_dim:
-        hint = " (a 0-d array: pass its .item())" if zero_dim else ""
+        hint = " (one value, not a sequence: pass it as a str)" if zero_dim else ""
         raise KeyTypeError(
             f"a query must be a str or a sequence of str, got {type(query).__name__}{hint}"
         )

@@ -232,7 +232,7 @@ def test_query_errors(scalar_store: SoftDict) -> None:
         scalar_store.lookup(3)  # type: ignore[arg-type]
     with pytest.raises(KeyTypeError, match="query #1"):
         scalar_store.lookup(["fruit", None])  # type: ignore[list-item]
-    with pytest.raises(KeyTypeError, match=r"0-d array: pass its \.item\(\)"):
+    with pytest.raises(KeyTypeError, match="one value, not a sequence: pass it as a str"):
         scalar_store.lookup(np.array("fruit"))  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="min_score"):
         scalar_store.lookup("fruit", min_score=math.nan)
