@@ -38,11 +38,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_revisions import import_revision, short_name
 from real_scale import write
-from speed import TEMPERATURE, alternating
+from speed import DEFAULT, ENCODERS, TEMPERATURE, alternating
 
 import softdict
-
-ENCODERS = {"bundled-static": softdict.encoders.BUNDLED_STATIC_NAME, "default": None}
 
 HEADER = """# A table's column mapped to canonical names in one call
 
@@ -107,7 +105,9 @@ def rapidfuzz_methods(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--against", default=None, help="an earlier revision to time too")
-    parser.add_argument("--encoders", nargs="+", default=list(ENCODERS), choices=list(ENCODERS))
+    parser.add_argument(
+        "--encoders", nargs="+", default=["bundled-static", DEFAULT], choices=list(ENCODERS)
+    )
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     column, truth, keys = column_and_keys()

@@ -206,14 +206,12 @@ class QueryTerms:
         found = np.asarray(similarity, dtype=np.float64)
         found = np.where(np.isnan(found), 0.0, found)
         heights = self._heights
-        if rows is None and len(heights) == 1:  # one query's row: one pass, no list
+        if len(heights) == 1:  # one query's terms: every entry is that query's, in one pass
             return np.interp(found, self.knots, heights[0])
         if rows is None:
             return np.array(
                 [np.interp(row, self.knots, height) for row, height in zip(found, heights)]
             ).reshape(found.shape)
-        if len(heights) == 1:  # one query's terms: every entry is that query's
-            return np.interp(found, self.knots, heights[0])
         rows = np.asarray(rows)
         part = np.empty(found.shape)
         if not len(rows):
