@@ -15,6 +15,9 @@ Methods, each one call over the whole column (the median of three calls, taking 
 
 * softdict ``lookup(column)`` on each encoder (T = 0.05, spelling on, no query cache, so that
   every call embeds its texts as a new column's would; the other options default);
+* exact numpy attention over every key for every row, meaning alone, each encoder's embeddings
+  of the rows and keys given (``speed.exact_attention``, the floor every speed figure stands
+  beside): the label of most weight;
 * with ``--against REVISION``, the same store of that revision of softdict (imported as
   ``compare_revisions.py`` does), one call, timed once: before 5e1c81b a batch looked up every
   row, repeats included;
@@ -38,9 +41,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from compare_revisions import import_revision, short_name
 from real_scale import write
-from speed import DEFAULT, ENCODERS, TEMPERATURE, alternating
+from speed import DEFAULT, ENCODERS, TEMPERATURE, alternating, exact_attention, unit
 
 import softdict
+from softdict.encoders import resolve_encoder
 
 HEADER = """# A table's column mapped to canonical names in one call
 
@@ -102,6 +106,27 @@ def rapidfuzz_methods(
     return methods
 
 
+def exact_numpy(
+    column: list[str], keys: dict[str, str], encoder_name: str | None
+) -> Callable[[], list[str]]:
+    """Exact attention over every key for every row, meaning alone, the embeddings given
+    (``speed.exact_attention``: the floor): each row's label of most weight."""
+    encoder = resolve_encoder(encoder_name, query_cache_size=0)
+    distinct = list(dict.fromkeys(column))
+    at = {text: i for i, text in enumerate(distinct)}
+    queries = unit(encoder.encode_queries(distinct))[[at[text] for text in column]]
+    vectors = unit(encoder.encode_keys(list(keys)))
+    labels = sorted(set(keys.values()))
+    one_hot = np.zeros((len(keys), len(labels)))
+    one_hot[np.arange(len(keys)), [labels.index(code) for code in keys.values()]] = 1.0
+    names = np.array(labels, dtype=object)
+
+    def best_labels() -> list[str]:
+        return list(names[np.argmax(exact_attention(queries, vectors, one_hot), axis=1)])
+
+    return best_labels
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--against", default=None, help="an earlier revision to time too")
@@ -118,6 +143,9 @@ def main() -> None:
             keys, encoder=ENCODERS[label], temperature=TEMPERATURE, query_cache_size=0
         )
         methods[f"softdict {label}"] = functools.partial(sd.lookup, column)
+        methods[f"exact numpy, {label} embeddings given"] = exact_numpy(
+            column, keys, ENCODERS[label]
+        )
     methods.update(rapidfuzz_methods(column, keys))
     for method in methods.values():  # warm each once (a distillation or export, a first call)
         method()

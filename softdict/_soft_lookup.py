@@ -4,7 +4,7 @@ Each parses its arguments, encodes the queries outside the lock, and hands the e
 ``softdict._lookup`` under the lock. A batch of texts is looked up once per distinct text and
 its answers repeated for the repeats: a table's column holds the same values many times
 (benchmarks/results_table_column.md: a real column of 33,985 rows naming 243 countries mapped
-47x faster on bundled-static than when every row was looked up).
+41x faster on bundled-static than when every row was looked up).
 """
 
 from __future__ import annotations
