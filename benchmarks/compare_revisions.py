@@ -1,7 +1,8 @@
 """softdict against an earlier revision of itself, in one process, query by query.
 
 Run:  python benchmarks/compare_revisions.py REVISION [--sizes 1000 10000 100000]
-      [--encoder bundled-static] [--bulk 2000] [--out benchmarks/results_compare_revisions.md]
+      [--encoder bundled-static] [--combination rule-1] [--bulk 2000]
+      [--out benchmarks/results_compare_revisions.md]
 
 The machines this project runs on are shared, and their speed swings by 2x within an hour: two
 runs of ``speed.py`` minutes apart are not comparable, only the ratios inside one run are. This
@@ -17,7 +18,9 @@ Keys and queries are those of ``speed.py``: ``matching_scale.scale_keys(n)`` (ge
 cities, then wordfreq's words in 13 languages) and 400 keys with one keyboard typo. Columns:
 the encoder's p50, exact numpy's p50, each revision's own cost (p50 of ``lookup`` minus the
 encoder's p50), the ratio of the two lookups' p50s, and whether both revisions return the same
-values on the first 50 queries (a speed-up that changed answers would show here).
+values on the first 50 queries (a speed-up that changed answers would show here). Both stores
+use the combination of meaning and spelling ``--combination`` names (the default's ``rule-1``,
+or ``learned-1``).
 
 With ``--bulk N``, a second table: one ``lookup`` call with N distinct typo queries (those of
 ``speed.py``'s bulk row, cut to N) by both stores, the encoder's own batch and exact numpy on its
@@ -77,7 +80,9 @@ def import_revision(revision: str, folder: Path):  # type: ignore[no-untyped-def
     return importlib.import_module(BEFORE)
 
 
-def compare(before, n: int, encoder_name: str | None, bulk: int) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+def compare(
+    before, n: int, encoder_name: str | None, combination: str, bulk: int
+) -> tuple[str, str]:  # type: ignore[no-untyped-def]
     """The two tables' rows at ``n`` keys: one query at a time, and (with ``bulk`` queries)
     one call with them all ("" without)."""
     keys = scale_keys(n)
@@ -87,7 +92,11 @@ def compare(before, n: int, encoder_name: str | None, bulk: int) -> tuple[str, s
     stores = {}
     for label, package in (("before", before), ("after", softdict)):
         store = package.SoftDict(
-            encoder=encoder_name, temperature=TEMPERATURE, query_cache_size=0, batch_size=1024
+            encoder=encoder_name,
+            temperature=TEMPERATURE,
+            query_cache_size=0,
+            batch_size=1024,
+            combination=combination,
         )
         store.update({key: i for i, key in enumerate(keys)})
         stores[label] = store
@@ -162,6 +171,7 @@ def main() -> None:
     parser.add_argument("revision")
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--encoder", default="bundled-static")
+    parser.add_argument("--combination", default="rule-1", choices=["rule-1", "learned-1"])
     parser.add_argument("--bulk", type=int, default=0, help="queries in one call (0: none)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
@@ -171,11 +181,14 @@ def main() -> None:
         before = import_revision(args.revision, Path(folder))
         rows, bulk_rows = [], []
         for n in args.sizes:
-            single, bulk = compare(before, n, encoder_name, args.bulk)
+            single, bulk = compare(before, n, encoder_name, args.combination, args.bulk)
             rows.append(single)
             bulk_rows.append(bulk)
             print(single, bulk, sep="\n", flush=True)
-    title = f"{commit} against the working tree at {head}, encoder {args.encoder}"
+    title = (
+        f"{commit} against the working tree at {head}, encoder {args.encoder}, "
+        f"combination {args.combination}"
+    )
     body = (
         "| keys | encoder p50, ms | exact numpy p50, ms | own cost before, ms | own cost after, "
         "ms | lookup p50 after / before | same values |\n|---|---|---|---|---|---|---|\n"

@@ -170,6 +170,49 @@ def test_a_batch_is_scored_as_each_query_alone(
     assert sd.lookup(queries) == close([sd.lookup(q) for q in queries])
 
 
+def test_rounds_sized_by_the_gains_keep_the_bound_in_fewer_rounds() -> None:
+    """Scores close together (learned-1's terms for a misspelt query, keys whose spelling
+    ceilings are far above their true similarity): thousands of keys must be scored before
+    the rest's weight is within the tolerance. The rounds, sized by what the open keys could
+    gain (``bounded._needed``), take a few calls where doubling from 32 took seven, and the
+    weights are within the bound of every key's exact score."""
+    from softdict.spelling.bounded import _needed, bounded_scores
+    from softdict.spelling.combination import LEARNED_1, query_terms
+
+    rng = np.random.default_rng(7)
+    n = 6000
+    meaning = rng.uniform(0.0, 0.6, n)
+    similarity = rng.beta(2.0, 5.0, n)
+    ceiling = np.minimum(1.0, similarity + rng.uniform(0.0, 0.4, n)).astype(np.float32)
+    terms = query_terms(LEARNED_1, ["Germny"], 1.0, 1.0)
+    calls: list[int] = []
+
+    def exact(positions: np.ndarray) -> tuple[np.ndarray, None]:
+        calls.append(len(positions))
+        return similarity[positions], None
+
+    found = bounded_scores(meaning, ceiling, None, terms, 0.05, exact)
+    every = terms.score(meaning[None], similarity[None])[0]
+    weights = np.exp((every - every.max()) / 0.05)
+    weights /= weights.sum()
+    mine = np.exp((found.combined - found.combined.max()) / 0.05)
+    mine /= mine.sum()
+    assert found.error <= 1e-4
+    assert np.abs(mine - weights).sum() / 2 <= found.error + 1e-9
+    assert sum(calls) > 1000 and len(calls) <= 4, calls
+
+    # The estimate itself: scoring the ``needed`` largest gains leaves at most the allowance,
+    # one fewer would not; none needed is never asked (the caller checks δ first).
+    for _ in range(50):
+        gain = rng.exponential(1.0, int(rng.integers(1, 200))) * (rng.uniform() < 0.9)
+        allowance = float(rng.uniform(0.0, gain.sum()))
+        needed = _needed(gain, allowance)
+        ordered = np.sort(gain)[::-1]
+        assert 1 <= needed <= len(gain)
+        assert ordered[needed:].sum() <= allowance + 1e-9
+        assert needed == 1 or ordered[needed - 1 :].sum() > allowance - 1e-9
+
+
 class UnitEncoder(FakeEncoder):
     """The fake encoder with unit-norm embeddings."""
 

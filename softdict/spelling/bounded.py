@@ -11,7 +11,8 @@ keys). Instead, per query:
    whose ceiling is at most the first knot and that can bear no mark scores exactly its meaning
    part.
 2. The other keys are scored exactly (rapidfuzz, and the marks), highest upper first, in rounds
-   that double in size, until both hold:
+   that double in size (or, once the best keys are settled, take as many keys as the gains
+   below say are needed, if that is more), until both hold:
 
    * no key left unscored can reach the ``keep``-th best score found: the best key (so the
      first key, its score and ``min_score``'s decision) is exact, and so is the choice of the
@@ -122,9 +123,12 @@ def bounded_scores(
     while len(open_):
         kth = np.partition(combined, n - keep)[n - keep] if keep > 1 else combined.max()
         if upper.max() < kth:  # the best keys are settled; is the rest's weight?
-            error, weights = _error(combined, open_, upper, temperature, weights_out)
+            error, weights, needed = _error(
+                combined, open_, upper, temperature, weights_out, tolerance
+            )
             if error <= tolerance:
                 break
+            size = max(size, needed)
         pick = np.arange(len(open_))
         if len(open_) > size:
             pick = np.argpartition(-upper, size - 1)[:size]
@@ -149,16 +153,32 @@ def _error(
     upper: np.ndarray,
     temperature: float,
     out: np.ndarray,
-) -> tuple[float, np.ndarray]:
+    tolerance: float,
+) -> tuple[float, np.ndarray, int]:
     """δ of the module docstring: what the ``open_`` keys (scored ``combined``, at most
-    ``upper``) could gain, over the normaliser of ``combined``; and the weights of
-    ``combined``, which the normaliser's exponentials give (written into ``out``)."""
+    ``upper``) could gain, over the normaliser of ``combined``; the weights of ``combined``,
+    which the normaliser's exponentials give (written into ``out``); and how many open keys
+    the next round should score (``_needed``)."""
     numerators = exponentials(combined, temperature)
     normaliser = numerators.sum()
     with np.errstate(over="ignore"):
         gain = np.exp((upper - combined.max()) / temperature) - numerators[open_]
     np.divide(numerators, normaliser, out=out)
-    return float(gain.sum() / normaliser), out
+    error = float(gain.sum() / normaliser)
+    needed = _needed(gain, tolerance * normaliser) if error > tolerance else 0
+    return error, out, needed
+
+
+def _needed(gain: np.ndarray, allowance: float) -> int:
+    """How many open keys, largest ``gain`` first, must be scored before the others could gain
+    at most ``allowance`` together: the next round's size, where it is more than doubling gives.
+    A combination whose scores lie close together (``learned-1``: thousands of keys within
+    reach of the best) needed six doubling rounds at 10^4 keys, each a pass over every key's
+    weights; sized by the gains it needs two or three. It is an estimate (scoring a key moves
+    its gain, and the best score), so the rounds go on until δ holds, as before."""
+    cumulative = np.cumsum(np.sort(gain)[::-1])
+    reached = np.searchsorted(cumulative, cumulative[-1] - allowance, side="left")
+    return min(int(reached) + 1, len(gain))
 
 
 @dataclass(frozen=True)
@@ -223,7 +243,7 @@ def bounded_batch(
     keep = max(1, min(keep, n))
     error, weighed = np.zeros(b), np.zeros(b, dtype=bool)
     active, best_open = open_.best()
-    size = FIRST_ROUND
+    sizes = np.full(b, FIRST_ROUND)  # each query's next round (as ``bounded_scores``'s size)
     while len(active):
         every = len(active) == b  # then no copy of the batch's rows is needed
         scores = combined if every else combined[active]
@@ -234,19 +254,20 @@ def bounded_batch(
         if len(settled):  # the best keys are settled; is the rest's weight?
             queries = active[settled]
             all_settled = every and len(settled) == b
-            found_error, found_weights = _batch_error(
+            found_error, found_weights, needed = _batch_error(
                 scores if all_settled else combined[queries], open_, queries, temperature,
-                weights if all_settled else None,
+                tolerance, weights if all_settled else None,
             )  # fmt: skip
             error[queries] = found_error
             done = found_error <= tolerance
+            sizes[queries] = np.maximum(sizes[queries], needed)
             if not (all_settled and done.all()):  # else the weights are in place already
                 weights[queries[done]] = found_weights[done]
             weighed[queries[done]] = True
             active = np.delete(active, settled[done])
             if not len(active):
                 break
-        picked = open_.highest(active, size)
+        picked = open_.highest(active, sizes[active])
         rows, positions = open_.rows[picked], open_.positions[picked]
         found, marks = exact(rows, positions)
         similarity[rows, positions] = found
@@ -260,7 +281,7 @@ def bounded_batch(
         error[active[~left]] = 0.0
         active = active[left]  # the queries done before stay done
         best_open = best_of[active]
-        size *= 2
+        sizes *= 2
     return BoundedBatch(combined, similarity, error, weights, weighed)
 
 
@@ -286,10 +307,11 @@ class _OpenKeys:
         ends = np.searchsorted(self.rows, queries, side="right")
         return list(zip(starts.tolist(), ends.tolist()))
 
-    def highest(self, queries: np.ndarray, size: int) -> np.ndarray:
-        """Where the ``size`` highest open keys of each of ``queries`` lie, grouped by query."""
+    def highest(self, queries: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """Where the ``sizes`` highest open keys of each of ``queries`` lie (as many as its
+        size), grouped by query."""
         picked = []
-        for start, end in self.spans(queries):
+        for (start, end), size in zip(self.spans(queries), sizes.tolist()):
             if end - start <= size:
                 picked.append(np.arange(start, end))
             else:
@@ -308,14 +330,18 @@ def _batch_error(
     open_: _OpenKeys,
     queries: np.ndarray,
     temperature: float,
+    tolerance: float,
     out: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """δ of the module docstring for each of ``queries`` (their ``combined`` scores (q, n)):
-    what their open keys could gain, over the normaliser of ``combined``; and the weights of
-    ``combined``, which the normaliser's exponentials give (written into ``out`` if given)."""
+    what their open keys could gain, over the normaliser of ``combined``; the weights of
+    ``combined``, which the normaliser's exponentials give (written into ``out`` if given);
+    and how many open keys each query's next round should score (``_needed``: 0 where δ
+    holds)."""
     numerators = exponentials(combined, temperature)
     normaliser = numerators.sum(axis=1)
-    at = np.concatenate([np.arange(a, z) for a, z in open_.spans(queries)])
+    spans = open_.spans(queries)
+    at = np.concatenate([np.arange(a, z) for a, z in spans])
     where = np.searchsorted(queries, open_.rows[at])  # each open key's row in ``combined``
     top = combined.max(axis=1)
     with np.errstate(over="ignore"):
@@ -323,4 +349,13 @@ def _batch_error(
     gain = reach - numerators[where, open_.positions[at]]
     total = np.bincount(where, weights=gain, minlength=len(queries))
     weights = np.divide(numerators, normaliser[:, None], out=out)
-    return total / normaliser, weights
+    error = total / normaliser
+    # Each query's gains as bounded_scores has them (its open keys in the same order), so that
+    # both forms size their rounds alike.
+    needed = np.zeros(len(queries), dtype=np.int64)
+    begin = 0
+    for j, (a, z) in enumerate(spans):
+        if error[j] > tolerance:
+            needed[j] = _needed(gain[begin : begin + z - a], tolerance * normaliser[j])
+        begin += z - a
+    return error, weights, needed

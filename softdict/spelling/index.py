@@ -230,15 +230,19 @@ class SpellingIndex:
             result[i, found] = self._marks_of_rows(queries, i, self._held_rows(row_ids[found]))
         return result
 
-    def _marks_of_rows(self, queries: SpellingQueries, i: int, rows: np.ndarray) -> np.ndarray:
+    def _marks_of_rows(
+        self, queries: SpellingQueries, i: int, rows: np.ndarray, could: np.ndarray | None = None
+    ) -> np.ndarray:
         """(len(rows), E): query ``i``'s marks with the keys of ``rows``. Only keys that hold
-        every character of the query can bear one (``bounds.could_mark``): the others are not
-        looked at."""
+        every character of the query can bear one (``bounds.could_mark``; ``could``: which of
+        ``rows`` do, where the caller has it already): the others are not looked at."""
         marks = np.zeros((len(rows), len(EVIDENCE)))
         form = queries.forms[i]
         if not markable(form):
             return marks
-        possible = np.flatnonzero(could_mark(queries.counts[i], self._counts.view[:, rows]))
+        if could is None:
+            could = could_mark(queries.counts[i], self._counts.view[:, rows])
+        possible = np.flatnonzero(could)
         key_forms = list(self._forms.view[rows[possible]])
         marks[possible] = evidence_marks([form] * len(key_forms), key_forms)
         return marks
@@ -274,8 +278,9 @@ class SpellingIndex:
         combined, similarity, weights = np.empty((3, m, n))
         error, weighed = np.zeros(m), np.zeros(m, dtype=bool)
 
-        def marks_of(i: int, positions: np.ndarray) -> np.ndarray:
-            return self._marks_of_rows(queries, i, positions if rows is None else rows[positions])
+        def marks_of(i: int, positions: np.ndarray, could: np.ndarray) -> np.ndarray:
+            held = positions if rows is None else rows[positions]
+            return self._marks_of_rows(queries, i, held, could)
 
         def ceilings(block: range) -> tuple[np.ndarray, np.ndarray | None]:
             ceiling = np.empty((len(block), n), dtype=np.float32)
@@ -293,10 +298,15 @@ class SpellingIndex:
                 query = queries.row(i)
 
                 def exact(
-                    positions: np.ndarray, query: SpellingQueries = query, i: int = i
+                    positions: np.ndarray,
+                    query: SpellingQueries = query,
+                    i: int = i,
+                    marked: np.ndarray | None = marked,
                 ) -> tuple[np.ndarray, np.ndarray | None]:
                     found = spelling_similarity(query, forms.subset(positions))[0]
-                    return found, marks_of(i, positions) if marking else None
+                    if marked is None:
+                        return found, None
+                    return found, marks_of(i, positions, marked[0, positions])
 
                 one = bounded_scores(
                     meaning[i], ceiling[0], None if marked is None else marked[0],
@@ -310,18 +320,19 @@ class SpellingIndex:
         query_sorted = _object_column(queries.sorted_forms)
 
         def paired_exact(
-            pairs: np.ndarray, positions: np.ndarray, offset: int
+            pairs: np.ndarray, positions: np.ndarray, offset: int, marked: np.ndarray | None
         ) -> tuple[np.ndarray, np.ndarray | None]:
-            pairs = pairs + offset  # a block's rows are the batch's from ``offset`` on
+            # A block's rows (``pairs``, and ``marked``'s) are the batch's from ``offset`` on.
+            batch_rows = pairs + offset
             found = paired_similarity(
-                query_forms[pairs], query_sorted[pairs], forms.subset(positions)
+                query_forms[batch_rows], query_sorted[batch_rows], forms.subset(positions)
             )
-            if not marking:
+            if marked is None:
                 return found, None
             marks = np.zeros((len(pairs), len(EVIDENCE)))
             for i in np.unique(pairs):
                 at = pairs == i
-                marks[at] = marks_of(int(i), positions[at])
+                marks[at] = marks_of(int(i) + offset, positions[at], marked[i, positions[at]])
             return found, marks
 
         step = max(1, _BLOCK_ENTRIES // max(n, 1))
@@ -330,7 +341,8 @@ class SpellingIndex:
             ceiling, marked = ceilings(range(start, block.stop))
             found = bounded_batch(
                 meaning[block], ceiling, marked, terms.subset(np.arange(start, block.stop)),
-                temperature, functools.partial(paired_exact, offset=start), keep=keep,
+                temperature, functools.partial(paired_exact, offset=start, marked=marked),
+                keep=keep,
                 out=(combined[block], similarity[block], weights[block]),
             )  # fmt: skip
             error[block], weighed[block] = found.error, found.weighed
