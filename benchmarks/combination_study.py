@@ -1,6 +1,7 @@
 """Meaning and spelling combined by a model learned from data, against today's hand-set rule.
 
 Run:  pip install -e '.[bench]' && python benchmarks/combination_study.py [--queries 400]
+      [--on-the-rule]
 
 A study for the learned combination (issue 26). Every task of ``benchmarks/matching.py`` with
 ``--extra`` (typos, aliases, codes, names cut short, a stray space): the model is fitted on the
@@ -22,6 +23,12 @@ piece of s between knots t_j and t_(j+1) (0.3, 0.45, 0.6, 0.75, 0.9, 1), and the
 are held non-negative, so a score only grows with s and the marks (what lets a lookup bound the
 keys it has not spelled); a is free. a, b, c are fitted by conditional maximum likelihood (the
 softmax over each query's candidates, the key meant first), with a small L2 penalty.
+
+With ``--on-the-rule`` (``rule-2``), only the marks' weights C are fitted: the spelling curve
+stays the hand-set rule's (one ramp from 0.4, weighing 4·(1/16 + (15/16)·u) with u the share of
+unknown words, now with letters and digits split: ``describe``) and meaning's factor stays 1, so
+a lookup spells as few keys as under the rule, and the rule's typo scores and no-match
+threshold hold where no mark is borne.
 
 It prints, per task of the test half, top-1 / top-5 for today's rule and the learned one, and
 the meaning guard of ``matching_design.py`` (64 paraphrase queries over 192 category words:
@@ -56,6 +63,9 @@ TEMPERATURE = 0.05
 CANDIDATES = 50
 TAIL_SAMPLE = 200  # keys drawn from the rest of the store per query
 KNOTS = np.array(LEARNED_1.knots)
+# --on-the-rule: the rule's knots and weights (rule_1 at lexical_known 1/16), fixed.
+RULE = rule_1(1 / 16)
+ON_THE_RULE = False  # set by main
 # The description's parts that scale meaning (not "several words": fitted on names, a meaning
 # weight that moved with it flattened paraphrases' attention, the meaning guard).
 MEANING_PARTS = list(LEARNED_1.meaning_parts)
@@ -242,7 +252,16 @@ def bounds() -> list[tuple[float | None, float | None]]:
     1/16 of 4, per unit of s above 0.4), and "several words" adds nothing below
     ``SEVERAL_FLOOR``. Found on the dev half: a learned curve for common words, or several
     words below 0.6, cost the meaning guard 0.002-0.03 of log-likelihood (weather -> sweater)."""
-    rule = rule_1(1 / 16).ramps[0][0] / (1.0 - 0.4)  # per unit of s
+    if ON_THE_RULE:  # meaning as it is (a = 0), the rule's ramp; only the marks are free
+        unknown = DESCRIPTION.index("unknown share")
+        fixed = [RULE.ramps[0][0] if k == CONSTANT else 0.0 for k in range(P)]
+        fixed[unknown] = RULE.ramps[0][1]
+        return (
+            [(0.0, 0.0)] * len(MEANING_PARTS)
+            + [(v, v) for v in fixed]
+            + [(0.0, None)] * (len(EVIDENCE) * P)
+        )
+    rule = RULE.ramps[0][0] / (1.0 - 0.4)  # per unit of s
     free: list[tuple[float | None, float | None]] = [(None, None)] * len(MEANING_PARTS)
     for low, high in itertools.pairwise(KNOTS):
         for k in range(P):
@@ -362,7 +381,11 @@ def fitted_tasks(part: str, n: int) -> list[Task]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=400)
+    parser.add_argument("--on-the-rule", action="store_true", help="fit the marks only (rule-2)")
     args = parser.parse_args()
+    global KNOTS, ON_THE_RULE
+    if args.on_the_rule:
+        KNOTS, ON_THE_RULE = np.array(RULE.knots), True
     encoder = resolve_encoder(None, query_cache_size=0)
     train = [batch(encoder, t, True) for t in fitted_tasks("dev", args.queries)]
     theta = fit(train)
@@ -382,7 +405,8 @@ def main() -> None:
         log_lik, acc = meaning_guard(encoder, parameters)
         print(f"meaning guard, {label}: log-likelihood {log_lik:.3f}, accuracy {acc:.3f}")
     print("the issue's queries:", issue_queries(encoder, theta))
-    print("constants of LEARNED_1 (a, B, C):\n" + constants(theta))
+    name = "RULE_2 (C)" if ON_THE_RULE else "LEARNED_1 (a, B, C)"
+    print(f"constants of {name}:\n" + constants(theta))
     print("its offset:", "(" + ", ".join(f"{v:.6g}" for v in offset) + ")")
 
 

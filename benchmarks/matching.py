@@ -9,7 +9,8 @@ keys of every query:
 
 * softdict: ``SoftDict.nearest`` with its defaults (meaning and spelling by the hand-set rule;
   the cities' store is past the exact size, so it runs the default index and the union of
-  candidates), and with ``combination="learned-1"``;
+  candidates), and with ``combination="rule-2"`` (the rule with learned marks) and
+  ``"learned-1"``;
 * softdict, dense only: the same store with ``lexical=0``, by the bundled encoder's cosine;
 * rapidfuzz: ``process.cdist`` with each scorer (``utils.default_process`` on both sides); the
   table shows the scorer that did best on the ``dev`` half, applied to the half reported;
@@ -217,6 +218,7 @@ def no_match_study(encoder, part: str, n: int, out: Path | None) -> None:
     for label, lexical, combination in (
         ("meaning alone (cosine)", 0.0, "learned-1"),
         ("meaning + spelling, rule-1 (the default)", 1.0, "rule-1"),
+        ("meaning + spelling, rule-2", 1.0, "rule-2"),
         ("meaning + spelling, learned-1", 1.0, "learned-1"),
     ):
         sd.lexical, sd.combination = lexical, combination
@@ -273,6 +275,7 @@ def main() -> None:
             methods[f"softdict (rule-1, the default){label}"] = softdict_ranker(
                 encoder, 1.0, "rule-1"
             )
+            methods[f"softdict, rule-2{label}"] = softdict_ranker(encoder, 1.0, "rule-2")
             methods[f"softdict, learned-1{label}"] = softdict_ranker(encoder, 1.0, "learned-1")
             methods[f"softdict, dense only{label}"] = softdict_ranker(encoder, 0.0)
         methods |= {

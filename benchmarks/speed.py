@@ -11,10 +11,11 @@ Rows (each a store built on the same keys, default options but for what the row 
 
 * softdict: the default encoder (the bundled all-MiniLM-L6-v2 on ONNX Runtime), spelling on;
   ``bundled-static`` (model2vec), ``bundled-int8``; the default with ``lexical=0`` (meaning
-  alone) and with ``combination="learned-1"`` (the learned combination of meaning and spelling,
-  against the hand-set rule of the default). Stores past 10^4 keys get the default encoder's
-  key embeddings from the benchmark cache (``~/.cache/softdict-bench``): embedding 10^6 keys
-  takes 10 minutes; the other encoders embed their keys when the store is built;
+  alone) and with ``combination="rule-2"`` and ``"learned-1"`` (the rule with learned marks, and
+  the learned combination of meaning and spelling, against the hand-set rule of the default).
+  Stores past 10^4 keys get the default encoder's key embeddings from the benchmark cache
+  (``~/.cache/softdict-bench``): embedding 10^6 keys takes 10 minutes; the other encoders
+  embed their keys when the store is built;
 * the encoder alone, one query: ``encode_queries([q])`` (ONNX fp32, int8, static);
 * exact numpy: ``softmax(K·q / T)·V`` over every key, the query embedding given (what softdict's
   scoring of every key costs at the memory floor, meaning alone);
@@ -154,8 +155,9 @@ def single_queries(n: int, labels: list[str]) -> tuple[dict[str, list[float]], s
         if label == DEFAULT:
             meaning, _, _ = build(DEFAULT, keys, lexical=0.0)
             methods[f"softdict {label}, lexical=0"] = meaning.lookup
-            learned, _, _ = build(DEFAULT, keys, combination="learned-1")
-            methods[f"softdict {label}, combination=learned-1"] = learned.lookup
+            for combination in ("rule-2", "learned-1"):
+                other, _, _ = build(DEFAULT, keys, combination=combination)
+                methods[f"softdict {label}, combination={combination}"] = other.lookup
             vectors = key_embeddings(keys) if n > EMBED_MAX[DEFAULT] else None
             if vectors is None:
                 vectors = encoder.encode_keys(keys, batch_size=256)
@@ -202,11 +204,12 @@ def single_queries(n: int, labels: list[str]) -> tuple[dict[str, list[float]], s
 
 def own_cost_rows(labels: list[str]) -> list[tuple[str, str]]:
     """The stores whose own cost is measured, each with its encoder's label: every encoder's
-    default store, and the default encoder's with the learned combination (what it costs
+    default store, and the default encoder's with the other combinations (what they cost
     against the hand-set rule)."""
     rows = [(f"softdict {label}", label) for label in labels]
     if DEFAULT in labels:
-        rows.insert(1, (f"softdict {DEFAULT}, combination=learned-1", DEFAULT))
+        for combination in ("learned-1", "rule-2"):
+            rows.insert(1, (f"softdict {DEFAULT}, combination={combination}", DEFAULT))
     return rows
 
 

@@ -18,12 +18,13 @@ what it has.
 
 With the spelling channel on, the scores are the store's combination of meaning and spelling
 (``spelling.combination``), each key's own text the query, as in a lookup. Under the hand-set
-rule (``combination="rule-1"``) the keys, real names and words, can tell how much spelling should
-weigh between real words: ``lexical_known``. It is chosen on the same rule, from 0 to 1 (1/64,
-1/16, 1/4 and 1 tried), where the store is scored exactly. The learned combination's constants
-were fitted on what people type, which no stored key is, so the values judge only the
-temperature there. The weight of spelling as a whole (``lexical``) is left alone: no stored key
-is a misspelling of another, so the values cannot judge it (``fit`` learns it from examples).
+rule's curve (``combination="rule-1"`` or ``"rule-2"``) the keys, real names and words, can tell
+how much spelling should weigh between real words: ``lexical_known``. It is chosen on the same
+rule, from 0 to 1 (1/64, 1/16, 1/4 and 1 tried), where the store is scored exactly. The learned
+constants (``learned-1``'s, and ``rule-2``'s marks) were fitted on what people type, which no
+stored key is, so the values do not judge them. The weight of spelling as a whole (``lexical``)
+is left alone: no stored key is a misspelling of another, so the values cannot judge it (``fit``
+learns it from examples).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softdict._config import CombinationName
 from softdict._leave_one_out import LeftOutScores, ValueSide, all_keys_losses, prefix_losses
 from softdict._lookup import spelling_terms, terms_of
 from softdict._retrieval import scores_every_key
@@ -120,7 +120,7 @@ def calibrate(
         # The hand-set rule has one number the values can judge, lexical_known; the learned
         # combination none (its constants were fitted on what people type).
         choices = {config.lexical_known: terms}
-        if config.combination is CombinationName.RULE_1:
+        if config.combination.weighs_known:
             for known in KNOWN_CHOICES:
                 choices.setdefault(known, terms_of(store, texts, known=known))
         found: dict[float, Calibration] = {}

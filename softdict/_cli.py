@@ -292,7 +292,10 @@ def _info(args: argparse.Namespace) -> int:
 
 def _combination(name: str, known: float) -> str:
     """The combination of meaning and spelling, as ``info`` shows it."""
-    return f"combination {name}" + (f", known words keep {known:g}" if name == "rule-1" else "")
+    from softdict._config import CombinationName
+
+    weighs_known = CombinationName(name).weighs_known
+    return f"combination {name}" + (f", known words keep {known:g}" if weighs_known else "")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -322,7 +325,7 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--index", default="auto")
     build.add_argument(
         "--combination",
-        choices=["rule-1", "learned-1"],
+        choices=["rule-1", "rule-2", "learned-1"],
         default="rule-1",
         help="how meaning and spelling make one score (default: the hand-set rule-1)",
     )

@@ -43,6 +43,13 @@ class CombinationName(str, Enum):
 
     LEARNED_1 = "learned-1"  # learned from real names: opt-in until it keeps min_score's use
     RULE_1 = "rule-1"  # the hand-set rule, the default (and that of store formats up to 3)
+    RULE_2 = "rule-2"  # the rule's spelling curve, letters and digits split, learned marks
+
+    @property
+    def weighs_known(self) -> bool:
+        """Whether ``lexical_known`` (the rule's weight of common words) is part of it: the
+        hand-set curve's, which calibrate and fit may move."""
+        return self is not CombinationName.LEARNED_1
 
 
 class SoftDictConfig(BaseModel):

@@ -5,7 +5,8 @@ weights, fitted with PyTorch.
 each query's target key, the way a transformer learns its query projection. With the spelling
 channel on, the score is the store's combination of meaning and spelling as in a lookup
 (``spelling.combination``), and ``lexical`` (how much spelling weighs as a whole) is learned with
-W_q and T, and ``lexical_known`` too under the hand-set rule (``SpellingInputs``). (Choosing the
+W_q and T, and ``lexical_known`` too under the hand-set rule's curve (``rule-1``, ``rule-2``:
+``SpellingInputs``). (Choosing the
 temperature from the stored values alone is ``_calibration``'s concern.)
 """
 
@@ -17,7 +18,6 @@ from typing import Any
 
 import numpy as np
 
-from softdict._config import CombinationName
 from softdict._errors import KeyTypeError, NoMatchError
 from softdict._lookup import terms_of
 from softdict._similarity import Similarity
@@ -96,7 +96,7 @@ class SpellingInputs:
         score = meaning · max(0, 1 + lexical · (factor − 1)) + lexical · (gain + known · known_gain)
 
     which is the store's combination (``spelling.combination``) as a function of the two options
-    fit learns: ``lexical`` and, for the hand-set rule, ``lexical_known`` (the learned
+    fit learns: ``lexical`` and, for the hand-set rule's curve, ``lexical_known`` (the learned
     combination's ``known_gain`` is None). ``factor`` (q,) is meaning's factor at lexical 1;
     ``gain`` (q, n) what spelling, marks and the offset add at lexical 1 (and known 0), and
     ``known_gain`` what known adds per unit. The similarities do not depend on what is learned,
@@ -124,7 +124,7 @@ def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
 
     factor, gain = terms.scale, gain_at(terms)
     known_gain = None
-    if config.combination is CombinationName.RULE_1:
+    if config.combination.weighs_known:
         known_gain = gain_at(terms_of(store, texts, lexical=1.0, known=1.0)) - gain
     return SpellingInputs(
         config.lexical,

@@ -82,11 +82,15 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             ``softdict.spelling``): 1, the measured default, lets a misspelt name find its key;
             0 scores keys by meaning alone, as softdict did before the channel existed.
         combination: how meaning and spelling make one score: "rule-1" (the default, the
-            hand-set rule) or "learned-1" (fitted on typos, aliases, codes and names cut short
-            of real names: far better on codes and short forms, a little below the rule on
-            single typos, and its best score tells a query with no key less well).
-        lexical_known: under "rule-1", the share of the spelling weight a query's common English
-            words keep (1/16 by default): meaning, not spelling, decides what a real word means.
+            hand-set rule), "rule-2" (the rule with letters and digits split and the weights of
+            exact marks, prefixes, initials and the like, fitted on real names: far better on
+            codes and short forms, about the rule's no-match threshold and speed) or
+            "learned-1" (every weight fitted on typos, aliases, codes and names cut short of
+            real names: a little better still on codes and short forms, below the rule on
+            single typos, slower, and its best score tells a query with no key less well).
+        lexical_known: under "rule-1" and "rule-2", the share of the spelling weight a query's
+            common English words keep (1/16 by default): meaning, not spelling, decides what a
+            real word means.
         index: "auto" (exact up to 10,000 keys, then HNSW), "flat" (exact), "hnsw", "ivf",
             "ivf_sq8" (compressed, 1 byte per dimension), a FAISS index_factory string, or a
             name registered with ``softdict.index.register_backend``.

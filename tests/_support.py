@@ -178,10 +178,11 @@ def naive_combined(
     known: float = 1 / 16,
     spelled: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Each key's score under ``combination`` ("rule-1" or "learned-1"), from the formula of
-    softdict.spelling.combination's docstring, pair by pair (the learned constants are data:
-    read from the package); ``spelled``: the spelling similarities, when already known."""
-    from softdict.spelling.combination import LEARNED_1
+    """Each key's score under ``combination`` ("rule-1", "rule-2" or "learned-1"), from the
+    formula of softdict.spelling.combination's docstring, pair by pair (the learned constants
+    are data: read from the package); ``spelled``: the spelling similarities, when already
+    known."""
+    from softdict.spelling.combination import LEARNED_1, RULE_2_MARKS
     from softdict.spelling.text import unknown_share
 
     if spelled is None:
@@ -190,6 +191,13 @@ def naive_combined(
         weight = 4.0 * (known + (1 - known) * unknown_share(query))
         return cosine + weight * np.maximum(spelled - 0.4, 0) / 0.6
     x = np.array(naive_description(query))
+    if combination == "rule-2":  # rule-1's curve on the description's unknown share, and marks
+        weight = 4.0 * (known + (1 - known) * x[1])
+        marks = np.zeros((len(keys), len(RULE_2_MARKS)))
+        for i in _may_bear_marks(naive_form(query), tuple(keys)):
+            marks[i] = naive_marks(query, keys[i])
+        rule = np.asarray(cosine) + weight * np.maximum(np.asarray(spelled) - 0.4, 0) / 0.6
+        return rule + marks @ (np.array(RULE_2_MARKS) @ x)
     a = np.array(LEARNED_1.meaning)
     b, c = np.array(LEARNED_1.ramps), np.array(LEARNED_1.marks)
     knots = LEARNED_1.knots

@@ -325,7 +325,7 @@ def test_temperature_option_and_explain_shortens_long_keys(tmp_path: Path) -> No
     assert bad.returncode == 1 and "temperature" in bad.stderr
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "learned-1"])
+@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "learned-1"])
 def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path, combination: str) -> None:
     """Each key's meaning and spelling scores (and marks, where the combination weighs them),
     and how the combination makes its score of them; --lexical 0 turns spelling off for a
@@ -345,9 +345,12 @@ def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path, combination:
     assert cut["key"] == "banana bread"
     if combination == "learned-1":
         assert answer["meaning_factor"] < 1  # a misspelt word: its meaning is a guess
-        assert best["marks"] == [] and cut["marks"] == ["start", "abbreviation"]
+    else:  # the rules weigh meaning as it is
+        assert answer["meaning_factor"] == 1
+    if combination == "rule-1":
+        assert "marks" not in best
     else:
-        assert answer["meaning_factor"] == 1 and "marks" not in best
+        assert best["marks"] == [] and cut["marks"] == ["start", "abbreviation"]
     off = json.loads(run("query", store, "bananna bread", "--json", "--lexical", "0").stdout)
     assert "spelling" not in off["keys"][0] and off["spelling_weight"] == 0.0
     assert off["keys"][0]["score"] == close(off["keys"][0]["meaning"])

@@ -80,7 +80,7 @@ def naive_attention(sd: SoftDict, query: str, keys: list[str], combination: str)
     return combined, e / e.sum()
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "learned-1"])
+@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "learned-1"])
 @pytest.mark.parametrize(
     ("query", "unknown"),
     [
@@ -135,7 +135,7 @@ def test_lookup_is_softmax_of_the_combined_score(
         )
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "learned-1"])
+@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "learned-1"])
 @pytest.mark.parametrize("per_block", [2, 1000, 0])
 def test_a_batch_is_scored_as_each_query_alone(
     combination: str, per_block: int, monkeypatch: pytest.MonkeyPatch
@@ -356,7 +356,7 @@ def exact_combined(sd: SoftDict, query: str, keys: list[str]) -> np.ndarray:
     return naive_combined(query, keys, cos, sd.combination, spelled=spelling)
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "learned-1"])
+@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "learned-1"])
 def test_a_large_store_takes_the_union_and_its_tail_bound_holds(
     large_store: SoftDict, english_words: list[str], combination: str
 ) -> None:
@@ -615,6 +615,33 @@ def test_misspelt_country_names_find_their_country_and_aliases_still_do(bundled_
     found = sd.lookup(list(table))
     assert found[-2:] == ["DE", "MM"]
     assert [a == b for a, b in zip(found[:3], list(table.values())[:3])] == [False] * 3
+
+
+def test_rule_2_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder) -> None:
+    """``rule-2``: a common word with a digit ("Korea2") is a word and a number, not a
+    misspelling (the rule weighs it as one, 4 against 1/4, and the digit pulls it to whatever
+    is spelled alike); the README's seven queries still find their country; a query that is a
+    key's initials or its start bears that mark and finds it."""
+    countries = {c.name: c.alpha_2 for c in pycountry.countries}
+    rule = SoftDict(countries, encoder=bundled_encoder)
+    marked = SoftDict(countries, encoder=bundled_encoder, combination="rule-2")
+    assert rule.attend("Korea2").spelling_weight == close(4.0)
+    found = marked.attend("Korea2")
+    assert found.spelling_weight == close(0.25) and "Korea" in found.keys[0]
+    table = {
+        "Germny": "DE",
+        "Frnace": "FR",
+        "Untied States": "US",
+        "Brazl": "BR",
+        "Swtzerland": "CH",
+        "Deutschland": "DE",
+        "Burma": "MM",
+    }
+    assert marked.lookup(list(table)) == list(table.values())
+    for query, key, mark in (("uk", "United Kingdom", "initials"), ("Bosnia", "BA", "start")):
+        attention = marked.attend(query)
+        assert key in (attention.keys[0], marked[attention.keys[0]])
+        assert attention.marks is not None and mark in attention.marks[0]
 
 
 def test_an_insert_interrupted_in_the_spelling_index_changes_nothing(

@@ -20,6 +20,14 @@ it did when saved:
 * ``rule-1``, the hand-set rule, the default (and that of store formats up to 3, which load
   with it): x = (1, u(q)) with u the share of unknown words (``text.unknown_share``), one ramp
   from 0.4 to 1 weighing 4·(known + (1 − known)·u), no marks, no offset, meaning as it is.
+* ``rule-2``: the rule's curve (one ramp from 0.4 to 1, weighing 4·(known + (1 − known)·u)),
+  on ``evidence.describe``'s x, whose unknown share splits letters from digits ("clock2" is the
+  common word "clock" and a number: no longer weighed as a misspelling), meaning as it is, no
+  offset, and the five marks, whose weights C alone were fitted by
+  ``benchmarks/combination_study.py --on-the-rule`` (the dev half as for ``learned-1``, with
+  the rule held fixed). Codes, names cut short and stray spaces gain what the marks give them;
+  a key that bears no mark scores as under the rule, so a lookup spells as few keys as the
+  rule's, and its best score tells no match about as well.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
@@ -49,6 +57,7 @@ from softdict.spelling.text import unknown_share
 
 __all__ = [
     "LEARNED_1",
+    "RULE_2_MARKS",
     "Combination",
     "QueryTerms",
     "combination_for",
@@ -89,6 +98,26 @@ def rule_1(known: float) -> Combination:
     )  # fmt: skip
 
 
+# The marks' weights on the rule's curve (lexical_known 1/16), fitted by
+# benchmarks/combination_study.py --on-the-rule (results_combination_study.md); rows
+# evidence.EVIDENCE, columns evidence.DESCRIPTION.
+RULE_2_MARKS = (
+    (0, 0, 3.7944e-17, 0, 0.549656, 7.01651e-11),
+    (0.124949, 0.96681, 0, 0, 0.265594, 0.0635528),
+    (0, 1.07729, 0, 0, 0.00165522, 0),
+    (0.0408197, 1.01264, 0, 0.0408197, 0, 0.165312),
+    (0.00585607, 0.15013, 0.000214671, 0, 0.0981618, 0.559908),
+)
+
+
+def rule_2(known: float) -> Combination:
+    """The hand-set rule's curve on ``describe``'s unknown share, with ``known``
+    (``lexical_known``) the share of the weight that common words keep, and the fitted marks."""
+    weight = UNKNOWN_WORD_WEIGHT
+    ramp = (weight * known, weight * (1.0 - known)) + (0.0,) * (len(DESCRIPTION) - 2)
+    return Combination(CombinationName.RULE_2, describe, (0.4, 1.0), (), (), (ramp,), RULE_2_MARKS)
+
+
 # Fitted by benchmarks/combination_study.py (results_combination_study.md); the columns follow
 # evidence.DESCRIPTION, the rows of ``marks`` evidence.EVIDENCE.
 LEARNED_1 = Combination(
@@ -114,11 +143,17 @@ LEARNED_1 = Combination(
     (0, 0.254485, 0, 0.267603, 0.245478, 0),
 )
 assert len(LEARNED_1.ramps[0]) == len(DESCRIPTION) and len(LEARNED_1.marks) == len(EVIDENCE)
+assert all(len(row) == len(DESCRIPTION) for row in RULE_2_MARKS) and len(RULE_2_MARKS) == len(
+    EVIDENCE
+)
 
 
 def combination_for(name: CombinationName | str, known: float) -> Combination:
-    """The combination a store names, with its ``lexical_known`` (the rule's only)."""
-    return rule_1(known) if CombinationName(name) is CombinationName.RULE_1 else LEARNED_1
+    """The combination a store names, with its ``lexical_known`` (the rules' only)."""
+    name = CombinationName(name)
+    if name is CombinationName.RULE_1:
+        return rule_1(known)
+    return rule_2(known) if name is CombinationName.RULE_2 else LEARNED_1
 
 
 def ramps(similarity: np.ndarray, knots: np.ndarray) -> np.ndarray:
