@@ -241,7 +241,7 @@ class SpellingIndex:
         if not markable(form):
             return marks
         if could is None:
-            could = could_mark(queries.counts[i], self._counts.view[:, rows])
+            could = could_mark(queries.counts[i], self._counts.view, rows)
         possible = np.flatnonzero(could)
         key_forms = list(self._forms.view[rows[possible]])
         marks[possible] = evidence_marks([form] * len(key_forms), key_forms)
