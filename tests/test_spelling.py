@@ -36,6 +36,16 @@ from softdict.spelling import SpellingIndex, SpellingQueries, unknown_share
 from softdict.spelling.evidence import EVIDENCE
 
 COUNTRIES = sorted(c.name for c in pycountry.countries)
+# The README's seven queries, each with the code of the country it means.
+README_QUERIES = {
+    "Germny": "DE",
+    "Frnace": "FR",
+    "Untied States": "US",
+    "Brazl": "BR",
+    "Swtzerland": "CH",
+    "Deutschland": "DE",
+    "Burma": "MM",
+}
 FIXTURE = Path(__file__).parent / "fixtures" / "format2"
 
 
@@ -597,15 +607,7 @@ def test_a_store_saved_with_the_hand_set_rule_answers_as_it_did(
 @pytest.mark.integration
 def test_misspelt_country_names_find_their_country_and_aliases_still_do(bundled_encoder) -> None:
     sd = SoftDict({c.name: c.alpha_2 for c in pycountry.countries}, encoder=bundled_encoder)
-    table = {
-        "Germny": "DE",
-        "Frnace": "FR",
-        "Untied States": "US",
-        "Brazl": "BR",
-        "Swtzerland": "CH",
-        "Deutschland": "DE",
-        "Burma": "MM",
-    }
+    table = README_QUERIES
     assert sd.lookup(list(table)) == list(table.values())
     for query, code in table.items():
         attention = sd.attend(query)
@@ -628,15 +630,7 @@ def test_rule_2_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder) -> N
     assert rule.attend("Korea2").spelling_weight == close(4.0)
     found = marked.attend("Korea2")
     assert found.spelling_weight == close(0.25) and "Korea" in found.keys[0]
-    table = {
-        "Germny": "DE",
-        "Frnace": "FR",
-        "Untied States": "US",
-        "Brazl": "BR",
-        "Swtzerland": "CH",
-        "Deutschland": "DE",
-        "Burma": "MM",
-    }
+    table = README_QUERIES
     assert marked.lookup(list(table)) == list(table.values())
     for query, key, mark in (("uk", "United Kingdom", "initials"), ("Bosnia", "BA", "start")):
         attention = marked.attend(query)

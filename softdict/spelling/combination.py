@@ -26,8 +26,9 @@ it did when saved:
   offset, and the five marks, whose weights C alone were fitted by
   ``benchmarks/combination_study.py --on-the-rule`` (the dev half as for ``learned-1``, with
   the rule held fixed). Codes, names cut short and stray spaces gain what the marks give them;
-  a key that bears no mark scores as under the rule, so a lookup spells as few keys as the
-  rule's, and its best score tells no match about as well.
+  a key that bears no mark scores as under the rule, so a lookup spells about as few keys as
+  the rule's (and those that hold every character of the query, which could bear a mark), and
+  its best score tells no match about as well.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
