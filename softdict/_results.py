@@ -44,7 +44,9 @@ class Attention:
         tail_bound: an upper bound on the full attention's mass outside ``keys`` from their
             scores alone, or None where it does not hold: an approximate index (IVF, HNSW)
             can miss near keys. With the spelling channel in a large store it also assumes
-            the spelling candidates are the best spelled (see the README).
+            the spelling candidates are the best spelled, and that no key outside them bears
+            a mark (initials, abbreviation) that shares no 3-gram with the query (see
+            docs/large-stores.md).
         sampled: how many keys of the rest were sampled to estimate it (0 when none were).
         value_stderr: the standard error of ``value`` due to the sample (a float, an array
             for vector values; for a label, of that label's probability); 0 when the rest
