@@ -18,7 +18,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from softdict._config import CombinationName, SoftDictConfig
+from softdict._config import CombinationName, SoftDictConfig, newer_combination
 from softdict._errors import StoreFormatError
 from softdict._files import canonical_json
 from softdict.encoders.base import EncoderIdentity
@@ -196,6 +196,13 @@ def read_manifest(folder: Path) -> Manifest:
         intact = False
     if not intact:
         raise StoreFormatError(f"{path} fails its checksum: the manifest is corrupted")
+    newer = newer_combination(body.get("config")) if isinstance(body, dict) else None
+    if newer is not None:
+        raise StoreFormatError(
+            f"{folder} uses the combination of meaning and spelling {newer!r}, which this "
+            f"softdict does not know ({', '.join(c.value for c in CombinationName)}): a newer "
+            f"softdict saved it; upgrade softdict to load it"
+        )
     schema = FormatOneBody if version == 1 else FormatTwoBody
     try:
         return Manifest(version, schema.model_validate(body))

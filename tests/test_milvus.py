@@ -235,6 +235,26 @@ def test_a_store_of_format_1_keeps_the_hand_set_rule(milvus_store_location: str)
     assert old.attend("Germny").scores[:5] == close(rule.attend("Germny").scores[:5])
 
 
+def test_a_combination_this_softdict_does_not_know_asks_for_an_upgrade(
+    milvus_store_location: str,
+) -> None:
+    """A collection whose manifest names a combination this softdict does not know was made by
+    a newer softdict: opening it says to upgrade, not to make the store again."""
+    from pymilvus import MilvusClient
+
+    collection = fresh_collection()
+    SoftDict({"Germany": 1.0, "France": 2.0}, encoder=FakeEncoder(), store=milvus_store_location,
+             collection=collection)  # fmt: skip
+    client = MilvusClient(milvus_store_location.removeprefix("milvus:"))
+    meta = collection + "__softdict"
+    manifest = json.loads(client.get(meta, ids=["manifest"], output_fields=["text"])[0]["text"])
+    manifest["config"]["combination"] = "rule-9"
+    text = json.dumps(manifest)
+    client.upsert(meta, [{"name": "manifest", "text": text, "unused": [0.0, 0.0]}])
+    with pytest.raises(StoreFormatError, match=r"'rule-9'.*newer softdict.*upgrade softdict"):
+        SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())
+
+
 class _OtherEncoder(FakeEncoder):
     name = "another-encoder"
 

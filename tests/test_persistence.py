@@ -264,6 +264,15 @@ def test_newer_format_version_is_refused(tmp_path: Path) -> None:
         SoftDict.load(folder, encoder=FakeEncoder())
 
 
+def test_a_combination_this_softdict_does_not_know_asks_for_an_upgrade(tmp_path: Path) -> None:
+    """A store whose (intact) manifest names a combination added after this softdict was saved
+    by a newer one: the error says to upgrade, not that the file is damaged."""
+    folder = saved_store(tmp_path)
+    rewrite_manifest(folder, lambda m: m["body"]["config"].update(combination="rule-9"))
+    with pytest.raises(StoreFormatError, match=r"'rule-9'.*newer softdict.*upgrade softdict"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
 def test_inconsistent_manifest_is_refused(tmp_path: Path) -> None:
     folder = saved_store(tmp_path)
     rewrite_manifest(folder, lambda m: m["body"].update(count=4))
