@@ -62,11 +62,13 @@ class Attention:
         spelling_weight: the most spelling alone adds to this query's scores, for a key spelled
             the same (0 when off).
         meaning_factor: what this query's meaning scores are multiplied by in ``scores``: 1
-            for a query of common words, less for one of misspelt or unknown words, codes and
-            short forms, whose meaning the encoder guesses at.
+            under the rules; under ``learned-1`` 1 for a query of common words, less for one of
+            misspelt or unknown words, codes and short forms, whose meaning the encoder guesses
+            at.
         score_offset: what every key's score gets alike for this query (it changes no weight;
-            it sets the level ``min_score`` compares: a query of unknown words, a short one or
-            one of several words more likely has a key than a common word does).
+            it sets the level ``min_score`` compares): 0 under the rules; under ``learned-1`` a
+            query of unknown words, a short one or one of several words more likely has a key
+            than a common word does.
         marks: for each key, the exact marks of spelling it bears (``softdict.spelling.evidence``:
             "same", "start", "word start", "initials", "abbreviation"), or None where the
             combination weighs none (or the spelling channel was off).
