@@ -154,7 +154,7 @@ def test_a_batch_is_scored_as_each_query_alone(
     of queries; query by query past ``_BATCH_MAX_KEYS``, here with ``per_block`` 0), one query
     alone through ``bounded_scores``: the same keys scored, the same scores, weights and bound
     for every query, whatever its batch and block."""
-    from softdict.spelling import index as spelling_index
+    from softdict.spelling import held_keys as spelling_index
 
     if not per_block:
         monkeypatch.setattr(spelling_index, "_BATCH_MAX_KEYS", 0)

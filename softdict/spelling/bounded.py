@@ -31,7 +31,7 @@ a few array operations over the batch's rows and its spelling one rapidfuzz call
 every query's picks. Against one query at a time (interleaved runs here, bundled-static) that
 made a lookup of 1,000 queries 1.8-2.6x as fast over 10^3 keys, and 0.9-1.3x over 10^4 (the
 machine's noise); for a single query its bookkeeping cost more than it saved (1.13x the lookup
-time). So one query, and a batch over more than ``SpellingIndex``'s 4,096 keys, take
+time). So one query, and a batch over more than 4,096 keys (``held_keys``), take
 ``bounded_scores`` query by query. Both make the same picks and the same scores (the batch
 form's rows are each what the one-query form gives; tested).
 """

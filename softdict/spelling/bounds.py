@@ -80,22 +80,23 @@ def similarity_ceiling(
     query_length: int,
     key_counts: np.ndarray,
     key_lengths: np.ndarray,
+    rows: np.ndarray | None = None,
 ) -> np.ndarray:
     """(n,) float32: an upper bound on the spelling similarity of one query (its counts (64,)
-    and form length) with each key (counts held by column, (64, n), and lengths (n,) float32).
+    and form length) with each key (counts held by column, (64, n), ``rows``: only those n of
+    its columns; and the keys' lengths (n,) float32).
 
     A key's count of 255 may stand for more; min(query's count, 255) is still exact while the
     query holds fewer than 255 characters. A longer query is bounded by 1 (always scored)."""
-    n = key_counts.shape[1]
+    n = len(key_lengths)
     if query_length == 0 or not n:
         return np.zeros(n, dtype=np.float32)  # an empty form is alike to nothing
     if query_length >= _SATURATED:
         return np.where(key_lengths > 0, 1.0, 0.0).astype(np.float32)
     columns = np.flatnonzero(query_counts)
     # Each key's sum is at most the query's length (< 255).
-    shared = np.minimum(key_counts[columns], _spread(query_counts, columns, n)).sum(
-        axis=0, dtype=np.uint8
-    )
+    held = _held(key_counts, columns, rows)
+    shared = np.minimum(held, _spread(query_counts, columns, n)).sum(axis=0, dtype=np.uint8)
     # (2B / (|q| + |k|) + B / max(|q|, |k|)) / 2, and a margin: float32 rounds the bound by
     # ~1e-7 either way. An empty key (|k| = 0) shares nothing: 0. In place, in float32.
     length = np.float32(query_length)
@@ -115,17 +116,21 @@ def could_mark(
     query's characters, spaces aside, in the key."""
     columns = np.flatnonzero(query_counts)
     columns = columns[columns != _SPACE]
-    if rows is None:
-        held = key_counts[columns]
-    else:
-        # The query's buckets alone, each gathered at the rows: gathering every bucket first
-        # took 222 us for 2,048 of 10^5 keys against 18 (one-off timing here), four times
-        # per lookup of a large store (its spelling candidates).
-        held = np.empty((len(columns), len(rows)), dtype=key_counts.dtype)
-        for j, column in enumerate(columns):
-            key_counts[column].take(rows, out=held[j])
+    held = _held(key_counts, columns, rows)
     wanted = _spread(query_counts, columns, held.shape[1])
     return np.all(held >= wanted, axis=0)
+
+
+def _held(key_counts: np.ndarray, columns: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
+    """(len(columns), n): the keys' counts of the query's buckets ``columns``, at ``rows``
+    (None: every key). The query's buckets alone, each gathered at the rows: gathering every
+    bucket first took 222 us for 2,048 of 10^5 keys against 18 (one-off timing here)."""
+    if rows is None:
+        return key_counts[columns]
+    held = np.empty((len(columns), len(rows)), dtype=key_counts.dtype)
+    for j, column in enumerate(columns):
+        key_counts[column].take(rows, out=held[j])
+    return held
 
 
 def _spread(query_counts: np.ndarray, columns: np.ndarray, n: int) -> np.ndarray:

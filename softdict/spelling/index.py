@@ -12,7 +12,6 @@ approximate backend's), so a small store on an exact backend never holds them.
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,12 +22,13 @@ from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableColumns, GrowableRows
 from softdict.index._ids import IdRows
 from softdict.index.base import Allow, sorted_unique
-from softdict.spelling.bounded import BoundedBatch, bounded_batch, bounded_scores
-from softdict.spelling.bounds import BUCKETS, character_counts, could_mark, similarity_ceiling
+from softdict.spelling.bounded import BoundedBatch
+from softdict.spelling.bounds import BUCKETS, character_counts, could_mark
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import EVIDENCE, evidence_marks, markable
+from softdict.spelling.held_keys import HeldKeys, score_held_keys
 from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
-from softdict.spelling.scores import KeyForms, paired_similarity, spelling_similarity
+from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
 from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
 
 if TYPE_CHECKING:
@@ -51,15 +51,6 @@ CANDIDATE_POOL = 2048
 # One-word queries this short also take the keys of their first letter and about their length
 # (``_short_neighbours``).
 SHORT_QUERY = 5
-# A batch's every-key scoring goes in blocks of queries of about this many scores (512 KB
-# float64 matrices, which stay in the CPU's caches between the passes over them): 65 queries a
-# block against 10^3 keys, 6 against 10^4. In interleaved bulk runs here 2^15 to 2^17 did
-# alike within the machine's noise; 2^18 was slower against 10^4 keys.
-_BLOCK_ENTRIES = 1 << 16
-# Past this many keys a batch goes query by query: its blocks made a bulk lookup 1.8-2.6x as
-# fast over 10^3 keys, but over 10^4 0.9-1.3x on bundled-static and 0.94-0.97x on the default
-# encoder (interleaved runs here, within the machine's noise), with more to hold.
-_BATCH_MAX_KEYS = 4096
 _POSTINGS_FILES = ("spelling_indptr.npy", "spelling_rows.npy", "spelling_lengths.npy")
 
 
@@ -86,12 +77,6 @@ class PreparedKeys:
 def no_candidates(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """(m, n) ids and similarities of no candidate: -1 and NaN."""
     return np.full((m, n), -1, dtype=np.int64), np.full((m, n), np.nan)
-
-
-def _object_column(texts: list[str]) -> np.ndarray:
-    column = np.empty(len(texts), dtype=object)
-    column[:] = texts
-    return column
 
 
 class SpellingIndex:
@@ -130,7 +115,7 @@ class SpellingIndex:
             grams = self._ngrams.grams(prepared.forms)
         first = np.array([ord(form[0]) if form else -1 for form in prepared.forms], np.int32)
         length = np.array([len(form) for form in prepared.forms], np.int32)
-        forms, sorted_forms = _object_column(prepared.forms), _object_column(prepared.sorted_forms)
+        forms, sorted_forms = object_column(prepared.forms), object_column(prepared.sorted_forms)
         multiword = sum(a is not b for a, b in zip(prepared.forms, prepared.sorted_forms))
         # Only appends from here, each a quick one.
         self._rows.append(np.asarray(ids, dtype=np.int64))
@@ -264,89 +249,18 @@ class SpellingIndex:
     ) -> BoundedBatch:
         """Each query's combined score over the keys of ``ids`` (c,), all held, from their
         ``meaning`` (m, c) and the queries' ``terms``, spelling scored where it can matter
-        (``bounded``), with each query's bound on its weights' error and the weights made on
-        the way. ``keep``: the number of best keys whose choice must be exact (top-k
-        attention). Several queries over at most ``_BATCH_MAX_KEYS`` keys go through the rounds
-        together, in blocks of about ``_BLOCK_ENTRIES`` scores."""
+        (``held_keys.score_held_keys``)."""
         rows = self._rows_of_held(np.asarray(ids, dtype=np.int64))
-        counts = self._counts.view if rows is None else self._counts.view[:, rows]
         lengths = self._length.view if rows is None else self._length.view[rows]
-        lengths = lengths.astype(np.float32)
-        forms = self._key_forms(rows)
-        marking = terms.marks.shape[1] > 0
-        m, n = meaning.shape
-        combined, similarity, weights = np.empty((3, m, n))
-        error, weighed = np.zeros(m), np.zeros(m, dtype=bool)
 
-        def marks_of(i: int, positions: np.ndarray, could: np.ndarray) -> np.ndarray:
+        def marks(i: int, positions: np.ndarray, could: np.ndarray) -> np.ndarray:
             held = positions if rows is None else rows[positions]
             return self._marks_of_rows(queries, i, held, could)
 
-        def ceilings(block: range) -> tuple[np.ndarray, np.ndarray | None]:
-            ceiling = np.empty((len(block), n), dtype=np.float32)
-            marked = np.zeros(ceiling.shape, dtype=bool) if marking else None
-            for j, i in enumerate(block):
-                form = queries.forms[i]
-                ceiling[j] = similarity_ceiling(queries.counts[i], len(form), counts, lengths)
-                if marked is not None and markable(form):
-                    marked[j] = could_mark(queries.counts[i], counts)
-            return ceiling, marked
-
-        if m == 1 or n > _BATCH_MAX_KEYS:  # query by query, the one-query form (``bounded``)
-            for i in range(m):
-                ceiling, marked = ceilings(range(i, i + 1))
-                query = queries.row(i)
-
-                def exact(
-                    positions: np.ndarray,
-                    query: SpellingQueries = query,
-                    i: int = i,
-                    marked: np.ndarray | None = marked,
-                ) -> tuple[np.ndarray, np.ndarray | None]:
-                    found = spelling_similarity(query, forms.subset(positions))[0]
-                    if marked is None:
-                        return found, None
-                    return found, marks_of(i, positions, marked[0, positions])
-
-                one = bounded_scores(
-                    meaning[i], ceiling[0], None if marked is None else marked[0],
-                    terms.subset(np.array([i])), temperature, exact, keep=keep,
-                    out=(combined[i], similarity[i], weights[i]),
-                )  # fmt: skip
-                error[i], weighed[i] = one.error, one.weights is not None
-            return BoundedBatch(combined, similarity, error, weights, weighed)
-
-        query_forms = _object_column(queries.forms)
-        query_sorted = _object_column(queries.sorted_forms)
-
-        def paired_exact(
-            pairs: np.ndarray, positions: np.ndarray, offset: int, marked: np.ndarray | None
-        ) -> tuple[np.ndarray, np.ndarray | None]:
-            # A block's rows (``pairs``, and ``marked``'s) are the batch's from ``offset`` on.
-            batch_rows = pairs + offset
-            found = paired_similarity(
-                query_forms[batch_rows], query_sorted[batch_rows], forms.subset(positions)
-            )
-            if marked is None:
-                return found, None
-            marks = np.zeros((len(pairs), len(EVIDENCE)))
-            for i in np.unique(pairs):
-                at = pairs == i
-                marks[at] = marks_of(int(i) + offset, positions[at], marked[i, positions[at]])
-            return found, marks
-
-        step = max(1, _BLOCK_ENTRIES // max(n, 1))
-        for start in range(0, m, step):
-            block = slice(start, min(start + step, m))
-            ceiling, marked = ceilings(range(start, block.stop))
-            found = bounded_batch(
-                meaning[block], ceiling, marked, terms.subset(np.arange(start, block.stop)),
-                temperature, functools.partial(paired_exact, offset=start, marked=marked),
-                keep=keep,
-                out=(combined[block], similarity[block], weights[block]),
-            )  # fmt: skip
-            error[block], weighed[block] = found.error, found.weighed
-        return BoundedBatch(combined, similarity, error, weights, weighed)
+        keys = HeldKeys(
+            self._counts.view, rows, lengths.astype(np.float32), self._key_forms(rows), marks
+        )
+        return score_held_keys(queries, keys, meaning, terms, temperature, keep)
 
     def candidates(
         self,

@@ -20,7 +20,7 @@ import numpy as np
 
 from softdict.spelling.text import SpellingQueries
 
-__all__ = ["KeyForms", "paired_similarity", "spelling_similarity"]
+__all__ = ["KeyForms", "object_column", "paired_similarity", "spelling_similarity"]
 
 # Texts as rapidfuzz takes them: a list, or an object array of str.
 Texts = Sequence[str] | np.ndarray
@@ -28,6 +28,13 @@ Texts = Sequence[str] | np.ndarray
 # rapidfuzz's threads pay off only on large blocks of pairs (measured: one query against 10^4
 # keys is faster on one thread).
 _PARALLEL_PAIRS = 200_000
+
+
+def object_column(texts: list[str]) -> np.ndarray:
+    """``texts`` as a (n,) object array (which indexes by positions, as a list does not)."""
+    column = np.empty(len(texts), dtype=object)
+    column[:] = texts
+    return column
 
 
 @dataclass(frozen=True)
