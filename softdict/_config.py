@@ -21,14 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from softdict._errors import ConfigError
 from softdict._similarity import Similarity
 
-__all__ = [
-    "EXACT_MAX_KEYS",
-    "CombinationName",
-    "SoftDictConfig",
-    "ValueKind",
-    "check_number",
-    "newer_combination",
-]
+__all__ = ["EXACT_MAX_KEYS", "CombinationName", "SoftDictConfig", "ValueKind", "check_number"]
 
 # With top_k=None, a lookup attends exactly to every key while it may attend to at most this
 # many; index="auto" keeps its keys in exact numpy search up to the same size. The benchmark's
@@ -57,14 +50,6 @@ class CombinationName(str, Enum):
         """Whether ``lexical_known`` (the rule's weight of common words) is part of it: the
         hand-set curve's, which calibrate and fit may move."""
         return self is not CombinationName.LEARNED_1
-
-
-def newer_combination(config: object) -> str | None:
-    """The combination a saved ``config`` (its JSON object) names where this softdict does not
-    know it: a store saved by a newer softdict, which should say so, not that it is damaged."""
-    name = config.get("combination") if isinstance(config, dict) else None
-    known = {member.value for member in CombinationName}
-    return name if isinstance(name, str) and name not in known else None
 
 
 class SoftDictConfig(BaseModel):

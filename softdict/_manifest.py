@@ -18,7 +18,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from softdict._config import CombinationName, SoftDictConfig, newer_combination
+from softdict._config import CombinationName, SoftDictConfig
 from softdict._errors import StoreFormatError
 from softdict._files import canonical_json
 from softdict.encoders.base import EncoderIdentity
@@ -33,6 +33,7 @@ __all__ = [
     "Manifest",
     "config_as_loaded",
     "read_manifest",
+    "refuse_newer_combination",
     "sha256",
 ]
 
@@ -167,6 +168,21 @@ def _parse_json(path: Path, data: bytes) -> Any:
         raise StoreFormatError(f"{path} is JSON nested too deeply to be a store's") from None
 
 
+def refuse_newer_combination(saved: object, where: object) -> None:
+    """StoreFormatError where the ``config`` of a saved manifest (its JSON object, ``saved``)
+    names a combination this softdict does not know: a newer softdict saved the store at
+    ``where``, which is to say so, not that the store is damaged."""
+    config = saved.get("config") if isinstance(saved, dict) else None
+    name = config.get("combination") if isinstance(config, dict) else None
+    known = [member.value for member in CombinationName]
+    if isinstance(name, str) and name not in known:
+        raise StoreFormatError(
+            f"{where} uses the combination of meaning and spelling {name!r}, which this "
+            f"softdict does not know ({', '.join(known)}): a newer softdict saved it; upgrade "
+            f"softdict to load it"
+        )
+
+
 def read_manifest(folder: Path) -> Manifest:
     """The manifest of the store at ``folder``: format, version, checksum and schema checked."""
     path = folder / MANIFEST
@@ -196,13 +212,7 @@ def read_manifest(folder: Path) -> Manifest:
         intact = False
     if not intact:
         raise StoreFormatError(f"{path} fails its checksum: the manifest is corrupted")
-    newer = newer_combination(body.get("config")) if isinstance(body, dict) else None
-    if newer is not None:
-        raise StoreFormatError(
-            f"{folder} uses the combination of meaning and spelling {newer!r}, which this "
-            f"softdict does not know ({', '.join(c.value for c in CombinationName)}): a newer "
-            f"softdict saved it; upgrade softdict to load it"
-        )
+    refuse_newer_combination(body, folder)
     schema = FormatOneBody if version == 1 else FormatTwoBody
     try:
         return Manifest(version, schema.model_validate(body))

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from softdict._config import CombinationName, SoftDictConfig, newer_combination
+from softdict._config import CombinationName, SoftDictConfig
 from softdict._errors import ConfigError, StoreFormatError
-from softdict._manifest import EncoderEntry
+from softdict._manifest import EncoderEntry, refuse_newer_combination
 from softdict.store.milvus._client import schema_error
 from softdict.store.milvus._collection import MAX_VARCHAR, CollectionRows
 
@@ -206,17 +206,13 @@ class StoreMetadata:
         where = f"the Milvus collection {self._collection!r} at {self._location}"
         if text is None:
             raise StoreFormatError(f"{where} lacks its softdict manifest (metadata row)")
-        newer = None
         try:
             parsed = json.loads(text)
-            newer = newer_combination(parsed.get("config") if isinstance(parsed, dict) else None)
+            refuse_newer_combination(parsed, where)
             manifest = Manifest.model_validate(parsed)
+        except StoreFormatError:  # intact, but from a newer softdict: not to be made again
+            raise
         except (ValueError, ValidationError, RecursionError) as exc:
-            if newer is not None:  # intact, but from a newer softdict: not to be made again
-                raise StoreFormatError(
-                    f"{where} uses the combination of meaning and spelling {newer!r}, which "
-                    f"this softdict does not know: a newer softdict made it; upgrade softdict"
-                ) from None
             raise StoreFormatError(
                 f"{where} has a damaged manifest ({str(exc)[:200]}); copy what it holds elsewhere "
                 f"and make the store again"
