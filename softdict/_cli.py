@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from softdict._config import CombinationName
 from softdict._errors import SoftDictError
 from softdict._tables import InputError, read_items, read_table
 
@@ -292,8 +293,6 @@ def _info(args: argparse.Namespace) -> int:
 
 def _combination(name: str, known: float) -> str:
     """The combination of meaning and spelling, as ``info`` shows it."""
-    from softdict._config import CombinationName
-
     weighs_known = CombinationName(name).weighs_known
     return f"combination {name}" + (f", known words keep {known:g}" if weighs_known else "")
 
@@ -325,8 +324,8 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument("--index", default="auto")
     build.add_argument(
         "--combination",
-        choices=["rule-1", "rule-2", "learned-1"],
-        default="rule-1",
+        choices=[name.value for name in CombinationName],
+        default=CombinationName.RULE_1.value,
         help="how meaning and spelling make one score (default: the hand-set rule-1)",
     )
     build.add_argument("--value-kind", choices=["scalar", "vector", "categorical"], default=None)
