@@ -54,6 +54,7 @@ from matching_data import (
 )
 
 from softdict import SoftDict
+from softdict._config import CombinationName, SoftDictConfig
 from softdict.encoders import resolve_encoder
 
 TOP = 5
@@ -100,6 +101,12 @@ def softdict_store(encoder, task: Task) -> SoftDict:
     sd = SoftDict(encoder=table, query_cache_size=0, batch_size=4096)
     sd.update(dict.fromkeys(task.keys, 0.0))
     return sd
+
+
+def combination_label(name: CombinationName) -> str:
+    """A combination's name in the tables, "(the default)" after the default's."""
+    default = SoftDictConfig().combination
+    return f"{name.value} (the default)" if name is default else name.value
 
 
 def softdict_ranker(encoder, lexical: float, combination: str = "rule-1") -> Ranker:
@@ -217,9 +224,10 @@ def no_match_study(encoder, part: str, n: int, out: Path | None) -> None:
     rows = []
     for label, lexical, combination in (
         ("meaning alone (cosine)", 0.0, "learned-1"),
-        ("meaning + spelling, rule-1 (the default)", 1.0, "rule-1"),
-        ("meaning + spelling, rule-2", 1.0, "rule-2"),
-        ("meaning + spelling, learned-1", 1.0, "learned-1"),
+        *(
+            (f"meaning + spelling, {combination_label(name)}", 1.0, name.value)
+            for name in CombinationName
+        ),
     ):
         sd.lexical, sd.combination = lexical, combination
         best = np.array([attention.scores[0] for attention in sd.attend(queries)])
@@ -272,11 +280,10 @@ def main() -> None:
         methods: dict[str, Ranker] = {}
         for name, encoder in encoders.items():
             label = f" [{name}]" if name is not None else ""
-            methods[f"softdict (rule-1, the default){label}"] = softdict_ranker(
-                encoder, 1.0, "rule-1"
-            )
-            methods[f"softdict, rule-2{label}"] = softdict_ranker(encoder, 1.0, "rule-2")
-            methods[f"softdict, learned-1{label}"] = softdict_ranker(encoder, 1.0, "learned-1")
+            for combination in CombinationName:
+                methods[f"softdict, {combination_label(combination)}{label}"] = softdict_ranker(
+                    encoder, 1.0, combination.value
+                )
             methods[f"softdict, dense only{label}"] = softdict_ranker(encoder, 0.0)
         methods |= {
             f"rapidfuzz cdist ({best})": rapidfuzz_scorer(best),

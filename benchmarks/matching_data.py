@@ -27,6 +27,7 @@ __all__ = [
     "Task",
     "abbreviation_pairs",
     "alias_task",
+    "can_take_typo",
     "city_aliases",
     "country_aliases",
     "key_sets",
@@ -66,6 +67,11 @@ class Task:
 def split_of(name: str) -> str:
     """ "dev" or "test", by a stable hash of the canonical name."""
     return "dev" if hashlib.blake2b(name.encode(), digest_size=2).digest()[0] % 2 else "test"
+
+
+def can_take_typo(text: str) -> bool:
+    """Whether ``typo`` can change ``text``: a letter after the first has keyboard neighbours."""
+    return any(ch.lower() in _NEIGHBOURS for ch in text[1:])
 
 
 def typo(text: str, edits: int, rng: np.random.Generator) -> str:
@@ -187,6 +193,8 @@ def alias_task(
     rng = np.random.default_rng(seed)
     pool = [(alias, target) for alias, target in pairs if split_of(target) == part]
     chosen = [pool[i] for i in rng.choice(len(pool), min(n, len(pool)), replace=False)]
+    if typos:  # an alias with no letter a typo can take (all of it one letter or unlisted) goes
+        chosen = [(alias, target) for alias, target in chosen if can_take_typo(alias)]
     queries = [typo(alias, typos, rng) if typos else alias for alias, _ in chosen]
     suffix = f" with {typos} typo{'s' if typos > 1 else ''}" if typos else ""
     return Task(f"{name}{suffix}", keys, queries, [target for _, target in chosen])

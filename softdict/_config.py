@@ -41,9 +41,9 @@ class CombinationName(str, Enum):
     """How meaning and spelling make one score (``combination=``; the formulas and constants are
     ``softdict.spelling.combination``'s)."""
 
-    LEARNED_1 = "learned-1"  # learned from real names: opt-in until it keeps min_score's use
     RULE_1 = "rule-1"  # the hand-set rule, the default (and that of store formats up to 3)
     RULE_2 = "rule-2"  # the rule's spelling curve, letters and digits split, learned marks
+    LEARNED_1 = "learned-1"  # learned from real names: opt-in until it keeps min_score's use
 
     @property
     def weighs_known(self) -> bool:
