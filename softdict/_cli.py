@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from softdict._config import CombinationName
+from softdict._config import CombinationName, SoftDictConfig
 from softdict._errors import SoftDictError
 from softdict._tables import InputError, read_items, read_table
 
@@ -325,8 +325,8 @@ def _parser() -> argparse.ArgumentParser:
     build.add_argument(
         "--combination",
         choices=[name.value for name in CombinationName],
-        default=CombinationName.RULE_1.value,
-        help="how meaning and spelling make one score (default: the hand-set rule-1)",
+        default=SoftDictConfig().combination.value,
+        help="how meaning and spelling make one score (default: %(default)s)",
     )
     build.add_argument("--value-kind", choices=["scalar", "vector", "categorical"], default=None)
     build.add_argument(

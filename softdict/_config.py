@@ -41,8 +41,8 @@ class CombinationName(str, Enum):
     """How meaning and spelling make one score (``combination=``; the formulas and constants are
     ``softdict.spelling.combination``'s)."""
 
-    RULE_1 = "rule-1"  # the hand-set rule, the default (and that of store formats up to 3)
-    RULE_2 = "rule-2"  # the rule's spelling curve, letters and digits split, learned marks
+    RULE_1 = "rule-1"  # the hand-set rule (store formats up to 3 load with it)
+    RULE_2 = "rule-2"  # the default: the rule's curve, letters and digits split, learned marks
     LEARNED_1 = "learned-1"  # learned from real names: opt-in until it keeps min_score's use
 
     @property
@@ -80,10 +80,12 @@ class SoftDictConfig(BaseModel):
     # for meaning alone; and the share of that weight a query's common English words get.
     lexical: float = Field(default=1.0, ge=0.0, le=1000.0)
     lexical_known: float = Field(default=1 / 16, ge=0.0, le=1.0)
-    # How meaning and spelling make one score (softdict.spelling.combination): the hand-set rule
-    # (which uses lexical_known), or the learned combination. The rule stays the default while
-    # the learned one tells a query with no key less well by its best score (README, Spelling).
-    combination: CombinationName = CombinationName.RULE_1
+    # How meaning and spelling make one score (softdict.spelling.combination): the hand-set rule's
+    # curve with learned marks (rule-2, the default), the rule alone (rule-1, the default before
+    # rule-2: a store records its combination, so one saved with rule-1 keeps it), or the learned
+    # combination (learned-1, opt-in while it tells a query with no key less well by its best
+    # score: README, Spelling).
+    combination: CombinationName = CombinationName.RULE_2
 
     @field_validator("temperature")
     @classmethod

@@ -81,13 +81,14 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         lexical: the weight of spelling against meaning in a text lookup (the spelling channel,
             ``softdict.spelling``): 1, the measured default, lets a misspelt name find its key;
             0 scores keys by meaning alone, as softdict did before the channel existed.
-        combination: how meaning and spelling make one score: "rule-1" (the default, the
-            hand-set rule), "rule-2" (the rule with letters and digits split and the weights of
-            exact marks, prefixes, initials and the like, fitted on real names: far better on
-            codes and short forms, about the rule's no-match threshold and speed) or
-            "learned-1" (every weight fitted on typos, aliases, codes and names cut short of
-            real names: a little better still on codes and short forms, below the rule on
-            single typos, slower, and its best score tells a query with no key less well).
+        combination: how meaning and spelling make one score: "rule-2" (the default: the
+            hand-set rule's spelling curve with letters and digits split, and the weights of
+            exact marks, prefixes, initials and the like, fitted on real names: far better than
+            the rule on codes and short forms, as good on typos and aliases, at about its
+            no-match threshold and speed), "rule-1" (the hand-set rule alone, the default before
+            rule-2) or "learned-1" (every weight fitted on typos, aliases, codes and names cut
+            short of real names: a little better still on codes and short forms, slower, and
+            its best score tells a query with no key less well).
         lexical_known: under "rule-1" and "rule-2", the share of the spelling weight a query's
             common English words keep (1/16 by default): meaning, not spelling, decides what a
             real word means.
@@ -133,7 +134,7 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         max_sample: int = 4096,
         seed: int = 0,
         lexical: float = 1.0,
-        combination: str = "rule-1",
+        combination: str = "rule-2",
         lexical_known: float = 1 / 16,
         index: str = "auto",
         value_kind: ValueKind | str | None = None,

@@ -601,6 +601,30 @@ def test_a_store_saved_with_the_hand_set_rule_answers_as_it_did(
     assert switched.keys[0] == "Switzerland" and switched.marks is not None
 
 
+def test_a_store_saved_when_rule_1_was_the_default_keeps_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A format 4 store saved with the default of its day (tests/fixtures/README.md: it recorded
+    ``rule-1``) loads with it and answers as when it was saved, "UK" included, which the
+    default now answers otherwise; a new store of the same keys takes the default."""
+    from softdict._cli import main
+
+    folder = FIXTURE.parent / "format4" / "countries_scalar"
+    assert main(["info", str(folder)]) == 0
+    assert "combination rule-1, known words keep 0.0625" in capsys.readouterr().out
+    expected = json.loads((folder.parent / "expected.json").read_text())
+    loaded = SoftDict.load(folder, encoder=FakeEncoder())
+    assert loaded.combination == "rule-1" and "France" not in loaded
+    answers_as_saved(loaded, expected)
+    fresh = SoftDict(dict(loaded.items()), encoder=FakeEncoder(), temperature=0.3)
+    assert fresh.combination == "rule-2"
+    changed = [
+        now.keys[0] != then["keys"][0]
+        for now, then in zip(fresh.attend(expected["queries"]), expected["attend"])
+    ]
+    assert any(changed)  # else the fixture would not tell the two combinations apart
+
+
 # -- the issue's table, on the bundled encoder -------------------------------------------------
 
 
@@ -620,13 +644,14 @@ def test_misspelt_country_names_find_their_country_and_aliases_still_do(bundled_
 
 
 def test_rule_2_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder) -> None:
-    """``rule-2``: a common word with a digit ("Korea2") is a word and a number, not a
-    misspelling (the rule weighs it as one, 4 against 1/4, and the digit pulls it to whatever
-    is spelled alike); the README's seven queries still find their country; a query that is a
-    key's initials or its start bears that mark and finds it."""
+    """``rule-2``, the default: a common word with a digit ("Korea2") is a word and a number,
+    not a misspelling (``rule-1`` weighs it as one, 4 against 1/4, and the digit pulls it to
+    whatever is spelled alike); the README's seven queries still find their country; a query
+    that is a key's initials or its start bears that mark and finds it."""
     countries = {c.name: c.alpha_2 for c in pycountry.countries}
-    rule = SoftDict(countries, encoder=bundled_encoder)
-    marked = SoftDict(countries, encoder=bundled_encoder, combination="rule-2")
+    rule = SoftDict(countries, encoder=bundled_encoder, combination="rule-1")
+    marked = SoftDict(countries, encoder=bundled_encoder)
+    assert marked.combination == "rule-2"
     assert rule.attend("Korea2").spelling_weight == close(4.0)
     found = marked.attend("Korea2")
     assert found.spelling_weight == close(0.25) and "Korea" in found.keys[0]

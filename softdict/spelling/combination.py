@@ -17,10 +17,10 @@ the level of the best score, which ``min_score`` compares across queries.
 Two combinations exist, named in a store's config (``combination``) so that a store answers as
 it did when saved:
 
-* ``rule-1``, the hand-set rule, the default (and that of store formats up to 3, which load
-  with it): x = (1, u(q)) with u the share of unknown words (``text.unknown_share``), one ramp
+* ``rule-1``, the hand-set rule (the default until ``rule-2``; store formats up to 3 load with
+  it): x = (1, u(q)) with u the share of unknown words (``text.unknown_share``), one ramp
   from 0.4 to 1 weighing 4·(known + (1 − known)·u), no marks, no offset, meaning as it is.
-* ``rule-2``: the rule's curve (one ramp from 0.4 to 1, weighing 4·(known + (1 − known)·u)),
+* ``rule-2``, the default: the rule's curve (one ramp from 0.4 to 1, weighing 4·(known + (1 − known)·u)),
   on ``evidence.describe``'s x, whose unknown share splits letters from digits ("clock2" is the
   common word "clock" and a number: no longer weighed as a misspelling), meaning as it is, no
   offset, and the five marks, whose weights C alone were fitted by
