@@ -31,7 +31,16 @@ import numpy as np
 
 from softdict.spelling.text import common_words
 
-__all__ = ["DESCRIPTION", "EVIDENCE", "compact", "describe", "evidence_marks", "markable", "tokens"]
+__all__ = [
+    "DESCRIPTION",
+    "EVIDENCE",
+    "compact",
+    "describe",
+    "evidence_marks",
+    "initials",
+    "markable",
+    "tokens",
+]
 
 EVIDENCE = ("same", "start", "word start", "initials", "abbreviation")
 DESCRIPTION = ("constant", "unknown share", "digits", "short", "several words", "capitals")
@@ -84,6 +93,17 @@ def compact(form: str) -> str:
     return form.replace(" ", "")
 
 
+def initials(form: str) -> str | None:
+    """The first letters of a spelling form's words, which a query matches to bear the
+    ``initials`` mark; None for a form of fewer than two words (it has none).
+
+    >>> initials("ho chi minh city"), initials("paris")
+    ('hcmc', None)
+    """
+    words = form.split()
+    return "".join(word[0] for word in words) if len(words) >= 2 else None
+
+
 def markable(form: str) -> bool:
     """Whether a query of this spelling form can bear a mark at all (it is long enough)."""
     return len(compact(form)) >= _MIN_MARKED
@@ -111,8 +131,7 @@ def evidence_marks(query_forms: list[str], key_forms: list[str]) -> np.ndarray:
             continue
         marks[i, 1] = key.startswith(query)
         marks[i, 2] = f" {query}" in key
-        words = key.split()
-        marks[i, 3] = len(words) >= 2 and short_query == "".join(word[0] for word in words)
+        marks[i, 3] = short_query == initials(key)
         marks[i, 4] = short_query[0] == short_key[0] and _in_order(short_query, short_key)
     return marks
 

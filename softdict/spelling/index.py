@@ -12,6 +12,8 @@ approximate backend's), so a small store on an exact backend never holds them.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,6 +29,7 @@ from softdict.spelling.bounds import BUCKETS, character_counts, could_mark
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import EVIDENCE, evidence_marks, markable
 from softdict.spelling.held_keys import HeldKeys, score_held_keys
+from softdict.spelling.marked import RowsByFirst, marked_outside
 from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
 from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
 from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
@@ -95,6 +98,7 @@ class SpellingIndex:
         self._multiword_rows = 0  # rows (tombstones included) whose form has several words
         self._empty_rows = 0
         self._ngrams: NgramCandidates | None = None
+        self._by_first = RowsByFirst()  # sorted when a candidate request first needs it
 
     def __len__(self) -> int:
         return self._rows.n_live
@@ -161,6 +165,7 @@ class SpellingIndex:
         )
         self._empty_rows = int(np.count_nonzero(self._length.view == 0))
         self._ngrams = None
+        self._by_first.reset()
 
     # -- scoring --------------------------------------------------------------------------------
 
@@ -291,7 +296,13 @@ class SpellingIndex:
             sorted_unique(np.concatenate([pool, self._short_neighbours(form, admissible)]))
             for pool, form in zip(pools, queries.forms)
         ]
-        return self.best_of_pools(queries, pools, n, terms)
+        outside = None
+        if terms is not None and terms.marks.shape[1]:  # keys a mark lifts with no 3-gram shared
+            outside = functools.partial(
+                marked_outside, self._by_first, self._first.view, self._counts.view,
+                self._length.view, queries, terms=terms, admissible=admissible,
+            )  # fmt: skip
+        return self.best_of_pools(queries, pools, n, terms, outside)
 
     def best_of_pools(
         self,
@@ -299,21 +310,39 @@ class SpellingIndex:
         pools: list[np.ndarray],
         n: int,
         terms: QueryTerms | None = None,
+        outside: Callable[..., np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``candidates`` chosen among each query's ``pools`` (rows of this index), each scored
-        exactly: the same (m, n) ids and similarities."""
+        exactly: the same (m, n) ids and similarities. ``outside(i, pool=, threshold=)``, where
+        given, names more rows of query ``i`` whose gain could exceed the ``threshold`` the
+        pool's n best set (``marked.marked_outside``): they are scored too."""
         ids, similarities = no_candidates(len(queries), n)
         for i, pool in enumerate(pools):
-            scores = spelling_similarity(queries.row(i), self._key_forms(pool))[0]
-            gain = np.zeros(len(pool))
-            if terms is not None:
-                marks = self._marks_of_rows(queries, i, pool) if terms.marks.shape[1] else None
-                gain = terms.gain(scores, marks, np.full(len(pool), i))
+            scores, gain = self._gains(queries, i, pool, terms)
+            if outside is not None:
+                threshold = -np.inf if len(pool) < n else np.partition(gain, -n)[-n]
+                more = outside(i, pool=pool, threshold=threshold)
+                if len(more):
+                    more_scores, more_gain = self._gains(queries, i, more, terms)
+                    pool = np.concatenate([pool, more])
+                    scores = np.concatenate([scores, more_scores])
+                    gain = np.concatenate([gain, more_gain])
             # By gain, then by similarity among keys of equal gain (below the first knot: 0).
             best = np.lexsort((-scores, -gain))[:n]
             ids[i, : len(best)] = self._rows.ids[pool[best]]
             similarities[i, : len(best)] = scores[best]
         return ids, similarities
+
+    def _gains(
+        self, queries: SpellingQueries, i: int, rows: np.ndarray, terms: QueryTerms | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Query ``i``'s spelling similarity with the keys of ``rows``, and what spelling and
+        marks add to its scores (0 without ``terms``)."""
+        scores = spelling_similarity(queries.row(i), self._key_forms(rows))[0]
+        if terms is None:
+            return scores, np.zeros(len(rows))
+        marks = self._marks_of_rows(queries, i, rows) if terms.marks.shape[1] else None
+        return scores, terms.gain(scores, marks, np.full(len(rows), i))
 
     def _short_neighbours(self, form: str, admissible: np.ndarray | None) -> np.ndarray:
         """For a short one-word query, the rows whose form starts with its letter and is as long
@@ -339,7 +368,7 @@ class SpellingIndex:
         arrays = forms.nbytes + self._sorted_forms.view.nbytes
         arrays += self._first.view.nbytes + self._length.view.nbytes + self._counts.view.nbytes
         ngrams = self._ngrams.nbytes() if self._ngrams is not None else 0
-        return int(strings + arrays + self._rows.nbytes() + ngrams)
+        return int(strings + arrays + self._rows.nbytes() + ngrams + self._by_first.nbytes())
 
     # -- persistence ----------------------------------------------------------------------------
 
