@@ -20,8 +20,9 @@ the encoder's p50, exact numpy's p50, each revision's own cost (p50 of ``lookup`
 encoder's p50), the ratio of the two lookups' p50s, and whether both revisions return the same
 values on the first 50 queries, to float precision or within the weight errors both report
 (``within_bounds``: a speed-up that changed answers would show here). Both stores
-use the combination of meaning and spelling ``--combination`` names (the default's ``rule-1``,
-``rule-2`` or ``learned-1``; a revision that has no such combination fails to build its store).
+use the combination of meaning and spelling ``--combination`` names: ``rule-1`` unless told (the
+one every revision with spelling has; the default before 7c5c3d6), ``rule-2`` (the default
+since) or ``learned-1``; a revision that has no such combination fails to build its store.
 
 With ``--bulk N``, a second table: one ``lookup`` call with N distinct typo queries (those of
 ``speed.py``'s bulk row, cut to N) by both stores, the encoder's own batch and exact numpy on its

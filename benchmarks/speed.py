@@ -11,8 +11,8 @@ Rows (each a store built on the same keys, default options but for what the row 
 
 * softdict: the default encoder (the bundled all-MiniLM-L6-v2 on ONNX Runtime), spelling on;
   ``bundled-static`` (model2vec), ``bundled-int8``; the default with ``lexical=0`` (meaning
-  alone) and with ``combination="rule-2"`` and ``"learned-1"`` (the rule with learned marks, and
-  the learned combination of meaning and spelling, against the hand-set rule of the default).
+  alone) and with each combination of meaning and spelling besides the default (``rule-2``, the
+  rule with learned marks): ``"rule-1"`` (the hand-set rule) and ``"learned-1"``.
   Stores past 10^4 keys get the default encoder's key embeddings from the benchmark cache
   (``~/.cache/softdict-bench``): embedding 10^6 keys takes 10 minutes; the other encoders
   embed their keys when the store is built;
@@ -54,11 +54,15 @@ from matching_scale import key_embeddings, scale_keys
 from real_scale import write
 
 from softdict import SoftDict
+from softdict._config import CombinationName, SoftDictConfig
 from softdict.encoders import BUNDLED_INT8_NAME, BUNDLED_STATIC_NAME, resolve_encoder
 
 QUERIES = 200
 TEMPERATURE = 0.05
 DEFAULT = "default"
+# Every store is built with the default combination but the rows of the others (default encoder).
+DEFAULT_COMBINATION = SoftDictConfig().combination.value
+OTHER_COMBINATIONS = [c.value for c in CombinationName if c.value != DEFAULT_COMBINATION]
 ENCODERS = {DEFAULT: None, "bundled-static": BUNDLED_STATIC_NAME, "bundled-int8": BUNDLED_INT8_NAME}
 # Past this, a store's keys are embedded at most by the static model (the others take minutes).
 EMBED_MAX = {DEFAULT: 10_000, "bundled-int8": 100_000, "bundled-static": 10**7}
@@ -90,7 +94,7 @@ class KeysFromCache:
 
 
 def build(
-    label: str, keys: list[str], lexical: float = 1.0, combination: str = "rule-1"
+    label: str, keys: list[str], lexical: float = 1.0, combination: str = DEFAULT_COMBINATION
 ) -> tuple[SoftDict, float, int]:
     """The store of ``keys`` for a row: (store, seconds to build it, memory growth)."""
     encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
@@ -155,7 +159,7 @@ def single_queries(n: int, labels: list[str]) -> tuple[dict[str, list[float]], s
         if label == DEFAULT:
             meaning, _, _ = build(DEFAULT, keys, lexical=0.0)
             methods[f"softdict {label}, lexical=0"] = meaning.lookup
-            for combination in ("rule-2", "learned-1"):
+            for combination in OTHER_COMBINATIONS:
                 other, _, _ = build(DEFAULT, keys, combination=combination)
                 methods[f"softdict {label}, combination={combination}"] = other.lookup
             vectors = key_embeddings(keys) if n > EMBED_MAX[DEFAULT] else None
@@ -205,10 +209,10 @@ def single_queries(n: int, labels: list[str]) -> tuple[dict[str, list[float]], s
 def own_cost_rows(labels: list[str]) -> list[tuple[str, str]]:
     """The stores whose own cost is measured, each with its encoder's label: every encoder's
     default store, and the default encoder's with the other combinations (what they cost
-    against the hand-set rule)."""
+    against the default one)."""
     rows = [(f"softdict {label}", label) for label in labels]
     if DEFAULT in labels:
-        for combination in ("learned-1", "rule-2"):
+        for combination in reversed(OTHER_COMBINATIONS):
             rows.insert(1, (f"softdict {DEFAULT}, combination={combination}", DEFAULT))
     return rows
 

@@ -12,8 +12,9 @@ cases on that combined score:
   (what spelling and marks add to the last spelling candidate), the ceiling the tail bound
   uses. That holds if both lists are the true best of their channel: as exact as the dense
   index, and for spelling as long as no key sharing no 3-gram with the query, or outside the
-  3-gram pool, gains more than the candidates (a mark by initials or by abbreviation needs no
-  shared 3-gram: "uk" for "united kingdom").
+  3-gram pool, gains more than the candidates. A mark needs no shared 3-gram ("uk" for "united
+  kingdom"): the memory store proposes the keys a mark could lift (``spelling.marked``), a
+  Milvus store not yet.
 """
 
 from __future__ import annotations
