@@ -107,7 +107,7 @@ class Marked:
             return set()
         found = self._starting(self.by_form, short) | self._starting(self.by_word, form)
         first = self.by_first.get(form[0], [])
-        marks = evidence_marks([form] * len(first), [self.forms[i] for i in first])
+        marks = evidence_marks(form, [self.forms[i] for i in first])
         return found | {first[j] for j in np.flatnonzero(marks.any(axis=1))}
 
 
@@ -165,7 +165,7 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
         out.spelling.append(S[i, ordered])
         form = spelling_form(query)
         out.evidence.append(
-            evidence_marks([form] * len(ordered), [marked.forms[j] for j in ordered])
+            evidence_marks(form, [marked.forms[j] for j in ordered])
         )
         one = np.full(len(ordered), i)
         out.rule.append(rule.score(C[i, ordered], S[i, ordered], None, one))
@@ -222,7 +222,7 @@ def no_match_offset(encoder, theta: np.ndarray) -> np.ndarray:
     X = np.array([describe(q) for q in queries])
     best = np.array(
         [
-            (C[i] + features(C[i], S[i], evidence_marks([spelling_form(q)] * len(forms), forms),
+            (C[i] + features(C[i], S[i], evidence_marks(spelling_form(q), forms),
                              X[i]) @ theta).max()
             for i, q in enumerate(queries)
         ]

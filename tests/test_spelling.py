@@ -625,21 +625,31 @@ def test_a_store_saved_before_the_spelling_channel_answers_as_it_did(
     assert again.attend("Germny").keys[0] == "Germany"
 
 
-def test_a_store_saved_with_the_hand_set_rule_answers_as_it_did(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A format 3 store (tests/fixtures/README.md) loads with combination="rule-1" and answers
-    as when it was saved (``softdict info`` says so); saved again, it keeps the rule; switched,
-    it answers with the learned combination."""
+def loaded_with_the_rule(
+    fixture: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[SoftDict, dict]:
+    """The countries store of ``tests/fixtures/<fixture>`` (saved with the hand-set rule),
+    loaded: ``softdict info`` names the rule, it loads with it, France deleted, and answers as
+    the code that saved it did; with what that code answered."""
     from softdict._cli import main
 
-    folder = FIXTURE.parent / "format3" / "countries_scalar"
+    folder = FIXTURE.parent / fixture / "countries_scalar"
     assert main(["info", str(folder)]) == 0
     assert "combination rule-1, known words keep 0.0625" in capsys.readouterr().out
     expected = json.loads((folder.parent / "expected.json").read_text())
     loaded = SoftDict.load(folder, encoder=FakeEncoder())
     assert loaded.combination == "rule-1" and "France" not in loaded
     answers_as_saved(loaded, expected)
+    return loaded, expected
+
+
+def test_a_store_saved_with_the_hand_set_rule_answers_as_it_did(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A format 3 store (tests/fixtures/README.md) loads with combination="rule-1" and answers
+    as when it was saved (``softdict info`` says so); saved again, it keeps the rule; switched,
+    it answers with the learned combination."""
+    loaded, expected = loaded_with_the_rule("format3", capsys)
     loaded.save(tmp_path / "again")
     again = SoftDict.load(tmp_path / "again", encoder=FakeEncoder())
     assert again.combination == "rule-1"
@@ -655,15 +665,7 @@ def test_a_store_saved_when_rule_1_was_the_default_keeps_it(
     """A format 4 store saved with the default of its day (tests/fixtures/README.md: it recorded
     ``rule-1``) loads with it and answers as when it was saved, "UK" included, which the
     default now answers otherwise; a new store of the same keys takes the default."""
-    from softdict._cli import main
-
-    folder = FIXTURE.parent / "format4" / "countries_scalar"
-    assert main(["info", str(folder)]) == 0
-    assert "combination rule-1, known words keep 0.0625" in capsys.readouterr().out
-    expected = json.loads((folder.parent / "expected.json").read_text())
-    loaded = SoftDict.load(folder, encoder=FakeEncoder())
-    assert loaded.combination == "rule-1" and "France" not in loaded
-    answers_as_saved(loaded, expected)
+    loaded, expected = loaded_with_the_rule("format4", capsys)
     fresh = SoftDict(dict(loaded.items()), encoder=FakeEncoder(), temperature=0.3)
     assert fresh.combination == "rule-2"
     changed = [

@@ -34,15 +34,18 @@ from softdict.spelling.text import common_words
 __all__ = [
     "DESCRIPTION",
     "EVIDENCE",
+    "WORD_START",
     "compact",
     "describe",
     "evidence_marks",
     "initials",
     "markable",
     "tokens",
+    "word_start_marks",
 ]
 
 EVIDENCE = ("same", "start", "word start", "initials", "abbreviation")
+WORD_START = EVIDENCE.index("word start")  # the one mark a key of another first letter can bear
 DESCRIPTION = ("constant", "unknown share", "digits", "short", "several words", "capitals")
 # A query of at most this many characters (spaces aside) is as short as a code ("de", "usd").
 SHORT = 3
@@ -109,31 +112,51 @@ def markable(form: str) -> bool:
     return len(compact(form)) >= _MIN_MARKED
 
 
-def evidence_marks(query_forms: list[str], key_forms: list[str]) -> np.ndarray:
-    """(p, 5) float64: the marks (``EVIDENCE``) of each pair (query form, key form), both
+def evidence_marks(query_form: str, key_forms: list[str]) -> np.ndarray:
+    """(p, 5) float64: the marks (``EVIDENCE``) of one query form with each key form, both
     spelling forms (``text.spelling_form``).
 
-    >>> marks = evidence_marks(["gil", "uk", "blvd", "bl ake"],
-    ...                        ["gilbert", "united kingdom", "boulevard", "blake"])
-    >>> marks.astype(int).tolist()
-    [[0, 1, 0, 0, 1], [0, 0, 0, 1, 1], [0, 0, 0, 0, 1], [1, 0, 0, 0, 0]]
+    >>> evidence_marks("gil", ["gilbert", "agil", "gil"]).astype(int).tolist()
+    [[0, 1, 0, 0, 1], [0, 0, 0, 0, 0], [1, 0, 0, 0, 0]]
+    >>> [evidence_marks(q, [k]).astype(int).tolist()[0] for q, k in
+    ...  [("uk", "united kingdom"), ("blvd", "boulevard"), ("bl ake", "blake")]]
+    [[0, 0, 0, 1, 1], [0, 0, 0, 0, 1], [1, 0, 0, 0, 0]]
     """
-    marks = np.zeros((len(query_forms), len(EVIDENCE)))
-    for i, (query, key) in enumerate(zip(query_forms, key_forms)):
-        if not markable(query) or not key:
+    marks = np.zeros((len(key_forms), len(EVIDENCE)))
+    if not markable(query_form):
+        return marks
+    # The query's part of every test, once (this loop runs over thousands of keys a lookup).
+    short_query = compact(query_form)
+    first, later_word = short_query[0], f" {query_form}"
+    for i, key in enumerate(key_forms):
+        if not key:
             continue
-        short_query = compact(query)
         short_key = compact(key)
         if short_query == short_key:
             marks[i, 0] = 1.0
             continue
         if len(short_query) >= len(short_key):
             continue
-        marks[i, 1] = key.startswith(query)
-        marks[i, 2] = f" {query}" in key
-        marks[i, 3] = short_query == initials(key)
-        marks[i, 4] = short_query[0] == short_key[0] and _in_order(short_query, short_key)
+        marks[i, 1] = key.startswith(query_form)
+        marks[i, 2] = later_word in key
+        if short_key[0] == first:  # initials and letters in order begin where the key does
+            marks[i, 3] = short_query == initials(key)
+            marks[i, 4] = _in_order(short_query, short_key)
     return marks
+
+
+def word_start_marks(query_form: str, key_forms: list[str]) -> np.ndarray:
+    """(p,) float64: ``evidence_marks``' ``word start`` of one query form with each key form,
+    alone: the only mark a key that does not begin with the query's first character can bear
+    (the others begin where the key does).
+
+    >>> word_start_marks("york", ["new york", "yorkshire"]).tolist()
+    [1.0, 0.0]
+    """
+    if not markable(query_form):
+        return np.zeros(len(key_forms))
+    needle = f" {query_form}"
+    return np.fromiter((needle in key for key in key_forms), dtype=np.float64, count=len(key_forms))
 
 
 def _in_order(needle: str, haystack: str) -> bool:

@@ -27,7 +27,13 @@ from softdict.index.base import Allow, sorted_unique
 from softdict.spelling.bounded import BoundedBatch
 from softdict.spelling.bounds import BUCKETS, character_counts, could_mark
 from softdict.spelling.combination import QueryTerms
-from softdict.spelling.evidence import EVIDENCE, evidence_marks, markable
+from softdict.spelling.evidence import (
+    EVIDENCE,
+    WORD_START,
+    evidence_marks,
+    markable,
+    word_start_marks,
+)
 from softdict.spelling.held_keys import HeldKeys, score_held_keys
 from softdict.spelling.marked import RowsByFirst, marked_outside
 from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
@@ -225,7 +231,10 @@ class SpellingIndex:
     ) -> np.ndarray:
         """(len(rows), E): query ``i``'s marks with the keys of ``rows``. Only keys that hold
         every character of the query can bear one (``bounds.could_mark``; ``could``: which of
-        ``rows`` do, where the caller has it already): the others are not looked at."""
+        ``rows`` do, where the caller has it already): the others are not looked at. Of those,
+        a key that does not begin with the query's first character can bear a later word's
+        start only (``evidence.word_start_marks``, one substring test instead of five: at 10^4
+        real names the marks took 0.15 ms a lookup before)."""
         marks = np.zeros((len(rows), len(EVIDENCE)))
         form = queries.forms[i]
         if not markable(form):
@@ -233,8 +242,11 @@ class SpellingIndex:
         if could is None:
             could = could_mark(queries.counts[i], self._counts.view, rows)
         possible = np.flatnonzero(could)
-        key_forms = list(self._forms.view[rows[possible]])
-        marks[possible] = evidence_marks([form] * len(key_forms), key_forms)
+        begins = self._first.view[rows[possible]] == ord(form[0])
+        alike, other = possible[begins], possible[~begins]
+        key_forms = list(self._forms.view[rows[alike]])
+        marks[alike] = evidence_marks(form, key_forms)
+        marks[other, WORD_START] = word_start_marks(form, list(self._forms.view[rows[other]]))
         return marks
 
     def _held_rows(self, ids: np.ndarray) -> np.ndarray:
