@@ -164,9 +164,7 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
         out.cos.append(C[i, ordered])
         out.spelling.append(S[i, ordered])
         form = spelling_form(query)
-        out.evidence.append(
-            evidence_marks(form, [marked.forms[j] for j in ordered])
-        )
+        out.evidence.append(evidence_marks(form, [marked.forms[j] for j in ordered]))
         one = np.full(len(ordered), i)
         out.rule.append(rule.score(C[i, ordered], S[i, ordered], None, one))
         xs.append(describe(query))

@@ -625,9 +625,7 @@ def test_a_store_saved_before_the_spelling_channel_answers_as_it_did(
     assert again.attend("Germny").keys[0] == "Germany"
 
 
-def loaded_with_the_rule(
-    fixture: str, capsys: pytest.CaptureFixture[str]
-) -> tuple[SoftDict, dict]:
+def loaded_with_the_rule(fixture: str, capsys: pytest.CaptureFixture[str]) -> tuple[SoftDict, dict]:
     """The countries store of ``tests/fixtures/<fixture>`` (saved with the hand-set rule),
     loaded: ``softdict info`` names the rule, it loads with it, France deleted, and answers as
     the code that saved it did; with what that code answered."""

@@ -20,15 +20,15 @@ it did when saved:
 * ``rule-1``, the hand-set rule (the default until ``rule-2``; store formats up to 3 load with
   it): x = (1, u(q)) with u the share of unknown words (``text.unknown_share``), one ramp
   from 0.4 to 1 weighing 4·(known + (1 − known)·u), no marks, no offset, meaning as it is.
-* ``rule-2``, the default: the rule's curve (one ramp from 0.4 to 1, weighing 4·(known + (1 − known)·u)),
-  on ``evidence.describe``'s x, whose unknown share splits letters from digits ("clock2" is the
-  common word "clock" and a number: no longer weighed as a misspelling), meaning as it is, no
-  offset, and the five marks, whose weights C alone were fitted by
-  ``benchmarks/combination_study.py --on-the-rule`` (the dev half as for ``learned-1``, with
-  the rule held fixed). Codes, names cut short and stray spaces gain what the marks give them;
-  a key that bears no mark scores as under the rule, so a lookup spells about as few keys as
-  the rule's (and those that hold every character of the query, which could bear a mark), and
-  its best score tells no match about as well.
+* ``rule-2``, the default: the rule's curve (one ramp from 0.4 to 1, weighing
+  4·(known + (1 − known)·u)), on ``evidence.describe``'s x, whose unknown share splits letters
+  from digits ("clock2" is the common word "clock" and a number: no longer weighed as a
+  misspelling), meaning as it is, no offset, and the five marks, whose weights C alone were
+  fitted by ``benchmarks/combination_study.py --on-the-rule`` (the dev half as for
+  ``learned-1``, with the rule held fixed). Codes, names cut short and stray spaces gain what
+  the marks give them; a key that bears no mark scores as under the rule, so a lookup spells
+  about as few keys as the rule's (and those that hold every character of the query, which
+  could bear a mark), and its best score tells no match about as well.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
