@@ -72,3 +72,24 @@ def test_a_3_gram_every_row_holds_still_proposes_its_rows() -> None:
     candidates.maintain(force=True)
     # "ab" shares "ab " with the first two rows; "abc" shares only " ab", which all hold.
     assert candidates.search(["ab"], 10, None)[0].tolist() == [0, 1, 2]
+
+
+def test_rows_by_first_character_stay_in_step_through_appends_and_compaction(
+    forms: list[str],
+) -> None:
+    """``spelling.marked.RowsByFirst``: the rows of each first character, as a scan of the
+    column finds them, while rows are appended past the share that sorts them again, and after
+    a compaction (``reset``) leaves other rows in other places."""
+    from softdict.spelling.marked import RowsByFirst
+
+    by_first = RowsByFirst()
+    codes = np.array([ord(form[0]) for form in forms * 4], dtype=np.int32)  # 12,000 rows
+    letters = sorted(set(codes.tolist()))[:6] + [ord("~")]  # "~" begins no row
+    for size in (10, 4000, 5000, 9000, 12_000):  # some waiting rows, some sorted again
+        first = codes[:size]
+        for code in letters:
+            assert np.array_equal(by_first.rows(first, code), np.flatnonzero(first == code))
+    kept = np.flatnonzero(np.arange(len(codes)) % 3 != 0)  # a compaction keeps 2/3 of the rows
+    by_first.reset()
+    for code in letters:
+        assert np.array_equal(by_first.rows(codes[kept], code), np.flatnonzero(codes[kept] == code))

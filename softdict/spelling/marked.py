@@ -39,30 +39,36 @@ class RowsByFirst:
     """The rows of a column of first characters (code points), sorted by them: the rows of one
     character by a binary search. Rows appended after the last sort wait and are scanned
     directly, until they are more than a share of the sorted ones: adding keys never sorts per
-    key, and a lookup scans at most that share. A compaction calls ``reset``."""
+    key, and a lookup scans at most that share. A compaction calls ``reset``. The order, its
+    characters and how many rows they cover change together, in one assignment, so lookups in
+    other threads read one whole state."""
 
     def __init__(self) -> None:
-        self._order = np.zeros(0, dtype=np.int64)  # rows < _covered, by first character
-        self._sorted = np.zeros(0, dtype=np.int32)  # their first characters
-        self._covered = 0
+        self.reset()
 
     def reset(self) -> None:
         """Forget the order (the rows were compacted); the next request sorts again."""
-        self.__init__()  # type: ignore[misc]
+        self._state: tuple[np.ndarray, np.ndarray, int] = (
+            np.zeros(0, dtype=np.int64),  # rows < covered, by first character
+            np.zeros(0, dtype=np.int32),  # their first characters
+            0,  # covered
+        )
 
     def rows(self, first: np.ndarray, code: int) -> np.ndarray:
         """The rows of ``first`` (every row's first character) that begin with ``code``,
         increasing."""
-        waiting = len(first) - self._covered
-        if waiting > max(_SORT_MIN_ROWS, _SORT_SHARE * self._covered):
-            self._order = np.argsort(first, kind="stable")
-            self._sorted, self._covered = first[self._order], len(first)
-        low, high = np.searchsorted(self._sorted, [code, code + 1])
-        late = np.flatnonzero(first[self._covered :] == code) + self._covered
-        return np.concatenate([self._order[low:high], late])
+        order, sorted_first, covered = self._state
+        if len(first) - covered > max(_SORT_MIN_ROWS, _SORT_SHARE * covered):
+            order = np.argsort(first, kind="stable")
+            sorted_first, covered = first[order], len(first)
+            self._state = (order, sorted_first, covered)
+        low, high = np.searchsorted(sorted_first, [code, code + 1])
+        late = np.flatnonzero(first[covered:] == code) + covered
+        return np.concatenate([order[low:high], late])
 
     def nbytes(self) -> int:
-        return int(self._order.nbytes + self._sorted.nbytes)
+        order, sorted_first, _ = self._state
+        return int(order.nbytes + sorted_first.nbytes)
 
 
 def marked_outside(
