@@ -84,7 +84,7 @@ def test_rows_by_first_character_stay_in_step_through_appends_and_compaction(
 
     by_first = RowsByFirst()
     codes = np.array([ord(form[0]) for form in forms * 4], dtype=np.int32)  # 12,000 rows
-    letters = sorted(set(codes.tolist()))[:6] + [ord("~")]  # "~" begins no row
+    letters = [*sorted(set(codes.tolist()))[:6], ord("~")]  # "~" begins no row
     for size in (10, 4000, 5000, 9000, 12_000):  # some waiting rows, some sorted again
         first = codes[:size]
         for code in letters:
