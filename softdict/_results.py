@@ -45,8 +45,9 @@ class Attention:
             scores alone, or None where it does not hold: an approximate index (IVF, HNSW)
             can miss near keys. With the spelling channel in a large store it also assumes
             the spelling candidates are the best spelled (a key sharing no 3-gram with the
-            query may be spelled more like it) and, in a Milvus store, that no key outside
-            them bears a mark (initials, letters in order) without a 3-gram in common (see
+            query may be spelled more like it) and, in a Milvus store of format 3 (or where
+            more than 2,048 keys could bear a mark), that no key outside them bears a mark
+            (initials, letters in order) without a 3-gram in common (see
             docs/large-stores.md).
         sampled: how many keys of the rest were sampled to estimate it (0 when none were).
         value_stderr: the standard error of ``value`` due to the sample (a float, an array

@@ -110,6 +110,68 @@ def test_a_short_query_finds_keys_sharing_no_3_gram(
     assert "Cuba" in milvus._store.keys_of(ids[0][ids[0] >= 0])
 
 
+# Codes of NAMES that share no 3-gram with their key: initials, and letters in order.
+CODES = ["CAR", "BAH", "DR", "Blgm", "cstrc"]
+
+
+def test_keys_a_mark_could_lift_are_proposed_as_in_memory(
+    milvus_store_location: str, large: None
+) -> None:
+    """ "CAR" is the initials of the Central African Republic, "cstrc" has Costa Rica's letters
+    in order: neither shares a 3-gram with its key. Under a combination that weighs marks, the
+    pair features (first character, character) find the keys that begin with the query's first
+    character and hold its characters, and the candidates are the memory store's."""
+    from softdict.spelling.combination import combination_for, query_terms
+
+    memory, milvus = twins(milvus_store_location)
+    assert milvus.combination == "rule-2" and milvus._store._rows.pairs
+    queries = SpellingQueries.of(CODES)
+    terms = query_terms(combination_for("rule-2", 1 / 16), CODES, 1.0, 1.0)
+    served = milvus._store.spelling
+    held = SpellingIndex()
+    held.add(np.arange(len(NAMES)), NAMES)
+    for n in (1, 8):
+        mine, my_scores = served.candidates(queries, n, None, terms)
+        theirs, their_scores = held.candidates(queries, n, None, terms)
+        np.testing.assert_array_equal(my_scores, their_scores)
+        for i in range(len(CODES)):
+            # Keys scoring above the n-th candidate are the same keys (ties may differ).
+            above = my_scores[i] > my_scores[i, -1]
+            keys_mine = set(milvus._store.keys_of(mine[i, above]))
+            assert keys_mine == {NAMES[j] for j in theirs[i, above]}
+    found = served.candidates(queries, 8, None, terms)[0][0]
+    assert "Central African Republic" in milvus._store.keys_of(found[found >= 0])
+    for code in CODES:
+        assert milvus.attend(code).keys[0] == memory.attend(code).keys[0]
+
+
+def test_a_format_3_store_does_not_search_pair_features(
+    milvus_store_location: str, large: None
+) -> None:
+    """A collection made before format 4 has rows without their pair features: it opens, says
+    so (``pairs``), and its spelling candidates come from the 3-grams and neighbours alone."""
+    import json
+
+    from pymilvus import MilvusClient
+
+    from softdict.spelling.combination import combination_for, query_terms
+
+    _, milvus = twins(milvus_store_location)
+    collection = milvus._store._collection
+    client = MilvusClient(milvus_store_location.removeprefix("milvus:"))
+    meta = collection + "__softdict"
+    manifest = json.loads(client.get(meta, ids=["manifest"], output_fields=["text"])[0]["text"])
+    assert manifest["format_version"] == 4
+    manifest["format_version"] = 3
+    client.upsert(meta, [{"name": "manifest", "text": json.dumps(manifest), "unused": [0.0, 0.0]}])
+    old = SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())
+    assert not old._store._rows.pairs
+    assert old.attend("Grmany").keys[0] == "Germany"
+    terms = query_terms(combination_for("rule-2", 1 / 16), ["CAR"], 1.0, 1.0)
+    found = old._store.spelling.candidates(SpellingQueries.of(["CAR"]), 8, None, terms)[0][0]
+    assert "Central African Republic" not in old._store.keys_of(found[found >= 0])
+
+
 def test_the_sampled_tail_is_uniform_by_id_ranges(milvus_store_location: str, large: None) -> None:
     _, milvus = twins(milvus_store_location)
     backend = milvus._store.backend

@@ -307,13 +307,26 @@ class SpellingIndex:
             sorted_unique(np.concatenate([pool, self._short_neighbours(form, admissible)]))
             for pool, form in zip(pools, queries.forms)
         ]
-        outside = None
-        if terms is not None and terms.marks.shape[1]:  # keys a mark lifts with no 3-gram shared
-            outside = functools.partial(
-                marked_outside, self._by_first, self._first.view, self._counts.view,
-                self._length.view, queries, terms=terms, admissible=admissible,
-            )  # fmt: skip
+        outside = self.mark_proposals(queries, terms, admissible)
         return self.best_of_pools(queries, pools, n, terms, outside)
+
+    def mark_proposals(
+        self,
+        queries: SpellingQueries,
+        terms: QueryTerms | None,
+        admissible: np.ndarray | None,
+        among: list[np.ndarray] | None = None,
+    ) -> Callable[..., np.ndarray] | None:
+        """``best_of_pools``' ``outside`` for these queries: the rows (``admissible`` only;
+        ``among[i]`` only, where given) a mark could lift past a pool's candidates though they
+        share no 3-gram with the query (``marked.marked_outside``); None where ``terms`` weigh
+        no mark."""
+        if terms is None or not terms.marks.shape[1]:
+            return None
+        return functools.partial(
+            marked_outside, self._by_first, self._first.view, self._counts.view,
+            self._length.view, queries, terms=terms, admissible=admissible, among=among,
+        )  # fmt: skip
 
     def best_of_pools(
         self,

@@ -82,16 +82,21 @@ def marked_outside(
     pool: np.ndarray,
     threshold: float,
     admissible: np.ndarray | None,
+    among: list[np.ndarray] | None = None,
 ) -> np.ndarray:
     """The rows outside ``pool`` (sorted) that could bear a mark other than ``word start``
     with query ``i`` and whose gain (``QueryTerms.gain``) could exceed ``threshold``: beginning
     with its first character, holding its characters, allowed (``admissible``), with a spelling
-    ceiling and every mark the query weighs above it. ``first``, ``counts`` (64, n) and
-    ``lengths`` are the index's columns of every row."""
+    ceiling and every mark the query weighs above it; ``among[i]``, where given, are the rows to
+    look at instead of every row of that first character (a Milvus store's: its search's).
+    ``first``, ``counts`` (64, n) and ``lengths`` are the index's columns of every row."""
     form = queries.forms[i]
     if not markable(form):
         return np.zeros(0, dtype=np.int64)
-    rows = by_first.rows(first, ord(form[0]))
+    if among is None:
+        rows = by_first.rows(first, ord(form[0]))
+    else:
+        rows = among[i][first[among[i]] == ord(form[0])]
     if admissible is not None:
         rows = rows[admissible[rows]]
     rows = rows[~np.isin(rows, pool, assume_unique=True)]

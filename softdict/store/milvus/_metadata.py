@@ -34,6 +34,7 @@ __all__ = [
     "FIXED_OPTIONS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
+    "PAIRS_FORMAT",
     "Manifest",
     "MetaRows",
     "StoreMetadata",
@@ -47,8 +48,12 @@ FORMAT_NAME = "softdict-milvus"
 # 2: the config names its combination of meaning and spelling (``combination``); a format 1
 # store answered with the hand-set rule, and is read so. 3: the key collection holds each key's
 # 3-grams (``_collection``), which serve a large store's spelling candidates; the collection of
-# an older store has none, and such a store keeps its key directory (``_directory``).
-FORMAT_VERSION = 3
+# an older store has none, and such a store keeps its key directory (``_directory``). 4: that
+# field also holds each key's first character paired with each of its characters (``_grams``),
+# which propose the keys a mark could lift; a format 3 store's rows lack them, and its lookups
+# do not search them (a key only initials point at is then not proposed).
+FORMAT_VERSION = 4
+PAIRS_FORMAT = 4
 _MANIFEST = "manifest"
 _WRITER = "writer:"
 _PROJECTION = "projection:"

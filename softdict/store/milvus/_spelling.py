@@ -1,9 +1,12 @@
 """The spelling channel of a large Milvus store, served by Milvus: this process holds no key.
 
 Candidates come from a search of the keys' 3-gram field (``_grams``): each query's
-``CANDIDATE_POOL`` best keys by shared 3-grams, and for a short one-word query the keys of its
-first letter and about its length, come back with their texts in one request, and are scored
-exactly here (``SpellingIndex.best_of_pools``), as the memory store scores its pool. Spelling
+``CANDIDATE_POOL`` best keys by shared 3-grams, for a short one-word query the keys of its
+first letter and about its length, and, under a combination that weighs marks, the keys that
+begin with its first character ranked by how many of its characters they hold (the pair
+features of format 4), come back with their texts in one request, and are scored exactly here
+(``SpellingIndex.best_of_pools``, the marked ones where a mark could lift them), as the memory
+store scores its pool. Spelling
 similarities and marks of other keys (the dense search's, a sampled tail's) are scored from
 their texts, which come back with those searches and samples (``MilvusBackend``'s ``seen``), or
 else are fetched by id.
@@ -27,7 +30,7 @@ from softdict.spelling.combination import QueryTerms
 from softdict.spelling.index import CANDIDATE_POOL, PreparedKeys, SpellingIndex, no_candidates
 from softdict.spelling.text import SpellingQueries, spelling_form
 from softdict.store.milvus._collection import KeyRows
-from softdict.store.milvus._grams import neighbour_vector, query_vectors
+from softdict.store.milvus._grams import mark_vector, neighbour_vector, query_vectors
 from softdict.store.milvus.backend import changed_during_lookup
 
 __all__ = ["FORMS_CACHED", "FormCache", "MilvusSpelling"]
@@ -158,13 +161,19 @@ class MilvusSpelling:
         allow: Allow | None,
         terms: QueryTerms | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``SpellingIndex.candidates``, from pools that Milvus finds by 3-grams."""
+        """``SpellingIndex.candidates``, from pools that Milvus finds by 3-grams. Where the
+        combination weighs marks and the rows hold their pair features (format 4), the keys a
+        mark could lift come back from the same request and are proposed from the index of
+        everything it returned (``SpellingIndex.mark_proposals``)."""
         if not n:
             return no_candidates(len(queries), n)
         expression = self._expression(allow)
         limit = max(n, CANDIDATE_POOL)
         vectors = query_vectors(queries.forms)
         vectors += [neighbour_vector(form) for form in queries.forms]
+        marking = terms is not None and terms.marks.shape[1] > 0 and self._rows.pairs
+        if marking:
+            vectors += [mark_vector(form) for form in queries.forms]
         found = self._rows.search_grams(vectors, limit, expression)
         m = len(queries)
         known = self._forms.remember([pair for hits in found for pair in hits])
@@ -173,4 +182,13 @@ class MilvusSpelling:
         ]
         index, held = self._index_of(np.fromiter(known, np.int64, len(known)), known)
         rows = [sorted_unique(np.searchsorted(held, pool)) for pool in pools]
-        return index.best_of_pools(queries, rows, n, terms)
+        outside = None
+        if marking:  # each query's own marked keys, so that a batch answers as each query alone
+            marked = [
+                sorted_unique(
+                    np.searchsorted(held, np.array([id_ for id_, _ in found[2 * m + i]], np.int64))
+                )
+                for i in range(m)
+            ]
+            outside = index.mark_proposals(queries, terms, None, among=marked)
+        return index.best_of_pools(queries, rows, n, terms, outside)

@@ -69,6 +69,7 @@ from softdict.store.milvus._ids import rows_of_keys
 from softdict.store.milvus._metadata import (
     FORMAT_NAME,
     FORMAT_VERSION,
+    PAIRS_FORMAT,
     MetaRows,
     StoreMetadata,
     adopted_config,
@@ -134,7 +135,7 @@ class MilvusStore(Store):
 
     def _key_rows_of(self, dim: int) -> KeyRows:
         """The key collection of this store, for ``dim``-dim vectors (whether it exists or not)."""
-        return KeyRows(
+        rows = KeyRows(
             self._client,
             self._location,
             self._collection,
@@ -142,6 +143,9 @@ class MilvusStore(Store):
             self._meta.manifest.config.similarity.metric,
             self._index,
         )
+        # A store made before format 4 has rows without their pair features (``_grams``).
+        rows.pairs = self._meta.manifest.format_version >= PAIRS_FORMAT
+        return rows
 
     def _open_rows(self) -> None:
         dim = self._meta.manifest.dim
