@@ -116,7 +116,7 @@ def calibrate(
             return choose(LeftOutScores.from_all_scores(meaning, own, column_ids, depth), ids)
         spelled_keys, terms = spelled
         similarity = store.spelling.similarity(spelled_keys, column_ids)
-        marks = store.spelling.marks(spelled_keys, column_ids) if terms.marks.shape[1] else None
+        marks = store.spelling.marks(spelled_keys, column_ids) if terms.weighs_marks else None
         # The hand-set rule has one number the values can judge, lexical_known; the learned
         # combination none (its constants were fitted on what people type).
         choices = {config.lexical_known: terms}

@@ -117,7 +117,7 @@ def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
     ids = store.ids()
     similarity = store.spelling.similarity(queries, ids)
     terms = terms_of(store, texts, lexical=1.0, known=0.0)
-    marks = store.spelling.marks(queries, ids) if terms.marks.shape[1] else None
+    marks = store.spelling.marks(queries, ids) if terms.weighs_marks else None
 
     def gain_at(terms: QueryTerms) -> np.ndarray:
         return terms.offset[:, None] + terms.gain(similarity, marks)

@@ -246,7 +246,7 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
     )
     intervals = chosen.tail_interval() if listed is None else None
     terms = chosen.terms
-    marking = texts is not None and terms is not None and terms.marks.shape[1] > 0
+    marking = texts is not None and terms is not None and terms.weighs_marks
     spelled = SpellingQueries.of(texts) if texts is not None and marking else None
     results = []
     for i in range(len(chosen.weights)):

@@ -192,6 +192,11 @@ class QueryTerms:
         """(m,) the most spelling alone can add to a score (an exact spelling match)."""
         return self.slopes.sum(axis=1)
 
+    @property
+    def weighs_marks(self) -> bool:
+        """Whether the combination weighs marks (``evidence``): else none need be made."""
+        return self.marks.shape[1] > 0
+
     def subset(self, rows: np.ndarray) -> QueryTerms:
         """The terms of the queries ``rows``, in that order (the terms themselves when that is
         every query: a lookup of one query takes its batch's terms query by query)."""
@@ -267,7 +272,7 @@ class QueryTerms:
     def marks_part(self, marks: np.ndarray | None, rows: np.ndarray | None = None) -> np.ndarray:
         """What the marks add: ``marks`` (m, c, E) of the batch, or (p, E) of queries ``rows``;
         None: no marks (0)."""
-        if marks is None or not self.marks.shape[1]:
+        if marks is None or not self.weighs_marks:
             return np.zeros(0 if marks is None else marks.shape[:-1])
         weights = self.marks[:, None, :] if rows is None else self.marks[rows]
         return (marks * weights).sum(axis=-1)
@@ -287,7 +292,7 @@ class QueryTerms:
     ) -> np.ndarray:
         """What spelling and ``marks`` (None: none) add to a score, beyond its meaning part."""
         total = self.spelling_part(similarity, rows)
-        if marks is not None and self.marks.shape[1]:
+        if marks is not None and self.weighs_marks:
             total = total + self.marks_part(marks, rows)
         return total
 
@@ -302,7 +307,7 @@ class QueryTerms:
         similarity is at most ``ceiling`` and which bears a mark only where ``could_mark``
         (None: nowhere): the spelling part grows with s, and every mark weighs at least 0."""
         total = self.meaning_part(meaning, rows) + self.spelling_part(ceiling, rows)
-        if could_mark is not None and self.marks.shape[1]:
+        if could_mark is not None and self.weighs_marks:
             most = self.marks.sum(axis=1)
             total = total + np.where(could_mark, most[:, None] if rows is None else most[rows], 0)
         return total

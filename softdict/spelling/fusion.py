@@ -62,7 +62,7 @@ class SpellingRequest:
     @property
     def marking(self) -> bool:
         """Whether the combination weighs marks (``spelling.evidence``): else none is made."""
-        return self.terms.marks.shape[1] > 0
+        return self.terms.weighs_marks
 
     def subset(self, rows: np.ndarray) -> SpellingRequest:
         """The request of the queries ``rows`` alone."""

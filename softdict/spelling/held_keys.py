@@ -76,7 +76,7 @@ def score_held_keys(
     keys whose choice must be exact (top-k attention). Several queries over at most
     ``_BATCH_MAX_KEYS`` keys go through the rounds together, in blocks of about
     ``_BLOCK_ENTRIES`` scores."""
-    marking = terms.marks.shape[1] > 0
+    marking = terms.weighs_marks
     m, n = meaning.shape
     combined, similarity, weights = np.empty((3, m, n))
     error, weighed = np.zeros(m), np.zeros(m, dtype=bool)

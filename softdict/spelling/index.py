@@ -321,7 +321,7 @@ class SpellingIndex:
         ``among[i]`` only, where given) a mark could lift past a pool's candidates though they
         share no 3-gram with the query (``marked.marked_outside``); None where ``terms`` weigh
         no mark."""
-        if terms is None or not terms.marks.shape[1]:
+        if terms is None or not terms.weighs_marks:
             return None
         return functools.partial(
             marked_outside, self._by_first, self._first.view, self._counts.view,
@@ -346,8 +346,9 @@ class SpellingIndex:
             if outside is not None:
                 threshold = -np.inf if len(pool) < n else np.partition(gain, -n)[-n]
                 more = outside(i, pool=pool, threshold=threshold)
-                if len(more):
-                    more_scores, more_gain = self._gains(queries, i, more, terms)
+                if len(more):  # each holds every character of the query (``could_mark``)
+                    could = np.ones(len(more), dtype=bool)
+                    more_scores, more_gain = self._gains(queries, i, more, terms, could)
                     pool = np.concatenate([pool, more])
                     scores = np.concatenate([scores, more_scores])
                     gain = np.concatenate([gain, more_gain])
@@ -358,14 +359,20 @@ class SpellingIndex:
         return ids, similarities
 
     def _gains(
-        self, queries: SpellingQueries, i: int, rows: np.ndarray, terms: QueryTerms | None
+        self,
+        queries: SpellingQueries,
+        i: int,
+        rows: np.ndarray,
+        terms: QueryTerms | None,
+        could: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Query ``i``'s spelling similarity with the keys of ``rows``, and what spelling and
-        marks add to its scores (0 without ``terms``)."""
+        marks add to its scores (0 without ``terms``); ``could``, where the caller has it,
+        which of ``rows`` could bear a mark (``_marks_of_rows``)."""
         scores = spelling_similarity(queries.row(i), self._key_forms(rows))[0]
         if terms is None:
             return scores, np.zeros(len(rows))
-        marks = self._marks_of_rows(queries, i, rows) if terms.marks.shape[1] else None
+        marks = self._marks_of_rows(queries, i, rows, could) if terms.weighs_marks else None
         return scores, terms.gain(scores, marks, np.full(len(rows), i))
 
     def _short_neighbours(self, form: str, admissible: np.ndarray | None) -> np.ndarray:

@@ -218,17 +218,15 @@ class KeyRows(CollectionRows):
         dim: int,
         metric: Metric,
         index: str = "FLAT",
+        pairs: bool = True,
     ) -> None:
         super().__init__(client, location, name)
         self.dim = dim
         self.metric = metric
         self.index = index
-        # Whether rows hold their 3-grams (``_grams``): every collection this softdict makes;
-        # ``check_schema`` reads it from an older one.
-        self.grams = True
-        # Whether every row's 3-gram field also holds its pair features (``_grams``: format 4);
-        # the store says not for a collection of an older format.
-        self.pairs = True
+        # Whether rows hold their 3-grams (``_grams``; ``check_schema`` reads an older collection's)
+        # and their pair features in that field (format 4: the store's manifest tells).
+        self.grams, self.pairs = True, pairs
         # Milvus's L2 is the squared distance, lower nearer: scores here are higher nearer.
         self._sign = -1.0 if metric is Metric.L2 else 1.0
         self._search_params: dict[str, Any] = {

@@ -34,7 +34,6 @@ __all__ = [
     "FIXED_OPTIONS",
     "FORMAT_NAME",
     "FORMAT_VERSION",
-    "PAIRS_FORMAT",
     "Manifest",
     "MetaRows",
     "StoreMetadata",
@@ -127,6 +126,11 @@ class Manifest(BaseModel):
     exemplar: dict[str, Any] | None = None
     encoder: EncoderEntry | None = None
     projection: dict[str, Any] | None = None  # {"shape": [d, d], "chunks": n, "sha256": ...}
+
+    @property
+    def holds_pairs(self) -> bool:
+        """Whether the store's key rows hold their pair features (``_grams``): from format 4."""
+        return self.format_version >= PAIRS_FORMAT
 
 
 class StoreMetadata:

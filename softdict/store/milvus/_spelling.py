@@ -6,10 +6,9 @@ first letter and about its length, and, under a combination that weighs marks, t
 begin with its first character ranked by how many of its characters they hold (the pair
 features of format 4), come back with their texts in one request, and are scored exactly here
 (``SpellingIndex.best_of_pools``, the marked ones where a mark could lift them), as the memory
-store scores its pool. Spelling
-similarities and marks of other keys (the dense search's, a sampled tail's) are scored from
-their texts, which come back with those searches and samples (``MilvusBackend``'s ``seen``), or
-else are fetched by id.
+store scores its pool. Spelling similarities and marks of other keys (the dense search's, a
+sampled tail's) are scored from their texts, which come back with those searches and samples
+(``MilvusBackend``'s ``seen``), or else are fetched by id.
 
 Keys' spelling forms are cached by id, up to ``FORMS_CACHED`` of them (the most recently used
 or, for keys never asked about, first seen):
@@ -171,7 +170,7 @@ class MilvusSpelling:
         limit = max(n, CANDIDATE_POOL)
         vectors = query_vectors(queries.forms)
         vectors += [neighbour_vector(form) for form in queries.forms]
-        marking = terms is not None and terms.marks.shape[1] > 0 and self._rows.pairs
+        marking = terms is not None and terms.weighs_marks and self._rows.pairs
         if marking:
             vectors += [mark_vector(form) for form in queries.forms]
         found = self._rows.search_grams(vectors, limit, expression)

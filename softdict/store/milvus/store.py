@@ -36,12 +36,7 @@ from typing import Any
 import numpy as np
 
 from softdict._config import SoftDictConfig
-from softdict._errors import (
-    ConfigError,
-    EmptyStoreError,
-    StoreFormatError,
-    ValueShapeError,
-)
+from softdict._errors import ConfigError, EmptyStoreError, StoreFormatError, ValueShapeError
 from softdict._files import StoreFiles
 from softdict._manifest import EncoderEntry
 from softdict._types import Value
@@ -69,7 +64,6 @@ from softdict.store.milvus._ids import rows_of_keys
 from softdict.store.milvus._metadata import (
     FORMAT_NAME,
     FORMAT_VERSION,
-    PAIRS_FORMAT,
     MetaRows,
     StoreMetadata,
     adopted_config,
@@ -135,17 +129,15 @@ class MilvusStore(Store):
 
     def _key_rows_of(self, dim: int) -> KeyRows:
         """The key collection of this store, for ``dim``-dim vectors (whether it exists or not)."""
-        rows = KeyRows(
+        return KeyRows(
             self._client,
             self._location,
             self._collection,
             dim,
             self._meta.manifest.config.similarity.metric,
             self._index,
+            pairs=self._meta.manifest.holds_pairs,
         )
-        # A store made before format 4 has rows without their pair features (``_grams``).
-        rows.pairs = self._meta.manifest.format_version >= PAIRS_FORMAT
-        return rows
 
     def _open_rows(self) -> None:
         dim = self._meta.manifest.dim
