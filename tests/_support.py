@@ -170,6 +170,14 @@ def _may_bear_marks(form: str, keys: tuple[str, ...]) -> list[int]:
     return _keys_by_word_initial(keys).get(form[:1], []) if form else []
 
 
+def _naive_mark_rows(query: str, keys: list[str]) -> np.ndarray:
+    """(len(keys), 5): ``naive_marks`` of the query with each key (0 where none can be borne)."""
+    marks = np.zeros((len(keys), 5))
+    for i in _may_bear_marks(naive_form(query), tuple(keys)):
+        marks[i] = naive_marks(query, keys[i])
+    return marks
+
+
 def naive_combined(
     query: str,
     keys: list[str],
@@ -193,11 +201,8 @@ def naive_combined(
     x = np.array(naive_description(query))
     if combination == "rule-2":  # rule-1's curve on the description's unknown share, and marks
         weight = 4.0 * (known + (1 - known) * x[1])
-        marks = np.zeros((len(keys), len(RULE_2_MARKS)))
-        for i in _may_bear_marks(naive_form(query), tuple(keys)):
-            marks[i] = naive_marks(query, keys[i])
         rule = np.asarray(cosine) + weight * np.maximum(np.asarray(spelled) - 0.4, 0) / 0.6
-        return rule + marks @ (np.array(RULE_2_MARKS) @ x)
+        return rule + _naive_mark_rows(query, keys) @ (np.array(RULE_2_MARKS) @ x)
     a = np.array(LEARNED_1.meaning)
     b, c = np.array(LEARNED_1.ramps), np.array(LEARNED_1.marks)
     knots = LEARNED_1.knots
@@ -206,7 +211,5 @@ def naive_combined(
     # Each ramp of each key's spelling similarity, then each key's marks, pair by pair.
     lows, highs = np.array(knots[:-1]), np.array(knots[1:])
     ramps = np.clip((np.asarray(spelled)[:, None] - lows) / (highs - lows), 0.0, 1.0)
-    marks = np.zeros((len(keys), len(c)))
-    for i in _may_bear_marks(naive_form(query), tuple(keys)):
-        marks[i] = naive_marks(query, keys[i])
+    marks = _naive_mark_rows(query, keys)
     return np.asarray(cosine) * factor + offset + ramps @ (b @ x) + marks @ (c @ x)

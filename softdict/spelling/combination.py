@@ -14,7 +14,7 @@ has not spelled (``bounded``). Meaning's factor is never negative. d·x is an of
 key of a query gets alike: it changes no weight and no ranking (a softmax does not see it), only
 the level of the best score, which ``min_score`` compares across queries.
 
-Two combinations exist, named in a store's config (``combination``) so that a store answers as
+Three combinations exist, named in a store's config (``combination``) so that a store answers as
 it did when saved:
 
 * ``rule-1``, the hand-set rule (the default until ``rule-2``; store formats up to 3 load with
@@ -89,14 +89,21 @@ def _rule_description(text: str) -> np.ndarray:
     return np.array([1.0, unknown_share(text)])
 
 
+# The rule's one ramp, from 0.4 to 1: its weight is 4 for a query of unknown words, of which a
+# query's common words keep ``known`` (the (constant, unknown share) columns of x).
+_RULE_KNOTS = (0.4, 1.0)
+
+
+def _rule_ramp(known: float) -> tuple[float, float]:
+    return UNKNOWN_WORD_WEIGHT * known, UNKNOWN_WORD_WEIGHT * (1.0 - known)
+
+
 def rule_1(known: float) -> Combination:
     """The hand-set rule, with ``known`` (``lexical_known``) the share of the weight that a
     query's common words keep."""
-    weight = UNKNOWN_WORD_WEIGHT
     return Combination(
-        CombinationName.RULE_1, _rule_description, (0.4, 1.0), (), (),
-        ((weight * known, weight * (1.0 - known)),), (),
-    )  # fmt: skip
+        CombinationName.RULE_1, _rule_description, _RULE_KNOTS, (), (), (_rule_ramp(known),), ()
+    )
 
 
 # The marks' weights on the rule's curve (lexical_known 1/16), fitted by
@@ -114,9 +121,8 @@ RULE_2_MARKS = (
 def rule_2(known: float) -> Combination:
     """The hand-set rule's curve on ``describe``'s unknown share, with ``known``
     (``lexical_known``) the share of the weight that common words keep, and the fitted marks."""
-    weight = UNKNOWN_WORD_WEIGHT
-    ramp = (weight * known, weight * (1.0 - known)) + (0.0,) * (len(DESCRIPTION) - 2)
-    return Combination(CombinationName.RULE_2, describe, (0.4, 1.0), (), (), (ramp,), RULE_2_MARKS)
+    ramp = _rule_ramp(known) + (0.0,) * (len(DESCRIPTION) - 2)
+    return Combination(CombinationName.RULE_2, describe, _RULE_KNOTS, (), (), (ramp,), RULE_2_MARKS)
 
 
 # Fitted by benchmarks/combination_study.py (results_combination_study.md); the columns follow
