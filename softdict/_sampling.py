@@ -248,10 +248,9 @@ def _score_sample(
     if spelling is None:
         return meaning, meaning, None
     request = spelling.subset(np.array([i]))
-    similarity = request.index.similarity(request.queries, ids[None, :])[0]
-    marks = request.marks(ids[None, :])
-    combined = request.score(meaning[None, :], similarity[None, :], marks)[0]
-    return combined, meaning, similarity
+    similarity, marks = request.spelled(ids[None, :])
+    combined = request.score(meaning[None, :], similarity, marks)[0]
+    return combined, meaning, similarity[0]
 
 
 def _concatenated(first: _Scored, second: _Scored) -> _Scored:

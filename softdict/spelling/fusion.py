@@ -73,6 +73,12 @@ class SpellingRequest:
         where the combination weighs none."""
         return self.index.marks(self.queries, ids) if self.marking else None
 
+    def spelled(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """The similarity and marks (None where the combination weighs none) of each query with
+        the keys of ``ids`` (m, c), spelled only where spelling could add to their scores
+        (``SpellingIndex.spelling_of``: NaN and no mark elsewhere)."""
+        return self.index.spelling_of(self.queries, ids, self.terms)
+
     def score(
         self, meaning: np.ndarray, similarity: np.ndarray, marks: np.ndarray | None
     ) -> np.ndarray:
@@ -184,8 +190,7 @@ def _merge(
     marking = request.marking
     width = len(EVIDENCE) if marking else 0
     if exact:
-        dense_similarity = request.index.similarity(request.queries, dense_ids)
-        dense_marks = request.marks(dense_ids)
+        dense_similarity, dense_marks = request.spelled(dense_ids)
     else:
         dense_similarity = np.full(dense_ids.shape, np.nan)
         dense_marks = np.zeros((*dense_ids.shape, width)) if marking else None

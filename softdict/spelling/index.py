@@ -36,7 +36,8 @@ from softdict.spelling.evidence import (
 )
 from softdict.spelling.held_keys import HeldKeys, score_held_keys
 from softdict.spelling.marked import RowsByFirst, marked_outside
-from softdict.spelling.ngrams import N_FEATURES, NgramCandidates
+from softdict.spelling.ngrams import NgramCandidates
+from softdict.spelling.reach import best_by_gain, reach
 from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
 from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
 
@@ -60,7 +61,6 @@ CANDIDATE_POOL = 2048
 # One-word queries this short also take the keys of their first letter and about their length
 # (``_short_neighbours``).
 SHORT_QUERY = 5
-_POSTINGS_FILES = ("spelling_indptr.npy", "spelling_rows.npy", "spelling_lengths.npy")
 
 
 def short_query(form: str) -> bool:
@@ -191,25 +191,19 @@ class SpellingIndex:
         """The rows of ``ids``, all held; None when they are every row, in order."""
         if len(ids) == self._rows.size and np.array_equal(ids, self._rows.ids):
             return None
-        rows = self._rows.rows_of(ids)
-        if len(rows) != len(ids):
-            raise KeyError("the spelling index was asked for ids it does not hold")
-        return rows
+        return self._held_rows(ids)
 
     def similarity(self, queries: SpellingQueries, ids: np.ndarray) -> np.ndarray:
         """Spelling similarity of each query with the keys of ``ids``: (c,) ids shared by every
         query, or (m, c) one row per query with -1 for padding (NaN there). Float64 (m, c)."""
         ids = np.asarray(ids, dtype=np.int64)
         if ids.ndim == 1:
-            return spelling_similarity(queries, self._key_forms(self._rows_of_held(ids))).astype(
-                np.float64
-            )
+            forms = self._key_forms(self._rows_of_held(ids))
+            return spelling_similarity(queries, forms).astype(np.float64)
         result = np.full(ids.shape, np.nan)
         for i, row_ids in enumerate(ids):
             found = row_ids >= 0
-            rows = self._rows.rows_of(row_ids[found])
-            if len(rows) != int(found.sum()):
-                raise KeyError("the spelling index was asked for ids it does not hold")
+            rows = self._held_rows(row_ids[found])
             result[i, found] = spelling_similarity(queries.row(i), self._key_forms(rows))[0]
         return result
 
@@ -225,6 +219,28 @@ class SpellingIndex:
             found = np.flatnonzero(row_ids >= 0)
             result[i, found] = self._marks_of_rows(queries, i, self._held_rows(row_ids[found]))
         return result
+
+    def spelling_of(
+        self, queries: SpellingQueries, ids: np.ndarray, terms: QueryTerms
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``similarity`` and ``marks`` (None where ``terms`` weigh none) of the keys of ``ids``
+        (m, c), -1 for padding, spelled only where spelling could add to their scores under
+        ``terms`` (``reach``): elsewhere the similarity is NaN (0 where no character is shared)
+        and the marks 0, and spelling adds exactly nothing to the score."""
+        ids = np.asarray(ids, dtype=np.int64)
+        similarity = np.full(ids.shape, np.nan)
+        marks = np.zeros((*ids.shape, len(EVIDENCE))) if terms.weighs_marks else None
+        for i, row_ids in enumerate(ids):
+            found = np.flatnonzero(row_ids >= 0)
+            rows = self._held_rows(row_ids[found])
+            can = reach(queries, i, terms, self._counts.view, self._length.view, rows)
+            similarity[i, found[can.ceiling == 0]] = 0.0
+            spelled, at = found[can.open], rows[can.open]
+            similarity[i, spelled] = spelling_similarity(queries.row(i), self._key_forms(at))[0]
+            if marks is not None:
+                could = None if can.could is None else can.could[can.open]
+                marks[i, spelled] = self._marks_of_rows(queries, i, at, could)
+        return similarity, marks
 
     def _marks_of_rows(
         self, queries: SpellingQueries, i: int, rows: np.ndarray, could: np.ndarray | None = None
@@ -342,7 +358,7 @@ class SpellingIndex:
         pool's n best set (``marked.marked_outside``): they are scored too."""
         ids, similarities = no_candidates(len(queries), n)
         for i, pool in enumerate(pools):
-            scores, gain = self._gains(queries, i, pool, terms)
+            scores, gain = self._pool_gains(queries, i, pool, n, terms)
             if outside is not None:
                 threshold = -np.inf if len(pool) < n else np.partition(gain, -n)[-n]
                 more = outside(i, pool=pool, threshold=threshold)
@@ -357,6 +373,24 @@ class SpellingIndex:
             ids[i, : len(best)] = self._rows.ids[pool[best]]
             similarities[i, : len(best)] = scores[best]
         return ids, similarities
+
+    def _pool_gains(
+        self, queries: SpellingQueries, i: int, pool: np.ndarray, n: int, terms: QueryTerms | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``_gains`` of the ``pool``'s rows, spelled only as far as choosing the n of largest
+        gain needs (``reach.best_by_gain``: NaN and -inf where not spelled, a gain of 0 where
+        spelling adds nothing); without ``terms``, every row spelled."""
+        if terms is None:
+            return self._gains(queries, i, pool, terms)
+        can = reach(queries, i, terms, self._counts.view, self._length.view, pool)
+
+        def exact(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+            could = None if can.could is None else can.could[positions]
+            return self._gains(queries, i, pool[positions], terms, could)
+
+        scores, gain = best_by_gain(can.upper, n, exact)
+        scores[np.isnan(scores) & (can.ceiling == 0)] = 0.0  # no character in common
+        return scores, gain
 
     def _gains(
         self,
@@ -408,26 +442,14 @@ class SpellingIndex:
         come from the keys, and the postings are rebuilt when first needed)."""
         if self._ngrams is None or self._rows.has_tombstones:
             return {}
-        arrays = self._ngrams.arrays()
-        return dict(zip(_POSTINGS_FILES, (arrays["indptr"], arrays["indices"], arrays["lengths"])))
+        return self._ngrams.files()
 
     @classmethod
     def restore(cls, ids: np.ndarray, keys: list[str], files: FileReader) -> SpellingIndex:
         """The index of ``keys`` under ``ids`` (increasing), with saved postings if any."""
         index = cls()
         index.add(ids, keys)
-        if not all(files.has(name) for name in _POSTINGS_FILES):
+        index._ngrams = NgramCandidates.from_files(files, len(keys))
+        if index._ngrams is None:
             index.maintain()
-            return index
-        indptr_name, rows_name, lengths_name = _POSTINGS_FILES
-        indptr = files.npy(indptr_name, np.int64, (N_FEATURES + 1,))
-        rows = files.npy(rows_name, np.int32, (None,))
-        lengths = files.npy(lengths_name, np.float32, (len(keys),))
-        if indptr[0] != 0 or indptr[-1] != len(rows) or np.any(np.diff(indptr) < 0):
-            raise files.error(indptr_name, "is not a valid postings pointer for its rows")
-        if len(rows) and (rows.min() < 0 or rows.max() >= len(keys)):
-            raise files.error(rows_name, f"names rows outside the {len(keys)} keys")
-        if not np.all(np.isfinite(lengths)) or np.any(lengths < 0):
-            raise files.error(lengths_name, "holds invalid 3-gram counts")
-        index._ngrams = NgramCandidates.from_arrays(indptr, rows, lengths)
         return index

@@ -25,14 +25,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows
 
 if TYPE_CHECKING:
     import scipy.sparse as sp  # imported where used: small stores never need it (0.1 s)
 
-__all__ = ["N_FEATURES", "NgramCandidates", "gram_vectorizer"]
+__all__ = ["N_FEATURES", "POSTINGS_FILES", "NgramCandidates", "gram_vectorizer"]
 
 N_FEATURES = 2**18
+# The files a store saves the postings in.
+POSTINGS_FILES = ("spelling_indptr.npy", "spelling_rows.npy", "spelling_lengths.npy")
 NGRAM = 3
 # The rarest 3-grams of a query are read until this many postings: common 3-grams ("the") list
 # a good part of a large store and say little about which key was meant.
@@ -183,20 +186,31 @@ class NgramCandidates:
 
     # -- persistence -------------------------------------------------------------------------
 
-    def arrays(self) -> dict[str, np.ndarray]:
-        """The postings and row lengths, every row merged, for saving."""
+    def files(self) -> StoreFiles:
+        """The postings and row lengths, every row merged, as a store saves them."""
         self.maintain(force=True)
-        return {"indptr": self._indptr, "indices": self._indices, "lengths": self._lengths.view}
+        arrays = (self._indptr, self._indices, self._lengths.view)
+        return dict(zip(POSTINGS_FILES, arrays))
 
     @classmethod
-    def from_arrays(
-        cls, indptr: np.ndarray, indices: np.ndarray, lengths: np.ndarray
-    ) -> NgramCandidates:
-        """Postings saved by ``arrays``; the caller has checked their shapes and ranges."""
+    def from_files(cls, files: FileReader, n_rows: int) -> NgramCandidates | None:
+        """Postings that ``files`` saved for ``n_rows`` rows, checked; None where none were."""
+        if not all(files.has(name) for name in POSTINGS_FILES):
+            return None
+        indptr_name, rows_name, lengths_name = POSTINGS_FILES
+        indptr = files.npy(indptr_name, np.int64, (N_FEATURES + 1,))
+        rows = files.npy(rows_name, np.int32, (None,))
+        lengths = files.npy(lengths_name, np.float32, (n_rows,))
+        if indptr[0] != 0 or indptr[-1] != len(rows) or np.any(np.diff(indptr) < 0):
+            raise files.error(indptr_name, "is not a valid postings pointer for its rows")
+        if len(rows) and (rows.min() < 0 or rows.max() >= n_rows):
+            raise files.error(rows_name, f"names rows outside the {n_rows} keys")
+        if not np.all(np.isfinite(lengths)) or np.any(lengths < 0):
+            raise files.error(lengths_name, "holds invalid 3-gram counts")
         candidates = cls()
         candidates._indptr = indptr.astype(np.int64)
-        candidates._indices = indices.astype(np.int32)
-        candidates._covered = len(lengths)
+        candidates._indices = rows.astype(np.int32)
+        candidates._covered = n_rows
         candidates._lengths.append(lengths.astype(np.float32))
         counts = np.diff(candidates._indptr)
         candidates._idf = np.log((candidates._covered + 1) / (counts + 1)).astype(np.float32)

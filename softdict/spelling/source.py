@@ -23,6 +23,10 @@ class SpellingSource(Protocol):
 
     def marks(self, queries: SpellingQueries, ids: np.ndarray) -> np.ndarray: ...
 
+    def spelling_of(
+        self, queries: SpellingQueries, ids: np.ndarray, terms: QueryTerms
+    ) -> tuple[np.ndarray, np.ndarray | None]: ...
+
     def bounded_scores(
         self,
         queries: SpellingQueries,

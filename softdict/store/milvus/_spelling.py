@@ -140,6 +140,12 @@ class MilvusSpelling:
         """``SpellingIndex.marks``, on these keys' texts."""
         return self._index_of(ids)[0].marks(queries, ids)
 
+    def spelling_of(
+        self, queries: SpellingQueries, ids: np.ndarray, terms: QueryTerms
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """``SpellingIndex.spelling_of``, on these keys' texts."""
+        return self._index_of(ids)[0].spelling_of(queries, ids, terms)
+
     def bounded_scores(
         self,
         queries: SpellingQueries,

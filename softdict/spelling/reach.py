@@ -1,0 +1,115 @@
+"""What spelling could add to a key before it is spelled, so that a large store spells only the
+keys where it can matter.
+
+A large store's lookup spells three sets of keys exactly: the pool the 3-gram postings propose
+(``SpellingIndex.best_of_pools``: 1,700 rows a query, median, on 10^5 real names), the dense
+index's best keys, and a sampled tail (``softdict.spelling.fusion``, ``softdict._sampling``).
+Most of them are spelled nothing like the query: of the dense and sampled keys, a median of 55
+of 420 a query could gain anything (one-off count on those 10^5 names, bundled-static, 200 typo
+queries). A key's similarity is at most its character-count ceiling (``bounds``), and it can
+bear a mark only if it holds the query's characters (``could_mark``), so:
+
+* ``reach``: each key's ceiling, whether it could bear a mark, and ``upper``, the most spelling
+  and marks could add to its score (``QueryTerms.gain`` at the ceiling, every mark it could
+  bear). A key whose ceiling is at most the first knot and that can bear no mark gains exactly
+  nothing: its combined score is its meaning part, and it need not be spelled (``open``).
+* ``best_by_gain``: the n keys to which spelling and marks add most, spelling keys in rounds,
+  highest ``upper`` first, until no key left could reach the n-th best gain found. The keys
+  chosen are those that spelling every key would choose, except among keys that gain nothing,
+  which are taken by similarity where spelled and after those where not.
+
+A key not spelled reports NaN as its similarity (0 where its ceiling is 0: no character in
+common), as the every-key path does (``bounded``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from softdict.spelling.bounds import could_mark, similarity_ceiling
+from softdict.spelling.combination import QueryTerms
+from softdict.spelling.evidence import markable
+from softdict.spelling.text import SpellingQueries
+
+__all__ = ["FIRST_SPELLED", "Reach", "best_by_gain", "reach"]
+
+# ``best_by_gain``'s first round spells this many keys (or n, if more); each round doubles it.
+FIRST_SPELLED = 256
+
+# ``exact(positions)``: the spelling similarity and the gain of the keys at those positions.
+ExactGains = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What spelling could add to each of c keys, for one query (module docstring).
+
+    Attributes:
+        ceiling: (c,) float32, at least each key's spelling similarity.
+        could: (c,) bool, which keys could bear a mark; None where none can (the terms weigh no
+            mark, or the query can bear none).
+        upper: (c,) the most spelling and marks could add to each key's score.
+        open: (c,) bool, the keys spelling could add to: ceiling above the first knot, or a mark.
+    """
+
+    ceiling: np.ndarray
+    could: np.ndarray | None
+    upper: np.ndarray
+    open: np.ndarray
+
+
+def reach(
+    queries: SpellingQueries,
+    i: int,
+    terms: QueryTerms,
+    counts: np.ndarray,
+    lengths: np.ndarray,
+    rows: np.ndarray,
+) -> Reach:
+    """Query ``i``'s ``Reach`` over the keys at ``rows`` of a spelling index's columns:
+    ``counts`` (64, every row) and ``lengths`` (every row's form length)."""
+    form = queries.forms[i]
+    ceiling = similarity_ceiling(
+        queries.counts[i], len(form), counts, lengths[rows].astype(np.float32), rows
+    )
+    could = None
+    if terms.weighs_marks and markable(form):
+        could = could_mark(queries.counts[i], counts, rows)
+    query = np.full(len(rows), i)
+    upper = terms.spelling_part(ceiling, query)
+    opened = ceiling > terms.floor
+    if could is not None:
+        upper = upper + np.where(could, terms.marks[i].sum(), 0.0)
+        opened |= could
+    return Reach(ceiling, could, upper, opened)
+
+
+def best_by_gain(upper: np.ndarray, n: int, exact: ExactGains) -> tuple[np.ndarray, np.ndarray]:
+    """The spelling similarity and gain of c keys whose gain is at most ``upper`` (c,), spelled
+    (``exact``) only as far as choosing the n of largest gain needs (module docstring): NaN and
+    -inf where not spelled, except that a key whose ``upper`` is 0 or less gains exactly 0.
+
+    Rounds spell the keys of highest ``upper`` first, ``FIRST_SPELLED`` (or n) and doubling,
+    until every key left has ``upper`` below the n-th best gain spelled, or at most 0 (never
+    spelled). So the n-th best gain is that of spelling every key, and every key of larger gain
+    is spelled."""
+    c = len(upper)
+    similarity = np.full(c, np.nan)
+    gain = np.full(c, -np.inf)
+    order = np.argsort(-upper, kind="stable")
+    reachable = int(np.count_nonzero(upper > 0))  # the others gain exactly 0
+    done, size = 0, max(FIRST_SPELLED, n)
+    while done < reachable:
+        highest_left = upper[order[done]]
+        if done >= n and highest_left < np.partition(gain[order[:done]], done - n)[done - n]:
+            break
+        picked = order[done : min(done + size, reachable)]
+        similarity[picked], gain[picked] = exact(picked)
+        done += len(picked)
+        size *= 2
+    left = order[done:]
+    gain[left] = np.where(upper[left] <= 0, 0.0, -np.inf)
+    return similarity, gain
