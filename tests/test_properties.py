@@ -9,7 +9,14 @@ from pathlib import Path
 
 import numpy as np
 import pycountry
-from _support import FLOAT32_RTOL, FakeEncoder, naive_combined, naive_spelling, same_value
+from _support import (
+    FLOAT32_RTOL,
+    FakeEncoder,
+    naive_combined,
+    naive_marks,
+    naive_spelling,
+    same_value,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
@@ -231,17 +238,32 @@ def test_the_character_count_ceiling_bounds_the_spelling_similarity(
     query: str, keys: list[str]
 ) -> None:
     from softdict.spelling import spelling_form
-    from softdict.spelling.bounds import character_counts, similarity_ceiling
+    from softdict.spelling.bounds import (
+        ceiling_and_could,
+        character_counts,
+        could_mark,
+        similarity_ceiling,
+    )
 
     forms = [spelling_form(key) for key in keys]
     query_form = spelling_form(query)
-    ceiling = similarity_ceiling(
-        character_counts([query_form])[0],
-        len(query_form),
-        character_counts(forms).T,
-        np.array([len(form) for form in forms], dtype=np.float32),
-    )
+    query_counts, key_counts = character_counts([query_form])[0], character_counts(forms).T
+    lengths = np.array([len(form) for form in forms], dtype=np.float32)
+    ceiling = similarity_ceiling(query_counts, len(query_form), key_counts, lengths)
     exact = np.array([naive_spelling(query, key) for key in keys])
+    # Both from one gather are each alone; only a key that could bear a mark bears one.
+    both, could = ceiling_and_could(query_counts, len(query_form), key_counts, lengths)
+    np.testing.assert_array_equal(both, ceiling)
+    assert could is not None
+    np.testing.assert_array_equal(could, could_mark(query_counts, key_counts))
+    rows = np.arange(len(keys))[::-1]
+    part, part_could = ceiling_and_could(
+        query_counts, len(query_form), key_counts, lengths[rows], rows
+    )
+    np.testing.assert_array_equal(part, ceiling[rows])
+    np.testing.assert_array_equal(part_could, could[rows])
+    marked = np.array([any(naive_marks(query, key)) for key in keys])
+    assert np.all(could[marked]), (query_form, forms)
     # A few forms are counted in Python, many in numpy: the same counts.
     few = character_counts(forms[:8])
     np.testing.assert_array_equal(few, character_counts(forms[:8] * 9)[: len(few)])

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BUCKETS", "character_counts", "could_mark", "similarity_ceiling"]
+__all__ = ["BUCKETS", "ceiling_and_could", "character_counts", "could_mark", "similarity_ceiling"]
 
 BUCKETS = 64
 _SPACE = 36
@@ -88,23 +88,7 @@ def similarity_ceiling(
 
     A key's count of 255 may stand for more; min(query's count, 255) is still exact while the
     query holds fewer than 255 characters. A longer query is bounded by 1 (always scored)."""
-    n = len(key_lengths)
-    if query_length == 0 or not n:
-        return np.zeros(n, dtype=np.float32)  # an empty form is alike to nothing
-    if query_length >= _SATURATED:
-        return np.where(key_lengths > 0, 1.0, 0.0).astype(np.float32)
-    columns = np.flatnonzero(query_counts)
-    # Each key's sum is at most the query's length (< 255).
-    held = _held(key_counts, columns, rows)
-    shared = np.minimum(held, _spread(query_counts, columns, n)).sum(axis=0, dtype=np.uint8)
-    # (2B / (|q| + |k|) + B / max(|q|, |k|)) / 2, and a margin: float32 rounds the bound by
-    # ~1e-7 either way. An empty key (|k| = 0) shares nothing: 0. In place, in float32.
-    length = np.float32(query_length)
-    bound = np.float32(1.0) / (key_lengths + length)
-    bound += np.float32(0.5) / np.maximum(key_lengths, length)
-    bound += _ROUNDING
-    bound *= shared
-    return np.minimum(bound, np.float32(1.0), out=bound)
+    return ceiling_and_could(query_counts, query_length, key_counts, key_lengths, rows, False)[0]
 
 
 def could_mark(
@@ -117,7 +101,46 @@ def could_mark(
     columns = np.flatnonzero(query_counts)
     columns = columns[columns != _SPACE]
     held = _held(key_counts, columns, rows)
-    wanted = _spread(query_counts, columns, held.shape[1])
+    return _holds_every(held, _spread(query_counts, columns, held.shape[1]))
+
+
+def ceiling_and_could(
+    query_counts: np.ndarray,
+    query_length: int,
+    key_counts: np.ndarray,
+    key_lengths: np.ndarray,
+    rows: np.ndarray | None = None,
+    marking: bool = True,
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """``similarity_ceiling`` and, where ``marking``, ``could_mark`` of the same keys (else
+    None), from one gather of the query's buckets at their rows: a large store's lookup asks
+    for both of a few thousand keys several times (``reach``)."""
+    n = len(key_lengths)
+    columns = np.flatnonzero(query_counts)
+    # Each key's sum is at most the query's length (< 255).
+    held = _held(key_counts, columns, rows)
+    wanted = _spread(query_counts, columns, n)
+    could = None
+    if marking:
+        letters = columns != _SPACE
+        could = _holds_every(held[letters], wanted[letters])
+    if query_length == 0 or not n:
+        return np.zeros(n, dtype=np.float32), could  # an empty form is alike to nothing
+    if query_length >= _SATURATED:
+        return np.where(key_lengths > 0, 1.0, 0.0).astype(np.float32), could
+    shared = np.minimum(held, wanted).sum(axis=0, dtype=np.uint8)
+    # (2B / (|q| + |k|) + B / max(|q|, |k|)) / 2, and a margin: float32 rounds the bound by
+    # ~1e-7 either way. An empty key (|k| = 0) shares nothing: 0. In place, in float32.
+    length = np.float32(query_length)
+    bound = np.float32(1.0) / (key_lengths + length)
+    bound += np.float32(0.5) / np.maximum(key_lengths, length)
+    bound += _ROUNDING
+    bound *= shared
+    return np.minimum(bound, np.float32(1.0), out=bound), could
+
+
+def _holds_every(held: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """(n,) bool: which keys hold at least the ``wanted`` count of each bucket."""
     return np.all(held >= wanted, axis=0)
 
 

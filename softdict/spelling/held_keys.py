@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict.spelling.bounded import BoundedBatch, bounded_batch, bounded_scores
-from softdict.spelling.bounds import could_mark, similarity_ceiling
+from softdict.spelling.bounds import ceiling_and_could
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import EVIDENCE, markable
 from softdict.spelling.scores import (
@@ -85,10 +85,13 @@ def score_held_keys(
         ceiling = np.empty((len(block), n), dtype=np.float32)
         marked = np.zeros(ceiling.shape, dtype=bool) if marking else None
         for j, i in enumerate(block):
-            form, counts = queries.forms[i], queries.counts[i]
-            ceiling[j] = similarity_ceiling(counts, len(form), keys.counts, keys.lengths, keys.rows)
-            if marked is not None and markable(form):
-                marked[j] = could_mark(counts, keys.counts, keys.rows)
+            form = queries.forms[i]
+            ceiling[j], could = ceiling_and_could(
+                queries.counts[i], len(form), keys.counts, keys.lengths, keys.rows,
+                marked is not None and markable(form),
+            )  # fmt: skip
+            if marked is not None and could is not None:
+                marked[j] = could
         return ceiling, marked
 
     if m == 1 or n > _BATCH_MAX_KEYS:  # query by query, the one-query form (``bounded``)

@@ -388,7 +388,7 @@ class SpellingIndex:
             could = None if can.could is None else can.could[positions]
             return self._gains(queries, i, pool[positions], terms, could)
 
-        scores, gain = best_by_gain(can.upper, n, exact)
+        scores, gain = best_by_gain(can.upper(terms), n, exact)
         scores[np.isnan(scores) & (can.ceiling == 0)] = 0.0  # no character in common
         return scores, gain
 

@@ -99,8 +99,11 @@ def marked_outside(
         rows = among[i][first[among[i]] == ord(form[0])]
     if admissible is not None:
         rows = rows[admissible[rows]]
-    rows = rows[~np.isin(rows, pool, assume_unique=True)]
+    # Few of the rows hold the query's characters: those are kept first, then those in the pool
+    # dropped (the other order compared all of them with the pool: 131 against 95 us for the
+    # 10,361 rows of "s" among 10^5 names, one-off timing here).
     rows = rows[could_mark(queries.counts[i], counts, rows)]
+    rows = rows[~np.isin(rows, pool, assume_unique=True)]
     if not len(rows):
         return rows
     ceiling = similarity_ceiling(

@@ -9,10 +9,11 @@ of 420 a query could gain anything (one-off count on those 10^5 names, bundled-s
 queries). A key's similarity is at most its character-count ceiling (``bounds``), and it can
 bear a mark only if it holds the query's characters (``could_mark``), so:
 
-* ``reach``: each key's ceiling, whether it could bear a mark, and ``upper``, the most spelling
-  and marks could add to its score (``QueryTerms.gain`` at the ceiling, every mark it could
-  bear). A key whose ceiling is at most the first knot and that can bear no mark gains exactly
-  nothing: its combined score is its meaning part, and it need not be spelled (``open``).
+* ``reach``: each key's ceiling and whether it could bear a mark (``Reach.upper``: the most
+  spelling and marks could add to its score, ``QueryTerms.gain`` at the ceiling with every mark
+  it could bear). A key whose ceiling is at most the first knot and that can bear no mark gains
+  exactly nothing: its combined score is its meaning part, and it need not be spelled
+  (``Reach.open``).
 * ``best_by_gain``: the n keys to which spelling and marks add most, spelling keys in rounds,
   highest ``upper`` first, until no key left could reach the n-th best gain found. The keys
   chosen are those that spelling every key would choose, except among keys that gain nothing,
@@ -29,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softdict.spelling.bounds import could_mark, similarity_ceiling
+from softdict.spelling.bounds import ceiling_and_could
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import markable
 from softdict.spelling.text import SpellingQueries
@@ -45,20 +46,28 @@ ExactGains = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 @dataclass(frozen=True)
 class Reach:
-    """What spelling could add to each of c keys, for one query (module docstring).
+    """What spelling could add to each of c keys, for query ``i`` of a batch (module docstring).
 
     Attributes:
+        i: the query's row in its batch (and in its terms).
         ceiling: (c,) float32, at least each key's spelling similarity.
         could: (c,) bool, which keys could bear a mark; None where none can (the terms weigh no
             mark, or the query can bear none).
-        upper: (c,) the most spelling and marks could add to each key's score.
         open: (c,) bool, the keys spelling could add to: ceiling above the first knot, or a mark.
     """
 
+    i: int
     ceiling: np.ndarray
     could: np.ndarray | None
-    upper: np.ndarray
     open: np.ndarray
+
+    def upper(self, terms: QueryTerms) -> np.ndarray:
+        """(c,) the most spelling and marks could add to each key's score under ``terms``: the
+        spelling part grows with the similarity, and every mark weighs at least 0."""
+        upper = terms.spelling_part(self.ceiling, np.full(len(self.ceiling), self.i))
+        if self.could is not None:
+            upper += np.where(self.could, terms.marks[self.i].sum(), 0.0)
+        return upper
 
 
 def reach(
@@ -72,19 +81,14 @@ def reach(
     """Query ``i``'s ``Reach`` over the keys at ``rows`` of a spelling index's columns:
     ``counts`` (64, every row) and ``lengths`` (every row's form length)."""
     form = queries.forms[i]
-    ceiling = similarity_ceiling(
-        queries.counts[i], len(form), counts, lengths[rows].astype(np.float32), rows
+    marking = terms.weighs_marks and markable(form)
+    ceiling, could = ceiling_and_could(
+        queries.counts[i], len(form), counts, lengths[rows].astype(np.float32), rows, marking
     )
-    could = None
-    if terms.weighs_marks and markable(form):
-        could = could_mark(queries.counts[i], counts, rows)
-    query = np.full(len(rows), i)
-    upper = terms.spelling_part(ceiling, query)
     opened = ceiling > terms.floor
     if could is not None:
-        upper = upper + np.where(could, terms.marks[i].sum(), 0.0)
         opened |= could
-    return Reach(ceiling, could, upper, opened)
+    return Reach(i, ceiling, could, opened)
 
 
 def best_by_gain(upper: np.ndarray, n: int, exact: ExactGains) -> tuple[np.ndarray, np.ndarray]:
