@@ -37,7 +37,7 @@ from softdict.spelling.text import SpellingQueries
 
 __all__ = ["FIRST_SPELLED", "Reach", "best_by_gain", "reach"]
 
-# ``best_by_gain``'s first round spells this many keys (or n, if more); each round doubles it.
+# ``best_by_gain``'s first round spells this many keys (or n, if more).
 FIRST_SPELLED = 256
 
 # ``exact(positions)``: the spelling similarity and the gain of the keys at those positions.
@@ -96,24 +96,25 @@ def best_by_gain(upper: np.ndarray, n: int, exact: ExactGains) -> tuple[np.ndarr
     (``exact``) only as far as choosing the n of largest gain needs (module docstring): NaN and
     -inf where not spelled, except that a key whose ``upper`` is 0 or less gains exactly 0.
 
-    Rounds spell the keys of highest ``upper`` first, ``FIRST_SPELLED`` (or n) and doubling,
-    until every key left has ``upper`` below the n-th best gain spelled, or at most 0 (never
-    spelled). So the n-th best gain is that of spelling every key, and every key of larger gain
-    is spelled."""
+    Rounds spell the keys of highest ``upper`` first: ``FIRST_SPELLED`` (or n), then every key
+    left whose ``upper`` reaches the n-th best gain spelled so far, until none does (keys whose
+    ``upper`` is at most 0 are never spelled). So the n-th best gain is that of spelling every
+    key, and every key of larger gain is spelled."""
     c = len(upper)
     similarity = np.full(c, np.nan)
     gain = np.full(c, -np.inf)
     order = np.argsort(-upper, kind="stable")
     reachable = int(np.count_nonzero(upper > 0))  # the others gain exactly 0
     done, size = 0, max(FIRST_SPELLED, n)
-    while done < reachable:
-        highest_left = upper[order[done]]
-        if done >= n and highest_left < np.partition(gain[order[:done]], done - n)[done - n]:
-            break
+    while done < reachable and size:
         picked = order[done : min(done + size, reachable)]
         similarity[picked], gain[picked] = exact(picked)
         done += len(picked)
-        size *= 2
+        if done >= n:
+            # The n-th best gain only grows as keys are spelled, so a key left below it now
+            # never reaches it: the next round is every key left that could.
+            kth = np.partition(gain[order[:done]], done - n)[done - n]
+            size = int(np.count_nonzero(upper[order[done:reachable]] >= kth))
     left = order[done:]
     gain[left] = np.where(upper[left] <= 0, 0.0, -np.inf)
     return similarity, gain
