@@ -242,9 +242,12 @@ class QueryTerms:
         """(m, J + 1): each query's spelling part at each knot, the ramps' weights summed."""
         return np.concatenate([np.zeros((len(self.slopes), 1)), self.slopes.cumsum(axis=1)], 1)
 
-    def spelling_part(self, similarity: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """What spelling adds: (m, c) similarities of the batch, or (p,) of queries ``rows``.
-        NaN (a similarity not known) counts as 0 here: callers bound it separately.
+    def spelling_part(
+        self, similarity: np.ndarray, rows: np.ndarray | int | None = None
+    ) -> np.ndarray:
+        """What spelling adds: (m, c) similarities of the batch, or (p,) of queries ``rows``
+        (an int: every one of query ``rows``). NaN (a similarity not known) counts as 0 here:
+        callers bound it separately.
 
         The sum of the ramps is the piecewise-linear curve through each knot's height (0 below
         the first knot, every weight above the last), which np.interp reads in one pass per
@@ -253,8 +256,8 @@ class QueryTerms:
         found = np.asarray(similarity, dtype=np.float64)
         found = np.where(np.isnan(found), 0.0, found)
         heights = self._heights
-        if len(heights) == 1:  # one query's terms: every entry is that query's, in one pass
-            return np.interp(found, self.knots, heights[0])
+        if len(heights) == 1 or isinstance(rows, int):  # one query's: in one pass
+            return np.interp(found, self.knots, heights[0 if len(heights) == 1 else rows])
         if rows is None:
             return np.array(
                 [np.interp(row, self.knots, height) for row, height in zip(found, heights)]
@@ -275,9 +278,11 @@ class QueryTerms:
             part[span] = np.interp(found[span], self.knots, heights[rows[span[0]]])
         return part
 
-    def marks_part(self, marks: np.ndarray | None, rows: np.ndarray | None = None) -> np.ndarray:
-        """What the marks add: ``marks`` (m, c, E) of the batch, or (p, E) of queries ``rows``;
-        None: no marks (0)."""
+    def marks_part(
+        self, marks: np.ndarray | None, rows: np.ndarray | int | None = None
+    ) -> np.ndarray:
+        """What the marks add: ``marks`` (m, c, E) of the batch, or (p, E) of queries ``rows``
+        (an int: every one of query ``rows``); None: no marks (0)."""
         if marks is None or not self.weighs_marks:
             return np.zeros(0 if marks is None else marks.shape[:-1])
         weights = self.marks[:, None, :] if rows is None else self.marks[rows]
@@ -294,7 +299,10 @@ class QueryTerms:
         return self.meaning_part(meaning, rows) + self.gain(similarity, marks, rows)
 
     def gain(
-        self, similarity: np.ndarray, marks: np.ndarray | None, rows: np.ndarray | None = None
+        self,
+        similarity: np.ndarray,
+        marks: np.ndarray | None,
+        rows: np.ndarray | int | None = None,
     ) -> np.ndarray:
         """What spelling and ``marks`` (None: none) add to a score, beyond its meaning part."""
         total = self.spelling_part(similarity, rows)

@@ -35,7 +35,7 @@ from softdict.spelling.evidence import (
     word_start_marks,
 )
 from softdict.spelling.held_keys import HeldKeys, score_held_keys
-from softdict.spelling.marked import RowsByFirst, marked_outside
+from softdict.spelling.marked import RowsByFirst, marked_outside, short_neighbours
 from softdict.spelling.ngrams import NgramCandidates
 from softdict.spelling.reach import best_by_gain, reach
 from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
@@ -46,11 +46,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CANDIDATE_POOL",
-    "SHORT_QUERY",
     "PreparedKeys",
     "SpellingIndex",
     "no_candidates",
-    "short_query",
 ]
 
 # How many rows the 3-gram postings propose per query, for exact spelling scores (spelling them
@@ -58,15 +56,6 @@ __all__ = [
 # of a large store's lookup). With it, the union held the best key by the combined score over
 # every key for 0.975 to 1.00 of queries at 10^6 keys (benchmarks/matching_scale.py).
 CANDIDATE_POOL = 2048
-# One-word queries this short also take the keys of their first letter and about their length
-# (``_short_neighbours``).
-SHORT_QUERY = 5
-
-
-def short_query(form: str) -> bool:
-    """Whether a query's form is one word short enough to take its neighbours of about its
-    length and first letter as spelling candidates (``SpellingIndex._short_neighbours``)."""
-    return 0 < len(form) <= SHORT_QUERY and " " not in form
 
 
 @dataclass(frozen=True)
@@ -304,7 +293,8 @@ class SpellingIndex:
         """The ``n`` allowed keys spelled most like each query: ids (m, n), best first, and
         their spelling similarities (m, n) float64, padded with -1 and NaN. With ``terms``,
         "most like" is by what spelling and marks add to the queries' scores (a key a mark
-        points at ranks by it too), else by similarity."""
+        points at ranks by it too; NaN for a key they add nothing to, left unscored), else by
+        similarity."""
         if not self._rows.n_live or not n:
             return no_candidates(len(queries), n)
         if self._ngrams is None:
@@ -352,10 +342,12 @@ class SpellingIndex:
         terms: QueryTerms | None = None,
         outside: Callable[..., np.ndarray] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``candidates`` chosen among each query's ``pools`` (rows of this index), each scored
-        exactly: the same (m, n) ids and similarities. ``outside(i, pool=, threshold=)``, where
-        given, names more rows of query ``i`` whose gain could exceed the ``threshold`` the
-        pool's n best set (``marked.marked_outside``): they are scored too."""
+        """``candidates`` chosen among each query's ``pools`` (rows of this index), scored
+        exactly as far as choosing them needs (``_pool_gains``): the same (m, n) ids and
+        similarities (NaN for a candidate spelling adds nothing to and left unscored).
+        ``outside(i, pool=, threshold=)``, where given, names more rows of query ``i`` whose
+        gain could exceed the ``threshold`` the pool's n best set (``marked.marked_outside``):
+        they are scored too."""
         ids, similarities = no_candidates(len(queries), n)
         for i, pool in enumerate(pools):
             scores, gain = self._pool_gains(queries, i, pool, n, terms)
@@ -407,19 +399,12 @@ class SpellingIndex:
         if terms is None:
             return scores, np.zeros(len(rows))
         marks = self._marks_of_rows(queries, i, rows, could) if terms.weighs_marks else None
-        return scores, terms.gain(scores, marks, np.full(len(rows), i))
+        return scores, terms.gain(scores, marks, i)
 
     def _short_neighbours(self, form: str, admissible: np.ndarray | None) -> np.ndarray:
-        """For a short one-word query, the rows whose form starts with its letter and is as long
-        or one letter longer or shorter. One edit in a word of four or five letters can leave
-        it no 3-gram in common with the word meant ("cbua" and "cuba" share none), so the
-        postings cannot propose it; these rows are few, and are scored exactly."""
-        if not short_query(form):
-            return np.zeros(0, dtype=np.int64)
-        near = (self._first.view == ord(form[0])) & (np.abs(self._length.view - len(form)) <= 1)
-        if admissible is not None:
-            near &= admissible
-        return np.flatnonzero(near)
+        """``marked.short_neighbours`` of this index's rows."""
+        first, lengths = self._first.view, self._length.view
+        return short_neighbours(self._by_first, first, lengths, form, admissible)
 
     def memory_bytes(self) -> int:
         """Bytes held for the forms (the strings themselves included) and the postings."""

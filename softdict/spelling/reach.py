@@ -64,7 +64,7 @@ class Reach:
     def upper(self, terms: QueryTerms) -> np.ndarray:
         """(c,) the most spelling and marks could add to each key's score under ``terms``: the
         spelling part grows with the similarity, and every mark weighs at least 0."""
-        upper = terms.spelling_part(self.ceiling, np.full(len(self.ceiling), self.i))
+        upper = terms.spelling_part(self.ceiling, self.i)
         if self.could is not None:
             upper += np.where(self.could, terms.marks[self.i].sum(), 0.0)
         return upper

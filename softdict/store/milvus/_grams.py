@@ -32,7 +32,7 @@ import zlib
 import numpy as np
 
 from softdict.spelling.evidence import compact, markable
-from softdict.spelling.index import SHORT_QUERY, short_query
+from softdict.spelling.marked import SHORT_QUERY, short_query
 from softdict.spelling.ngrams import N_FEATURES, gram_vectorizer
 from softdict.spelling.text import spelling_form
 
