@@ -101,7 +101,7 @@ def could_mark(
     columns = np.flatnonzero(query_counts)
     columns = columns[columns != _SPACE]
     held = _held(key_counts, columns, rows)
-    return _holds_every(held, _spread(query_counts, columns, held.shape[1]))
+    return np.all(held >= _spread(query_counts, columns, held.shape[1]), axis=0)
 
 
 def ceiling_and_could(
@@ -122,8 +122,9 @@ def ceiling_and_could(
     wanted = _spread(query_counts, columns, n)
     could = None
     if marking:
-        letters = columns != _SPACE
-        could = _holds_every(held[letters], wanted[letters])
+        enough = held >= wanted
+        enough[columns == _SPACE] = True  # a mark needs the query's characters, spaces aside
+        could = enough.all(axis=0)
     if query_length == 0 or not n:
         return np.zeros(n, dtype=np.float32), could  # an empty form is alike to nothing
     if query_length >= _SATURATED:
@@ -137,11 +138,6 @@ def ceiling_and_could(
     bound += _ROUNDING
     bound *= shared
     return np.minimum(bound, np.float32(1.0), out=bound), could
-
-
-def _holds_every(held: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """(n,) bool: which keys hold at least the ``wanted`` count of each bucket."""
-    return np.all(held >= wanted, axis=0)
 
 
 def _held(key_counts: np.ndarray, columns: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
