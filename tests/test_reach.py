@@ -53,8 +53,13 @@ def queries_of(keys: list[str]) -> list[str]:
     return [*edited, "BW", "ab", "usa", "new yrok", "the", "1234", "!!", "zzqx"]
 
 
-def terms_for(combination: str, texts: list[str]) -> QueryTerms:
-    return query_terms(combination_for(combination, 1 / 16), texts, 1.0, 1.0)
+def queries_and_terms(
+    keys: list[str], combination: str
+) -> tuple[list[str], SpellingQueries, QueryTerms]:
+    """``queries_of(keys)``, as the spelling channel takes them, and their terms."""
+    texts = queries_of(keys)
+    terms = query_terms(combination_for(combination, 1 / 16), texts, 1.0, 1.0)
+    return texts, SpellingQueries.of(texts), terms
 
 
 def exact_gains(
@@ -70,8 +75,7 @@ def exact_gains(
 def test_candidates_are_those_of_spelling_every_key_of_the_pool(
     keys: list[str], index: SpellingIndex, combination: str
 ) -> None:
-    texts = queries_of(keys)
-    queries, terms = SpellingQueries.of(texts), terms_for(combination, texts)
+    texts, queries, terms = queries_and_terms(keys, combination)
     every = np.arange(len(keys))
     ids, similarity = index.best_of_pools(queries, [every] * len(texts), N, terms)
     full_similarity, full_gain, _ = exact_gains(index, queries, terms, every)
@@ -90,8 +94,7 @@ def test_candidates_are_those_of_spelling_every_key_of_the_pool(
 def test_keys_left_unspelled_score_exactly_what_they_would_spelled(
     keys: list[str], index: SpellingIndex, combination: str
 ) -> None:
-    texts = queries_of(keys)
-    queries, terms = SpellingQueries.of(texts), terms_for(combination, texts)
+    texts, queries, terms = queries_and_terms(keys, combination)
     rng = np.random.default_rng(0)
     ids = np.stack([rng.choice(len(keys), 500, replace=False) for _ in texts])
     ids[:, -20:] = -1  # padding
