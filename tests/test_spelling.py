@@ -428,11 +428,15 @@ def test_a_large_store_proposes_the_keys_a_mark_could_lift(english_words: list[s
     beside the 3-gram pool where their score could reach the candidates'
     (``spelling.marked``). So the best key by the combined score over every key is found
     (without the proposals "AJAG" finds "lag", not Al Jabal al Gharbī), and no left-out key
-    bearing such a mark holds more than the tail bound. (A left-out key spelled like a short code
-    without a 3-gram in common, "abc" for "ACBAC", is the postings' own limit, which the bound
-    assumes away: large-stores guide.) Real multi-word names (pycountry's
-    subdivisions) among 12,000 English words; their initials, 4 letters or more, as queries."""
+    bearing such a mark holds more than the tail bound; nor, for a code of 5 letters or fewer,
+    any left-out key of its first character ("abc" for "ACBAC": its rows of that character are
+    proposed where their spelling ceiling could reach the candidates). (A key of another first
+    letter spelled like a short code without a 3-gram in common, "barbara" for "ABAA", is the
+    postings' own limit, which the bound assumes away: large-stores guide.) Real multi-word
+    names (pycountry's subdivisions) among 12,000 English words; their initials, 4 letters or
+    more, as queries."""
     from softdict.spelling.evidence import initials
+    from softdict.spelling.marked import short_query
 
     names = sorted({s.name for s in pycountry.subdivisions if " " in s.name})
     codes: dict[str, list[str]] = {}
@@ -454,10 +458,13 @@ def test_a_large_store_proposes_the_keys_a_mark_could_lift(english_words: list[s
         weights /= weights.sum()
         assert attention.tail_bound is not None
         inside = set(attention.keys)
+        form = naive_form(query)
         for j in np.flatnonzero(weights > attention.tail_bound + 1e-9):
             if keys[j] not in inside:  # a key the postings left out: no mark but word start
                 same, start, _, initial, in_order = naive_marks(query, keys[j])
                 assert not (same or start or initial or in_order), (query, keys[j])
+                # nor, for a short query, a key of its first character ("abc" for "ACBAC")
+                assert not (short_query(form) and naive_form(keys[j])[:1] == form[0]), keys[j]
     assert sum(found_by_initials) >= 5  # the initials decide for several of them (10 here)
 
 

@@ -124,7 +124,7 @@ def ceiling_and_could(
     if marking:
         enough = held >= wanted
         enough[columns == _SPACE] = True  # a mark needs the query's characters, spaces aside
-        could = enough.all(axis=0)
+        could = np.asarray(enough.all(axis=0))
     if query_length == 0 or not n:
         return np.zeros(n, dtype=np.float32), could  # an empty form is alike to nothing
     if query_length >= _SATURATED:

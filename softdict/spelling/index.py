@@ -35,7 +35,7 @@ from softdict.spelling.evidence import (
     word_start_marks,
 )
 from softdict.spelling.held_keys import HeldKeys, score_held_keys
-from softdict.spelling.marked import RowsByFirst, marked_outside, short_neighbours
+from softdict.spelling.marked import RowsByFirst, proposed_outside, short_neighbours
 from softdict.spelling.ngrams import NgramCandidates
 from softdict.spelling.reach import best_by_gain, reach
 from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
@@ -313,10 +313,10 @@ class SpellingIndex:
             sorted_unique(np.concatenate([pool, self._short_neighbours(form, admissible)]))
             for pool, form in zip(pools, queries.forms)
         ]
-        outside = self.mark_proposals(queries, terms, admissible)
+        outside = self.outside_proposals(queries, terms, admissible)
         return self.best_of_pools(queries, pools, n, terms, outside)
 
-    def mark_proposals(
+    def outside_proposals(
         self,
         queries: SpellingQueries,
         terms: QueryTerms | None,
@@ -324,13 +324,13 @@ class SpellingIndex:
         among: list[np.ndarray] | None = None,
     ) -> Callable[..., np.ndarray] | None:
         """``best_of_pools``' ``outside`` for these queries: the rows (``admissible`` only;
-        ``among[i]`` only, where given) a mark could lift past a pool's candidates though they
-        share no 3-gram with the query (``marked.marked_outside``); None where ``terms`` weigh
-        no mark."""
-        if terms is None or not terms.weighs_marks:
+        ``among[i]`` only, where given) a mark, or a short query's spelling, could lift past a
+        pool's candidates though they share no 3-gram with the query
+        (``marked.proposed_outside``); None without ``terms``."""
+        if terms is None:
             return None
         return functools.partial(
-            marked_outside, self._by_first, self._first.view, self._counts.view,
+            proposed_outside, self._by_first, self._first.view, self._counts.view,
             self._length.view, queries, terms=terms, admissible=admissible, among=among,
         )  # fmt: skip
 
@@ -346,7 +346,7 @@ class SpellingIndex:
         exactly as far as choosing them needs (``_pool_gains``): the same (m, n) ids and
         similarities (NaN for a candidate spelling adds nothing to and left unscored).
         ``outside(i, pool=, threshold=)``, where given, names more rows of query ``i`` whose
-        gain could exceed the ``threshold`` the pool's n best set (``marked.marked_outside``):
+        gain could exceed the ``threshold`` the pool's n best set (``marked.proposed_outside``):
         they are scored too."""
         ids, similarities = no_candidates(len(queries), n)
         for i, pool in enumerate(pools):
@@ -354,9 +354,8 @@ class SpellingIndex:
             if outside is not None:
                 threshold = -np.inf if len(pool) < n else np.partition(gain, -n)[-n]
                 more = outside(i, pool=pool, threshold=threshold)
-                if len(more):  # each holds every character of the query (``could_mark``)
-                    could = np.ones(len(more), dtype=bool)
-                    more_scores, more_gain = self._gains(queries, i, more, terms, could)
+                if len(more):
+                    more_scores, more_gain = self._gains(queries, i, more, terms)
                     pool = np.concatenate([pool, more])
                     scores = np.concatenate([scores, more_scores])
                     gain = np.concatenate([gain, more_gain])

@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from softdict.spelling.bounds import could_mark, similarity_ceiling
+from softdict.spelling.bounds import ceiling_and_could, could_mark
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import markable
 from softdict.spelling.text import SpellingQueries
 
-__all__ = ["SHORT_QUERY", "RowsByFirst", "marked_outside", "short_neighbours", "short_query"]
+__all__ = ["SHORT_QUERY", "RowsByFirst", "proposed_outside", "short_neighbours", "short_query"]
 
 # One-word queries this short also take the keys of their first letter and about their length
 # (``short_neighbours``).
@@ -78,7 +78,7 @@ class RowsByFirst:
         return int(order.nbytes + sorted_first.nbytes)
 
 
-def marked_outside(
+def proposed_outside(
     by_first: RowsByFirst,
     first: np.ndarray,
     counts: np.ndarray,
@@ -91,14 +91,26 @@ def marked_outside(
     admissible: np.ndarray | None,
     among: list[np.ndarray] | None = None,
 ) -> np.ndarray:
-    """The rows outside ``pool`` (sorted) that could bear a mark other than ``word start``
-    with query ``i`` and whose gain (``QueryTerms.gain``) could exceed ``threshold``: beginning
-    with its first character, holding its characters, allowed (``admissible``), with a spelling
-    ceiling and every mark the query weighs above it; ``among[i]``, where given, are the rows to
-    look at instead of every row of that first character (a Milvus store's: its search's).
-    ``first``, ``counts`` (64, n) and ``lengths`` are the index's columns of every row."""
+    """The rows outside ``pool`` (sorted), allowed (``admissible``) and beginning with query
+    ``i``'s first character, whose gain (``QueryTerms.gain``) could exceed ``threshold`` (a
+    spelling ceiling, and every mark the query weighs where a row could bear one): those that
+    could bear a mark other than ``word start`` (they hold the query's characters), and, for a
+    short one-word query (``short_query``) looked at in this process (no ``among``), every such
+    row. ``among[i]``, where given, are the rows to look at instead of every row of that first
+    character (a Milvus store's: its search's). ``first``, ``counts`` (64, n) and ``lengths``
+    are the index's columns of every row.
+
+    A short query can be spelled like a key it shares no 3-gram with ("ACBAC" and "abc"), which
+    the postings cannot propose: on 12,000 English words and pycountry's subdivision names, the
+    initials of 30 names (``tests/test_spelling.py``) left out a key of more weight than
+    ``tail_bound`` for 8 of them; with the short query's rows of its first character, for 2
+    (a key of another first letter, "barbara" for "ABAA", and a mass of 3e-6 spread over many
+    keys), proposing a median of 37 rows a query (one-off count); on 10^5 real names, 116 for
+    200 codes and short typos (at most 1,822), at the same lookup p50."""
     form = queries.forms[i]
-    if not markable(form):
+    marking = terms.weighs_marks and markable(form)
+    short = among is None and short_query(form)
+    if not (marking or short):
         return np.zeros(0, dtype=np.int64)
     if among is None:
         rows = by_first.rows(first, ord(form[0]))
@@ -106,20 +118,24 @@ def marked_outside(
         rows = among[i][first[among[i]] == ord(form[0])]
     if admissible is not None:
         rows = rows[admissible[rows]]
-    # Few of the rows hold the query's characters: those are kept first, then those in the pool
-    # dropped, by a binary search in it (np.isin sorts both: 16 us a query against 2.6, p50 of
-    # 200 typos among 10^5 names).
-    rows = rows[could_mark(queries.counts[i], counts, rows)]
+    if not short:
+        # Few of the rows hold the query's characters: those are kept first, then those in the
+        # pool dropped, by a binary search in it (np.isin sorts both: 16 us a query against
+        # 2.6, p50 of 200 typos among 10^5 names).
+        rows = rows[could_mark(queries.counts[i], counts, rows)]
     if len(pool) and len(rows):
         at = np.minimum(np.searchsorted(pool, rows), len(pool) - 1)
         rows = rows[pool[at] != rows]
     if not len(rows):
         return rows
-    ceiling = similarity_ceiling(
-        queries.counts[i], len(form), counts, lengths[rows].astype(np.float32), rows
+    ceiling, could = ceiling_and_could(
+        queries.counts[i], len(form), counts, lengths[rows].astype(np.float32), rows, marking
     )
-    upper = terms.spelling_part(ceiling, i) + terms.marks[i].sum()
-    return rows[upper > threshold]
+    upper = terms.spelling_part(ceiling, i)
+    if could is not None:
+        upper += np.where(could, terms.marks[i].sum(), 0.0)
+    # A row that gains nothing could only fill a pool of fewer than n rows: never proposed.
+    return rows[upper > max(threshold, 0.0)]
 
 
 def short_query(form: str) -> bool:

@@ -169,7 +169,7 @@ class MilvusSpelling:
         """``SpellingIndex.candidates``, from pools that Milvus finds by 3-grams. Where the
         combination weighs marks and the rows hold their pair features (format 4), the keys a
         mark could lift come back from the same request and are proposed from the index of
-        everything it returned (``SpellingIndex.mark_proposals``)."""
+        everything it returned (``SpellingIndex.outside_proposals``)."""
         if not n:
             return no_candidates(len(queries), n)
         expression = self._expression(allow)
@@ -195,5 +195,5 @@ class MilvusSpelling:
                 )
                 for i in range(m)
             ]
-            outside = index.mark_proposals(queries, terms, None, among=marked)
+            outside = index.outside_proposals(queries, terms, None, among=marked)
         return index.best_of_pools(queries, rows, n, terms, outside)
