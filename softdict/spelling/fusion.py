@@ -13,8 +13,10 @@ cases on that combined score:
   uses. That holds if both lists are the true best of their channel: as exact as the dense
   index, and for spelling as long as no key sharing no 3-gram with the query, or outside the
   3-gram pool, gains more than the candidates. A mark needs no shared 3-gram ("uk" for "united
-  kingdom"): a store proposes the keys a mark could lift (``spelling.marked``; a Milvus store
-  through its pair features, from format 4 on, up to its pool's size of them).
+  kingdom"), nor does a short query's spelling ("abc" for "acbac"): a store proposes the keys
+  of the query's first character that a mark, or a short query's spelling, could lift
+  (``spelling.marked``; a Milvus store through its pair features, from format 4 on, up to its
+  pool's size of them).
 """
 
 from __future__ import annotations

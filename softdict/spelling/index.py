@@ -293,8 +293,7 @@ class SpellingIndex:
         """The ``n`` allowed keys spelled most like each query: ids (m, n), best first, and
         their spelling similarities (m, n) float64, padded with -1 and NaN. With ``terms``,
         "most like" is by what spelling and marks add to the queries' scores (a key a mark
-        points at ranks by it too; NaN for a key they add nothing to, left unscored), else by
-        similarity."""
+        points at ranks by it too), then by similarity, else by similarity alone."""
         if not self._rows.n_live or not n:
             return no_candidates(len(queries), n)
         if self._ngrams is None:
@@ -344,7 +343,7 @@ class SpellingIndex:
     ) -> tuple[np.ndarray, np.ndarray]:
         """``candidates`` chosen among each query's ``pools`` (rows of this index), scored
         exactly as far as choosing them needs (``_pool_gains``): the same (m, n) ids and
-        similarities (NaN for a candidate spelling adds nothing to and left unscored).
+        similarities.
         ``outside(i, pool=, threshold=)``, where given, names more rows of query ``i`` whose
         gain could exceed the ``threshold`` the pool's n best set (``marked.proposed_outside``):
         they are scored too."""
@@ -368,9 +367,9 @@ class SpellingIndex:
     def _pool_gains(
         self, queries: SpellingQueries, i: int, pool: np.ndarray, n: int, terms: QueryTerms | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``_gains`` of the ``pool``'s rows, spelled only as far as choosing the n of largest
-        gain needs (``reach.best_by_gain``: NaN and -inf where not spelled, a gain of 0 where
-        spelling adds nothing); without ``terms``, every row spelled."""
+        """``_gains`` of the ``pool``'s rows, spelled only as far as choosing the n best needs
+        (``reach.best_by_gain``: NaN and -inf where not spelled, a gain of 0 where spelling adds
+        nothing); without ``terms``, every row spelled."""
         if terms is None:
             return self._gains(queries, i, pool, terms)
         can = reach(queries, i, terms, self._counts.view, self._length.view, pool)
@@ -379,9 +378,7 @@ class SpellingIndex:
             could = None if can.could is None else can.could[positions]
             return self._gains(queries, i, pool[positions], terms, could)
 
-        scores, gain = best_by_gain(can.upper(terms), n, exact)
-        scores[np.isnan(scores) & (can.ceiling == 0)] = 0.0  # no character in common
-        return scores, gain
+        return best_by_gain(can.upper(terms), n, exact)
 
     def _gains(
         self,

@@ -95,10 +95,10 @@ def proposed_outside(
     ``i``'s first character, whose gain (``QueryTerms.gain``) could exceed ``threshold`` (a
     spelling ceiling, and every mark the query weighs where a row could bear one): those that
     could bear a mark other than ``word start`` (they hold the query's characters), and, for a
-    short one-word query (``short_query``) looked at in this process (no ``among``), every such
-    row. ``among[i]``, where given, are the rows to look at instead of every row of that first
-    character (a Milvus store's: its search's). ``first``, ``counts`` (64, n) and ``lengths``
-    are the index's columns of every row.
+    short one-word query (``short_query``), every such row. ``among[i]``, where given, are the
+    rows to look at instead of every row of that first character (a Milvus store's: its
+    search's). ``first``, ``counts`` (64, n) and ``lengths`` are the index's columns of every
+    row.
 
     A short query can be spelled like a key it shares no 3-gram with ("ACBAC" and "abc"), which
     the postings cannot propose: on 12,000 English words and pycountry's subdivision names, the
@@ -109,7 +109,7 @@ def proposed_outside(
     200 codes and short typos (at most 1,822), at the same lookup p50."""
     form = queries.forms[i]
     marking = terms.weighs_marks and markable(form)
-    short = among is None and short_query(form)
+    short = short_query(form)
     if not (marking or short):
         return np.zeros(0, dtype=np.int64)
     if among is None:

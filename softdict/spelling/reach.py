@@ -16,9 +16,9 @@ it holds the query's characters (``could_mark``), so:
   exactly nothing: its combined score is its meaning part, and it need not be spelled
   (``Reach.open``).
 * ``best_by_gain``: the n keys to which spelling and marks add most, spelling keys in rounds,
-  highest ``upper`` first, until no key left could reach the n-th best gain found. The keys
-  chosen are those that spelling every key would choose, except among keys that gain nothing,
-  which are taken by similarity where spelled and after those where not.
+  highest ``upper`` first, until no key left could reach the n-th best gain found (and every
+  key where fewer than n gain anything, to choose the rest by similarity). The keys chosen are
+  those that spelling every key would choose (ties aside), each spelled.
 
 A key not spelled reports NaN as its similarity (0 where its ceiling is 0: no character in
 common), as the every-key path does (``bounded``).
@@ -95,13 +95,15 @@ def reach(
 
 def best_by_gain(upper: np.ndarray, n: int, exact: ExactGains) -> tuple[np.ndarray, np.ndarray]:
     """The spelling similarity and gain of c keys whose gain is at most ``upper`` (c,), spelled
-    (``exact``) only as far as choosing the n of largest gain needs (module docstring): NaN and
-    -inf where not spelled, except that a key whose ``upper`` is 0 or less gains exactly 0.
+    (``exact``) only as far as choosing the n of largest gain, then of largest similarity, needs
+    (module docstring): NaN and -inf where not spelled, except that a key whose ``upper`` is 0
+    or less gains exactly 0.
 
     Rounds spell the keys of highest ``upper`` first: ``FIRST_SPELLED`` (or n), then every key
-    left whose ``upper`` reaches the n-th best gain spelled so far, until none does (keys whose
-    ``upper`` is at most 0 are never spelled). So the n-th best gain is that of spelling every
-    key, and every key of larger gain is spelled."""
+    left whose ``upper`` reaches the n-th best gain spelled so far, until none does. So the n-th
+    best gain is that of spelling every key, and every key of larger gain is spelled. Keys whose
+    ``upper`` is at most 0 are spelled only where fewer than n keys gain anything: the others
+    are then chosen among them by similarity."""
     c = len(upper)
     similarity = np.full(c, np.nan)
     gain = np.full(c, -np.inf)
@@ -118,5 +120,10 @@ def best_by_gain(upper: np.ndarray, n: int, exact: ExactGains) -> tuple[np.ndarr
             kth = np.partition(gain[order[:done]], done - n)[done - n]
             size = int(np.count_nonzero(upper[order[done:reachable]] >= kth))
     left = order[done:]
-    gain[left] = np.where(upper[left] <= 0, 0.0, -np.inf)
+    if np.count_nonzero(gain > 0) < n and len(left):
+        # Fewer than n keys gain anything: the rest are chosen among keys that gain nothing,
+        # by similarity, as spelling every key would choose them (every key left gains 0).
+        similarity[left], gain[left] = exact(left)
+    else:
+        gain[left] = np.where(upper[left] <= 0, 0.0, -np.inf)
     return similarity, gain

@@ -5,10 +5,10 @@ Candidates come from a search of the keys' 3-gram field (``_grams``): each query
 first letter and about its length, and, under a combination that weighs marks, the keys that
 begin with its first character ranked by how many of its characters they hold (the pair
 features of format 4), come back with their texts in one request, and are scored exactly here
-(``SpellingIndex.best_of_pools``, the marked ones where a mark could lift them), as the memory
-store scores its pool. Spelling similarities and marks of other keys (the dense search's, a
-sampled tail's) are scored from their texts, which come back with those searches and samples
-(``MilvusBackend``'s ``seen``), or else are fetched by id.
+(``SpellingIndex.best_of_pools``, the marked ones where a mark, or a short query's spelling,
+could lift them), as the memory store scores its pool. Spelling similarities and marks of
+other keys (the dense search's, a sampled tail's) are scored from their texts, which come back
+with those searches and samples (``MilvusBackend``'s ``seen``), or else are fetched by id.
 
 Keys' spelling forms are cached by id, up to ``FORMS_CACHED`` of them (the most recently used
 or, for keys never asked about, first seen):
@@ -168,8 +168,8 @@ class MilvusSpelling:
     ) -> tuple[np.ndarray, np.ndarray]:
         """``SpellingIndex.candidates``, from pools that Milvus finds by 3-grams. Where the
         combination weighs marks and the rows hold their pair features (format 4), the keys a
-        mark could lift come back from the same request and are proposed from the index of
-        everything it returned (``SpellingIndex.outside_proposals``)."""
+        mark (or a short query's spelling) could lift come back from the same request and are
+        proposed from the index of everything it returned (``SpellingIndex.outside_proposals``)."""
         if not n:
             return no_candidates(len(queries), n)
         expression = self._expression(allow)
