@@ -1,5 +1,7 @@
 """Keys the 3-gram postings cannot propose, for a large store's spelling candidates: those a
-mark could lift, and a short word's neighbours (``short_neighbours``).
+mark could lift, and those a short word is spelled like (``proposed_outside``: the keys of its
+first character whose spelling ceiling could reach the candidates; ``short_neighbours``: those
+of about its length).
 
 A query can bear a mark (``evidence``) with a key it shares no 3-gram with: "uk" and "hcmc" are
 the initials of "united kingdom" and "ho chi minh city", "blvd" has its letters in order in
