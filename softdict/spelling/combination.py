@@ -319,8 +319,20 @@ class QueryTerms:
     ) -> np.ndarray:
         """The most a key can score, (m, c) for the batch or (p,) for queries ``rows``, whose
         similarity is at most ``ceiling`` and which bears a mark only where ``could_mark``
-        (None: nowhere): the spelling part grows with s, and every mark weighs at least 0."""
-        total = self.meaning_part(meaning, rows) + self.spelling_part(ceiling, rows)
+        (None: nowhere): its meaning part and ``most_gain``."""
+        return self.meaning_part(meaning, rows) + self.most_gain(ceiling, could_mark, rows)
+
+    def most_gain(
+        self,
+        ceiling: np.ndarray,
+        could_mark: np.ndarray | None,
+        rows: np.ndarray | int | None = None,
+    ) -> np.ndarray:
+        """The most spelling and marks can add to a key's score (``gain``), (m, c) for the batch
+        or (p,) for queries ``rows`` (an int: every one of query ``rows``), where its similarity
+        is at most ``ceiling`` and it bears a mark only where ``could_mark`` (None: nowhere):
+        the spelling part grows with s, and every mark weighs at least 0."""
+        total = self.spelling_part(ceiling, rows)
         if could_mark is not None and self.weighs_marks:
             most = self.marks.sum(axis=1)
             total = total + np.where(could_mark, most[:, None] if rows is None else most[rows], 0)

@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from softdict.spelling.bounds import ceiling_and_could, could_mark
+from softdict.spelling.bounds import could_mark
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import markable
+from softdict.spelling.reach import reach
 from softdict.spelling.text import SpellingQueries
 
 __all__ = ["SHORT_QUERY", "RowsByFirst", "proposed_outside", "short_neighbours", "short_query"]
@@ -130,12 +131,7 @@ def proposed_outside(
         rows = rows[pool[at] != rows]
     if not len(rows):
         return rows
-    ceiling, could = ceiling_and_could(
-        queries.counts[i], len(form), counts, lengths[rows].astype(np.float32), rows, marking
-    )
-    upper = terms.spelling_part(ceiling, i)
-    if could is not None:
-        upper += np.where(could, terms.marks[i].sum(), 0.0)
+    upper = reach(queries, i, terms, counts, lengths, rows).upper(terms)
     # A row that gains nothing could only fill a pool of fewer than n rows: never proposed.
     return rows[upper > max(threshold, 0.0)]
 

@@ -11,10 +11,9 @@ similarity is at most its character-count ceiling (``bounds``), and it can bear 
 it holds the query's characters (``could_mark``), so:
 
 * ``reach``: each key's ceiling and whether it could bear a mark (``Reach.upper``: the most
-  spelling and marks could add to its score, ``QueryTerms.gain`` at the ceiling with every mark
-  it could bear). A key whose ceiling is at most the first knot and that can bear no mark gains
-  exactly nothing: its combined score is its meaning part, and it need not be spelled
-  (``Reach.open``).
+  spelling and marks could add to its score, ``QueryTerms.most_gain``). A key whose ceiling is
+  at most the first knot and that can bear no mark gains exactly nothing: its combined score is
+  its meaning part, and it need not be spelled (``Reach.open``).
 * ``best_by_gain``: the n keys to which spelling and marks add most, spelling keys in rounds,
   highest ``upper`` first, until no key left could reach the n-th best gain found (and every
   key where fewer than n gain anything, to choose the rest by similarity). The keys chosen are
@@ -64,12 +63,9 @@ class Reach:
     open: np.ndarray
 
     def upper(self, terms: QueryTerms) -> np.ndarray:
-        """(c,) the most spelling and marks could add to each key's score under ``terms``: the
-        spelling part grows with the similarity, and every mark weighs at least 0."""
-        upper = terms.spelling_part(self.ceiling, self.i)
-        if self.could is not None:
-            upper += np.where(self.could, terms.marks[self.i].sum(), 0.0)
-        return upper
+        """(c,) the most spelling and marks could add to each key's score under ``terms``
+        (``QueryTerms.most_gain``)."""
+        return terms.most_gain(self.ceiling, self.could, self.i)
 
 
 def reach(
