@@ -51,6 +51,17 @@ def metric_scores(
     return -np.maximum(squared_distance, 0.0)
 
 
+# Rows normalised at a time by ``Similarity.prepare_keys``: 2 MB float64 blocks at 256 dims.
+_NORMALISE_ROWS = 1024
+
+
+def _unit_rows(rows: np.ndarray) -> np.ndarray:
+    """float32 ``rows`` divided by their norms in float64, rounded to float32; a zero row stays
+    zero."""
+    norms = np.linalg.norm(rows.astype(np.float64), axis=-1, keepdims=True)
+    return (rows / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32)
+
+
 def squared_norms(vectors: np.ndarray) -> np.ndarray:
     """Each row's squared Euclidean norm, float64."""
     return np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
@@ -93,8 +104,16 @@ class Similarity(str, Enum):
         rows = np.ascontiguousarray(vectors, dtype=np.float32)
         if self is not Similarity.COSINE:
             return rows
-        norms = np.linalg.norm(rows.astype(np.float64), axis=-1, keepdims=True)
-        return (rows / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32)
+        if rows.ndim < 2:
+            return _unit_rows(rows)
+        # In blocks of rows, each normalised as a whole batch would be (the same float64
+        # arithmetic row by row, so the same bits): 10^5 keys of 256 dims at once made two
+        # 200 MB float64 temporaries, about 1 s of a 19 s insert (a profile here).
+        out = np.empty(rows.shape, dtype=np.float32)
+        for start in range(0, len(rows), _NORMALISE_ROWS):
+            block = slice(start, start + _NORMALISE_ROWS)
+            out[block] = _unit_rows(rows[block])
+        return out
 
     def prepare_queries(self, vectors: np.ndarray) -> np.ndarray:
         """Query rows as float32, prepared so that the metric against prepared keys is the

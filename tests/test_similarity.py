@@ -61,6 +61,20 @@ def test_prepare_normalises_for_cosine_and_scales_scaled_dot_queries() -> None:
     np.testing.assert_array_equal(Similarity.DOT.prepare_queries(X), X)
 
 
+def test_a_key_is_prepared_alike_in_any_batch() -> None:
+    # Large inserts are normalised in blocks of rows: a key's stored vector must not depend on
+    # the batch it came in (a store compares, saves and reloads them bit for bit).
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((2500, 7)).astype(np.float32) * 1e3
+    X[1024] = 0.0  # a zero row, at a block's start, stays zero
+    whole = Similarity.COSINE.prepare_keys(X)
+    one_by_one = np.concatenate([Similarity.COSINE.prepare_keys(row[None]) for row in X])
+    np.testing.assert_array_equal(whole, one_by_one)
+    assert whole.dtype == np.float32 and whole.flags.c_contiguous
+    assert not whole[1024].any()
+    assert_close(np.linalg.norm(np.delete(whole, 1024, axis=0), axis=1), np.ones(2499))
+
+
 @pytest.mark.parametrize("kind", list(Similarity))
 def test_metric_scores_of_prepared_vectors_are_the_similarity(kind: Similarity) -> None:
     rng = np.random.default_rng(3)
