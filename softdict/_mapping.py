@@ -81,17 +81,19 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         lexical: the weight of spelling against meaning in a text lookup (the spelling channel,
             ``softdict.spelling``): 1, the measured default, lets a misspelt name find its key;
             0 scores keys by meaning alone, as softdict did before the channel existed.
-        combination: how meaning and spelling make one score: "rule-2" (the default: the
+        combination: how meaning and spelling make one score: "rule-3" (the default: the
             hand-set rule's spelling curve with letters and digits split, and the weights of
             exact marks, prefixes, initials and the like, fitted on real names: far better than
             the rule on codes and short forms, as good on typos and aliases, at about its
-            no-match threshold and speed), "rule-1" (the hand-set rule alone, the default before
-            rule-2) or "learned-1" (every weight fitted on typos, aliases, codes and names cut
-            short of real names: a little better still on codes and short forms, slower, and
-            its best score tells a query with no key less well).
-        lexical_known: under "rule-1" and "rule-2", the share of the spelling weight a query's
-            common English words keep (1/16 by default): meaning, not spelling, decides what a
-            real word means.
+            no-match threshold and speed; a key spelled as the query gains the most),
+            "rule-2" (the same, the default before rule-3, under which a longer key that
+            starts with the query could outrank the key itself), "rule-1" (the hand-set rule
+            alone, the default before rule-2) or "learned-1" (every weight fitted on typos,
+            aliases, codes and names cut short of real names: a little better still on codes
+            and short forms, slower, and its best score tells a query with no key less well).
+        lexical_known: under "rule-1", "rule-2" and "rule-3", the share of the spelling weight
+            a query's common English words keep (1/16 by default): meaning, not spelling,
+            decides what a real word means.
         index: "auto" (exact up to 10,000 keys, then HNSW), "flat" (exact), "hnsw", "ivf",
             "ivf_sq8" (compressed, 1 byte per dimension), a FAISS index_factory string, or a
             name registered with ``softdict.index.register_backend``.
@@ -134,7 +136,7 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         max_sample: int = 4096,
         seed: int = 0,
         lexical: float = 1.0,
-        combination: str = "rule-2",
+        combination: str = "rule-3",
         lexical_known: float = 1 / 16,
         index: str = "auto",
         value_kind: ValueKind | str | None = None,

@@ -186,10 +186,10 @@ def naive_combined(
     known: float = 1 / 16,
     spelled: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Each key's score under ``combination`` ("rule-1", "rule-2" or "learned-1"), from the
-    formula of softdict.spelling.combination's docstring, pair by pair (the learned constants
-    are data: read from the package); ``spelled``: the spelling similarities, when already
-    known."""
+    """Each key's score under ``combination`` ("rule-1", "rule-2", "rule-3" or "learned-1"),
+    from the formula of softdict.spelling.combination's docstring, pair by pair (the learned
+    constants are data: read from the package); ``spelled``: the spelling similarities, when
+    already known."""
     from softdict.spelling.combination import LEARNED_1, RULE_2_MARKS
     from softdict.spelling.text import unknown_share
 
@@ -199,10 +199,13 @@ def naive_combined(
         weight = 4.0 * (known + (1 - known) * unknown_share(query))
         return cosine + weight * np.maximum(spelled - 0.4, 0) / 0.6
     x = np.array(naive_description(query))
-    if combination == "rule-2":  # rule-1's curve on the description's unknown share, and marks
+    if combination in ("rule-2", "rule-3"):  # rule-1's curve on the unknown share, and marks
         weight = 4.0 * (known + (1 - known) * x[1])
         rule = np.asarray(cosine) + weight * np.maximum(np.asarray(spelled) - 0.4, 0) / 0.6
-        return rule + _naive_mark_rows(query, keys) @ (np.array(RULE_2_MARKS) @ x)
+        mark_weights = np.array(RULE_2_MARKS) @ x
+        if combination == "rule-3":  # "same" weighs at least the other four marks together
+            mark_weights[0] = max(mark_weights[0], mark_weights[1:].sum())
+        return rule + _naive_mark_rows(query, keys) @ mark_weights
     a = np.array(LEARNED_1.meaning)
     b, c = np.array(LEARNED_1.ramps), np.array(LEARNED_1.marks)
     knots = LEARNED_1.knots

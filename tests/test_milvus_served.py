@@ -124,9 +124,9 @@ def test_keys_a_mark_could_lift_are_proposed_as_in_memory(
     from softdict.spelling.combination import combination_for, query_terms
 
     memory, milvus = twins(milvus_store_location)
-    assert milvus.combination == "rule-2" and milvus._store._rows.pairs
+    assert milvus.combination == "rule-3" and milvus._store._rows.pairs
     queries = SpellingQueries.of(CODES)
-    terms = query_terms(combination_for("rule-2", 1 / 16), CODES, 1.0, 1.0)
+    terms = query_terms(combination_for("rule-3", 1 / 16), CODES, 1.0, 1.0)
     served = milvus._store.spelling
     held = SpellingIndex()
     held.add(np.arange(len(NAMES)), NAMES)
@@ -167,7 +167,7 @@ def test_a_format_3_store_does_not_search_pair_features(
     old = SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())
     assert not old._store._rows.pairs
     assert old.attend("Grmany").keys[0] == "Germany"
-    terms = query_terms(combination_for("rule-2", 1 / 16), ["CAR"], 1.0, 1.0)
+    terms = query_terms(combination_for("rule-3", 1 / 16), ["CAR"], 1.0, 1.0)
     found = old._store.spelling.candidates(SpellingQueries.of(["CAR"]), 8, None, terms)[0][0]
     assert "Central African Republic" not in old._store.keys_of(found[found >= 0])
 

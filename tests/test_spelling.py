@@ -90,7 +90,7 @@ def naive_attention(sd: SoftDict, query: str, keys: list[str], combination: str)
     return combined, e / e.sum()
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "learned-1"])
+@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "rule-3", "learned-1"])
 @pytest.mark.parametrize(
     ("query", "unknown"),
     [
@@ -145,7 +145,7 @@ def test_lookup_is_softmax_of_the_combined_score(
         )
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "learned-1"])
+@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "rule-3", "learned-1"])
 @pytest.mark.parametrize("per_block", [2, 1000, 0])
 def test_a_batch_is_scored_as_each_query_alone(
     combination: str, per_block: int, monkeypatch: pytest.MonkeyPatch
@@ -372,7 +372,7 @@ def exact_combined(sd: SoftDict, query: str, keys: list[str]) -> np.ndarray:
     return naive_combined(query, keys, cos, sd.combination, spelled=spelling)
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "learned-1"])
+@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "rule-3", "learned-1"])
 def test_a_large_store_takes_the_union_and_its_tail_bound_holds(
     large_store: SoftDict, english_words: list[str], combination: str
 ) -> None:
@@ -423,7 +423,7 @@ def test_a_large_store_takes_the_union_and_its_tail_bound_holds(
 
 def test_a_large_store_proposes_the_keys_a_mark_could_lift(english_words: list[str]) -> None:
     """Past the exact size, a query that is a key's initials ("HCMC" for Ho Chi Minh City) or
-    has its letters in order shares no 3-gram with it, yet bears a mark, which ``rule-2``
+    has its letters in order shares no 3-gram with it, yet bears a mark, which ``rule-3``
     weighs: the keys of the query's first character that hold its characters are proposed
     beside the 3-gram pool where their score could reach the candidates'
     (``spelling.marked``). So the best key by the combined score over every key is found
@@ -445,7 +445,7 @@ def test_a_large_store_proposes_the_keys_a_mark_could_lift(english_words: list[s
     chosen = [found[0] for code, found in codes.items() if len(code) >= 4 and len(found) == 1]
     keys = english_words + [name for name in names if name not in set(english_words)]
     sd = SoftDict(dict.fromkeys(keys, 1.0), encoder=FakeEncoder(), index="flat", temperature=0.1)
-    assert sd.combination == "rule-2" and len(chosen) >= 30
+    assert sd.combination == "rule-3" and len(chosen) >= 30
     found_by_initials = []
     for name in chosen[:30]:
         query = initials(naive_form(name)).upper()
@@ -670,7 +670,7 @@ def test_a_store_saved_when_rule_1_was_the_default_keeps_it(
     default now answers otherwise; a new store of the same keys takes the default."""
     loaded, expected = loaded_with_the_rule("format4", capsys)
     fresh = SoftDict(dict(loaded.items()), encoder=FakeEncoder(), temperature=0.3)
-    assert fresh.combination == "rule-2"
+    assert fresh.combination == "rule-3"
     changed = [
         now.keys[0] != then["keys"][0]
         for now, then in zip(fresh.attend(expected["queries"]), expected["attend"])
@@ -696,15 +696,16 @@ def test_misspelt_country_names_find_their_country_and_aliases_still_do(bundled_
     assert [a == b for a, b in zip(found[:3], list(table.values())[:3])] == [False] * 3
 
 
-def test_rule_2_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder) -> None:
-    """``rule-2``, the default: a common word with a digit ("Korea2") is a word and a number,
-    not a misspelling (``rule-1`` weighs it as one, 4 against 1/4, and the digit pulls it to
-    whatever is spelled alike); the README's seven queries still find their country; a query
-    that is a key's initials or its start bears that mark and finds it."""
+def test_the_default_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder) -> None:
+    """``rule-3``, the default (``rule-2``'s curve and marks): a common word with a digit
+    ("Korea2") is a word and a number, not a misspelling (``rule-1`` weighs it as one, 4
+    against 1/4, and the digit pulls it to whatever is spelled alike); the README's seven
+    queries still find their country; a query that is a key's initials or its start bears that
+    mark and finds it."""
     countries = {c.name: c.alpha_2 for c in pycountry.countries}
     rule = SoftDict(countries, encoder=bundled_encoder, combination="rule-1")
     marked = SoftDict(countries, encoder=bundled_encoder)
-    assert marked.combination == "rule-2"
+    assert marked.combination == "rule-3"
     assert rule.attend("Korea2").spelling_weight == close(4.0)
     found = marked.attend("Korea2")
     assert found.spelling_weight == close(0.25) and "Korea" in found.keys[0]
@@ -714,6 +715,56 @@ def test_rule_2_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder) -> N
         attention = marked.attend(query)
         assert key in (attention.keys[0], marked[attention.keys[0]])
         assert attention.marks is not None and mark in attention.marks[0]
+
+
+def _starts_of_longer_words(words: list[str], limit: int) -> list[str]:
+    """Words that another of ``words`` starts with ("metric" of "metrics"): under ``rule-2``
+    the longer word bore the ``start`` mark and could outrank the word itself."""
+    held = sorted(words)
+    found = []
+    for i, word in enumerate(held[:-1]):
+        if len(word) >= 3 and held[i + 1].startswith(word):
+            found.append(word)
+    return found[:limit]
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_a_key_queried_by_its_own_text_comes_first(english_words: list[str], large: bool) -> None:
+    """Under ``rule-3``, the default, no key gains more from spelling and marks than a key
+    spelled as the query, whose meaning is the best too when the text is the same: so a key's
+    own text finds it first, over every key and past the exact size (where it must be among
+    the spelling candidates). wordfreq's words that start a longer word, which bears marks."""
+    words = english_words if large else english_words[:1500]
+    sd = SoftDict(dict.fromkeys(words, 1.0), encoder=FakeEncoder(), temperature=0.1)
+    assert sd.combination == "rule-3"
+    chosen = _starts_of_longer_words(words, 150)
+    assert len(chosen) >= 100
+    for word, found in zip(chosen, sd.nearest(chosen, 2)):
+        assert found[0][0] == word and found[0][1] > found[1][1]
+
+
+@pytest.mark.integration
+def test_a_word_finds_itself_before_longer_words_in_any_case(bundled_encoder) -> None:
+    """What ``rule-3`` mends, on the bundled encoder (uncased: "ELECTION" embeds as "election"):
+    under ``rule-2`` a longer key that starts with the query bore the ``start`` and
+    ``abbreviation`` marks, which outweighed the ``same`` mark of the key itself ("metric" gave
+    "metrics"; in capitals, which weigh those marks as a code's, "ELECTION" gave "elections").
+    Under the default each word, as typed, in capitals or capitalised, finds itself; ``rule-2``
+    missed some (so the two are told apart here), and a store that records it keeps it."""
+    from wordfreq import top_n_list
+
+    words = [w for w in top_n_list("en", 3000) if w.isalpha()]
+    chosen = _starts_of_longer_words(words, 120)
+    queries = [form for word in chosen for form in (word, word.upper(), word.title())]
+    expected = [word for word in chosen for _ in range(3)]
+    values = {word: float(i) for i, word in enumerate(words)}
+    fixed = SoftDict(values, encoder=bundled_encoder)
+    assert [found[0][0] for found in fixed.nearest(queries, 1)] == expected
+    before = SoftDict(values, encoder=bundled_encoder, combination="rule-2")
+    missed = [
+        q for q, found in zip(queries, before.nearest(queries, 1)) if found[0][0] != q.lower()
+    ]
+    assert missed
 
 
 def test_an_insert_interrupted_in_the_spelling_index_changes_nothing(

@@ -14,13 +14,13 @@ has not spelled (``bounded``). Meaning's factor is never negative. d·x is an of
 key of a query gets alike: it changes no weight and no ranking (a softmax does not see it), only
 the level of the best score, which ``min_score`` compares across queries.
 
-Three combinations exist, named in a store's config (``combination``) so that a store answers as
+Four combinations exist, named in a store's config (``combination``) so that a store answers as
 it did when saved:
 
 * ``rule-1``, the hand-set rule (the default until ``rule-2``; store formats up to 3 load with
   it): x = (1, u(q)) with u the share of unknown words (``text.unknown_share``), one ramp
   from 0.4 to 1 weighing 4·(known + (1 − known)·u), no marks, no offset, meaning as it is.
-* ``rule-2``, the default: the rule's curve (one ramp from 0.4 to 1, weighing
+* ``rule-2`` (the default before ``rule-3``): the rule's curve (one ramp from 0.4 to 1, weighing
   4·(known + (1 − known)·u)), on ``evidence.describe``'s x, whose unknown share splits letters
   from digits ("clock2" is the common word "clock" and a number: no longer weighed as a
   misspelling), meaning as it is, no offset, and the five marks, whose weights C alone were
@@ -29,6 +29,15 @@ it did when saved:
   the marks give them; a key that bears no mark scores as under the rule, so a lookup spells
   about as few keys as the rule's (and those that hold every character of the query, which
   could bear a mark), and its best score tells no match about as well.
+* ``rule-3``, the default: ``rule-2``, but the ``same`` mark (a key spelled as the query, but
+  for spaces, punctuation, case and accents) weighs at least what the four others weigh
+  together: max((C x)_same, Σ_(e ≠ same) (C x)_e). ``rule-2``'s marks were fitted on tasks whose
+  queries are never a key's own text, and left ``same`` at about 0 for one-word queries, so a
+  longer key that starts with the query outranked the key itself: "metric" gave "metrics",
+  "ELECTION" "elections". A key bears ``same`` or the others, never both (``evidence``), and its
+  similarity is then 1, the most the curve gives: so no key gains more from spelling and marks
+  than a key spelled as the query, which comes first wherever its meaning is the best too (the
+  same text, or a text an uncased encoder embeds alike).
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
@@ -46,6 +55,7 @@ it did when saved:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict._config import CombinationName
-from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, describe
+from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, SAME, describe
 from softdict.spelling.text import unknown_share
 
 __all__ = [
@@ -83,6 +93,8 @@ class Combination:
     ramps: tuple[tuple[float, ...], ...]
     marks: tuple[tuple[float, ...], ...]
     offset: tuple[float, ...] = ()
+    # Whether the ``same`` mark weighs at least every other mark together (``rule-3``).
+    same_outweighs: bool = False
 
 
 def _rule_description(text: str) -> np.ndarray:
@@ -125,6 +137,11 @@ def rule_2(known: float) -> Combination:
     return Combination(CombinationName.RULE_2, describe, _RULE_KNOTS, (), (), (ramp,), RULE_2_MARKS)
 
 
+def rule_3(known: float) -> Combination:
+    """``rule_2``, with the ``same`` mark weighing at least the others together."""
+    return dataclasses.replace(rule_2(known), name=CombinationName.RULE_3, same_outweighs=True)
+
+
 # Fitted by benchmarks/combination_study.py (results_combination_study.md); the columns follow
 # evidence.DESCRIPTION, the rows of ``marks`` evidence.EVIDENCE.
 LEARNED_1 = Combination(
@@ -160,7 +177,9 @@ def combination_for(name: CombinationName | str, known: float) -> Combination:
     name = CombinationName(name)
     if name is CombinationName.RULE_1:
         return rule_1(known)
-    return rule_2(known) if name is CombinationName.RULE_2 else LEARNED_1
+    if name is CombinationName.RULE_2:
+        return rule_2(known)
+    return rule_3(known) if name is CombinationName.RULE_3 else LEARNED_1
 
 
 def ramps(similarity: np.ndarray, knots: np.ndarray) -> np.ndarray:
@@ -356,6 +375,9 @@ def query_terms(
     marks = np.zeros((len(texts), 0))
     if combination.marks:
         marks = lexical * unit * (x @ np.asarray(combination.marks, dtype=np.float64).T)
+        if combination.same_outweighs:
+            others = np.delete(marks, SAME, axis=1).sum(axis=1)
+            marks[:, SAME] = np.maximum(marks[:, SAME], others)
     offset = np.zeros(len(texts))
     if combination.offset:
         offset = lexical * unit * (x @ np.asarray(combination.offset, dtype=np.float64))

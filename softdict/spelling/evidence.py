@@ -34,6 +34,7 @@ from softdict.spelling.text import common_words
 __all__ = [
     "DESCRIPTION",
     "EVIDENCE",
+    "SAME",
     "WORD_START",
     "compact",
     "describe",
@@ -45,6 +46,7 @@ __all__ = [
 ]
 
 EVIDENCE = ("same", "start", "word start", "initials", "abbreviation")
+SAME = EVIDENCE.index("same")  # the one mark of a key spelled as the query: it bears no other
 WORD_START = EVIDENCE.index("word start")  # the one mark a key of another first letter can bear
 DESCRIPTION = ("constant", "unknown share", "digits", "short", "several words", "capitals")
 # A query of at most this many characters (spaces aside) is as short as a code ("de", "usd").
@@ -133,7 +135,7 @@ def evidence_marks(query_form: str, key_forms: list[str]) -> np.ndarray:
             continue
         short_key = compact(key)
         if short_query == short_key:
-            marks[i, 0] = 1.0
+            marks[i, SAME] = 1.0
             continue
         if len(short_query) >= len(short_key):
             continue

