@@ -199,6 +199,8 @@ class QueryTerms:
         offset: (m,) what every key's score gets alike (softmax does not see it).
         slopes: (m, J) each ramp's weight (>= 0).
         marks: (m, E) each mark's weight (>= 0).
+        same_outweighs: whether ``same`` weighs at least every other mark together
+            (``rule-3``), which makes it the most marks can add to a key (``most_gain``).
     """
 
     knots: np.ndarray
@@ -206,6 +208,7 @@ class QueryTerms:
     slopes: np.ndarray
     marks: np.ndarray
     offset: np.ndarray
+    same_outweighs: bool = False
 
     @property
     def floor(self) -> float:
@@ -228,7 +231,12 @@ class QueryTerms:
         if len(rows) == len(self.scale) == 1 and rows[0] == 0:
             return self
         part = QueryTerms(
-            self.knots, self.scale[rows], self.slopes[rows], self.marks[rows], self.offset[rows]
+            self.knots,
+            self.scale[rows],
+            self.slopes[rows],
+            self.marks[rows],
+            self.offset[rows],
+            self.same_outweighs,
         )
         # What the batch's terms derived already holds for these queries.
         part.__dict__["_heights"] = self._heights[rows]
@@ -350,10 +358,13 @@ class QueryTerms:
         """The most spelling and marks can add to a key's score (``gain``), (m, c) for the batch
         or (p,) for queries ``rows`` (an int: every one of query ``rows``), where its similarity
         is at most ``ceiling`` and it bears a mark only where ``could_mark`` (None: nowhere):
-        the spelling part grows with s, and every mark weighs at least 0."""
+        the spelling part grows with s, and every mark weighs at least 0. A key bears ``same``
+        or the others, never both, so where ``same`` outweighs them together it is the most
+        (every mark's sum, elsewhere: a looser bound, which ``rule-2`` keeps so that its stores
+        spell the keys they did and answer as they did)."""
         total = self.spelling_part(ceiling, rows)
         if could_mark is not None and self.weighs_marks:
-            most = self.marks.sum(axis=1)
+            most = self.marks[:, SAME] if self.same_outweighs else self.marks.sum(axis=1)
             total = total + np.where(could_mark, most[:, None] if rows is None else most[rows], 0)
         return total
 
@@ -381,7 +392,7 @@ def query_terms(
     offset = np.zeros(len(texts))
     if combination.offset:
         offset = lexical * unit * (x @ np.asarray(combination.offset, dtype=np.float64))
-    terms = QueryTerms(knots, scale, slopes, marks, offset)
+    terms = QueryTerms(knots, scale, slopes, marks, offset, combination.same_outweighs)
     if not combination.meaning_parts and not combination.offset:  # known without a pass
         terms.__dict__["_meaning_alone"] = True
     return terms
