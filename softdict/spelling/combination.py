@@ -32,7 +32,7 @@ it did when saved:
 * ``rule-3``, the default: ``rule-2``, but the ``same`` mark (a key spelled as the query, but
   for spaces, punctuation, case and accents) weighs at least what the four others weigh
   together: max((C x)_same, Σ_(e ≠ same) (C x)_e). ``rule-2``'s marks were fitted on tasks whose
-  queries are never a key's own text, and left ``same`` at about 0 for one-word queries, so a
+  queries are seldom a key's own text, and left ``same`` at about 0 for one-word queries, so a
   longer key that starts with the query outranked the key itself: "metric" gave "metrics",
   "ELECTION" "elections". A key bears ``same`` or the others, never both (``evidence``), and its
   similarity is then 1, the most the curve gives: so no key gains more from spelling and marks
