@@ -744,7 +744,9 @@ def test_a_key_queried_by_its_own_text_comes_first(english_words: list[str], lar
 
 
 @pytest.mark.integration
-def test_a_word_finds_itself_before_longer_words_in_any_case(bundled_encoder) -> None:
+def test_a_word_finds_itself_before_longer_words_in_any_case(
+    bundled_encoder, tmp_path: Path
+) -> None:
     """What ``rule-3`` mends, on the bundled encoder (uncased: "ELECTION" embeds as "election"):
     under ``rule-2`` a longer key that starts with the query bore the ``start`` and
     ``abbreviation`` marks, which outweighed the ``same`` mark of the key itself ("metric" gave
@@ -761,10 +763,18 @@ def test_a_word_finds_itself_before_longer_words_in_any_case(bundled_encoder) ->
     fixed = SoftDict(values, encoder=bundled_encoder)
     assert [found[0][0] for found in fixed.nearest(queries, 1)] == expected
     before = SoftDict(values, encoder=bundled_encoder, combination="rule-2")
-    missed = [
-        q for q, found in zip(queries, before.nearest(queries, 1)) if found[0][0] != q.lower()
-    ]
+    answers = before.nearest(queries, 1)
+    missed = [q for q, found in zip(queries, answers) if found[0][0] != q.lower()]
     assert missed
+    # Saved with rule-2, a store loads with it and answers as it did, until switched.
+    before.save(tmp_path / "rule-2")
+    loaded = SoftDict.load(tmp_path / "rule-2", encoder=bundled_encoder)
+    assert loaded.combination == "rule-2"
+    assert [found[0][0] for found in loaded.nearest(missed, 1)] == [
+        found[0][0] for q, found in zip(queries, answers) if q in set(missed)
+    ]
+    loaded.combination = "rule-3"
+    assert [found[0][0] for found in loaded.nearest(missed, 1)] == [q.lower() for q in missed]
 
 
 def test_an_insert_interrupted_in_the_spelling_index_changes_nothing(

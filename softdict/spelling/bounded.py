@@ -7,7 +7,8 @@ keys). Instead, per query:
 1. Every key has its meaning part and a ceiling on its spelling similarity from character
    counts (``bounds``), and whether it could bear a mark at all (it holds every character of
    the query), so its score lies in [meaning part, upper], upper the score at the ceiling with
-   every mark it could bear (the spelling part grows with the similarity, marks only add). A key
+   the most its marks could add (``QueryTerms.most_gain``: the spelling part grows with the
+   similarity, marks only add). A key
    whose ceiling is at most the first knot and that can bear no mark scores exactly its meaning
    part.
 2. The other keys are scored exactly (rapidfuzz, and the marks), highest upper first, in rounds

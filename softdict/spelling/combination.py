@@ -35,10 +35,10 @@ it did when saved:
   queries are seldom a key's own text, and left ``same`` at about 0 for one-word queries, so a
   longer key that starts with the query outranked the key itself: "metric" gave "metrics",
   "ELECTION" "elections". A key bears ``same`` or the others, never both (``evidence``), and one
-  whose spelling form is the query's (the same text but for case and accents) also has
-  similarity 1, the most the curve gives: so no key gains more from spelling and marks than it,
-  and it comes first wherever its meaning is the best too (the same text, or a text an uncased
-  encoder embeds alike).
+  whose spelling form is the query's (the same text but for case, accents, and punctuation where
+  it stands for a space) has similarity 1, the most the curve gives: so no key gains more from
+  spelling and marks than it, and it comes first wherever its meaning is the best too (the same
+  text, or a text an uncased encoder embeds alike).
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names

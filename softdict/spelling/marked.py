@@ -12,7 +12,7 @@ key to begin with the query's first character and to hold all of its characters
 in order begin with its first letter. So a store finds them among the keys of the query's first
 character (``RowsByFirst``: rows sorted by it, found by a binary search), keeps those that hold the
 query's characters, and proposes the ones whose score could still reach the candidates' (a ceiling
-on their spelling similarity from character counts, and every mark the query can bear): those are
+on their spelling similarity from character counts, and the most their marks could add): those are
 scored exactly like the pool. A ``word start`` key shares the query's first 3-gram (words are
 padded), so the postings can propose it.
 
@@ -96,7 +96,7 @@ def proposed_outside(
 ) -> np.ndarray:
     """The rows outside ``pool`` (sorted), allowed (``admissible``) and beginning with query
     ``i``'s first character, whose gain (``QueryTerms.gain``) could exceed ``threshold`` (a
-    spelling ceiling, and every mark the query weighs where a row could bear one): those that
+    spelling ceiling, and the most marks add where a row could bear one: ``most_gain``): those that
     could bear a mark other than ``word start`` (they hold the query's characters), and, for a
     short one-word query (``short_query``), every such row. ``among[i]``, where given, are the
     rows to look at instead of every row of that first character (a Milvus store's: its
