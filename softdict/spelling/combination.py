@@ -171,6 +171,8 @@ assert len(LEARNED_1.ramps[0]) == len(DESCRIPTION) and len(LEARNED_1.marks) == l
 assert all(len(row) == len(DESCRIPTION) for row in RULE_2_MARKS) and len(RULE_2_MARKS) == len(
     EVIDENCE
 )
+# Every bound on unscored keys (``QueryTerms.most_gain``) needs the weights B, C >= 0.
+assert all(w >= 0 for c in (LEARNED_1, rule_2(0.0)) for row in (*c.ramps, *c.marks) for w in row)
 
 
 def combination_for(name: CombinationName | str, known: float) -> Combination:
