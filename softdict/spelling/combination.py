@@ -56,7 +56,6 @@ it did when saved:
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -131,16 +130,15 @@ RULE_2_MARKS = (
 )
 
 
-def rule_2(known: float) -> Combination:
+def rule_2(known: float, *, same_outweighs: bool = False) -> Combination:
     """The hand-set rule's curve on ``describe``'s unknown share, with ``known``
-    (``lexical_known``) the share of the weight that common words keep, and the fitted marks."""
+    (``lexical_known``) the share of the weight that common words keep, and the fitted marks;
+    with ``same_outweighs``, ``rule-3``."""
     ramp = _rule_ramp(known) + (0.0,) * (len(DESCRIPTION) - 2)
-    return Combination(CombinationName.RULE_2, describe, _RULE_KNOTS, (), (), (ramp,), RULE_2_MARKS)
-
-
-def rule_3(known: float) -> Combination:
-    """``rule_2``, with the ``same`` mark weighing at least the others together."""
-    return dataclasses.replace(rule_2(known), name=CombinationName.RULE_3, same_outweighs=True)
+    name = CombinationName.RULE_3 if same_outweighs else CombinationName.RULE_2
+    return Combination(
+        name, describe, _RULE_KNOTS, (), (), (ramp,), RULE_2_MARKS, same_outweighs=same_outweighs
+    )
 
 
 # Fitted by benchmarks/combination_study.py (results_combination_study.md); the columns follow
@@ -182,7 +180,9 @@ def combination_for(name: CombinationName | str, known: float) -> Combination:
         return rule_1(known)
     if name is CombinationName.RULE_2:
         return rule_2(known)
-    return rule_3(known) if name is CombinationName.RULE_3 else LEARNED_1
+    if name is CombinationName.RULE_3:
+        return rule_2(known, same_outweighs=True)
+    return LEARNED_1
 
 
 def ramps(similarity: np.ndarray, knots: np.ndarray) -> np.ndarray:
