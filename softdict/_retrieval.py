@@ -68,8 +68,14 @@ __all__ = [
 def scores_every_key(capabilities: Capabilities, n_allowed: int) -> bool:
     """Whether attention over all allowed keys is computed over every one of them (else over
     the top candidates, with a bound on the rest), whatever the lookup: calibration and the
-    spelling channel, whose cost grows with the keys scored, keep to this."""
-    return n_allowed <= EXACT_MAX_KEYS and capabilities.exact
+    spelling channel, whose cost grows with the keys scored, keep to this. An approximate index
+    that scans its keys exactly (``Capabilities.scan_max_keys``: HNSW's flat storage) does so
+    too where few keys are allowed: a mask of a few thousand keys in a large store, or a store
+    that shrank below the size its graph was built at, is then answered as an exact store of
+    those keys would answer it (a graph search and the 3-gram candidates can miss keys)."""
+    if n_allowed > EXACT_MAX_KEYS:
+        return False
+    return capabilities.exact or n_allowed <= capabilities.scan_max_keys
 
 
 def scans_every_key(

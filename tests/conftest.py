@@ -41,13 +41,19 @@ def bundled_encoder() -> TextEncoder:
 def without_scan(monkeypatch: pytest.MonkeyPatch) -> None:
     """Full attention as it is above a backend's ``scan_max_keys``: every key scored only within
     EXACT_MAX_KEYS on an exact index, else estimated (or, with ``max_sample=0``, the adaptive
-    head). A scan of every key is cheaper than the estimate on stores of a test's size, so
-    tests of the estimate and of the adaptive head set the scan aside with this."""
+    head), with the spelling channel too. A scan of every key is cheaper than the estimate on
+    stores of a test's size, so tests of the estimate, of the adaptive head and of the union of
+    candidates on an approximate index set the scan aside with this."""
     from softdict import _retrieval
+    from softdict._config import EXACT_MAX_KEYS
+
+    def on_an_exact_index(capabilities, n_allowed) -> bool:  # type: ignore[no-untyped-def]
+        return n_allowed <= EXACT_MAX_KEYS and capabilities.exact
 
     def within_exact_max(capabilities, policy, n_allowed, spelled) -> bool:  # type: ignore[no-untyped-def]
-        return policy.top_k is None and _retrieval.scores_every_key(capabilities, n_allowed)
+        return policy.top_k is None and on_an_exact_index(capabilities, n_allowed)
 
+    monkeypatch.setattr(_retrieval, "scores_every_key", on_an_exact_index)
     monkeypatch.setattr(_retrieval, "scans_every_key", within_exact_max)
 
 

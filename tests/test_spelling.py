@@ -305,8 +305,9 @@ BACKENDS = [
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_typos_find_their_key_on_every_backend(backend: str) -> None:
-    """Misspelt country names find their country on every backend: exact ones score every key,
-    approximate ones take the union of dense and spelling candidates."""
+    """Misspelt country names find their country on every backend: exact ones, and HNSW, which
+    scans its flat storage where so few keys are allowed, score every key; the others take the
+    union of dense and spelling candidates."""
     sd = SoftDict({name: name for name in COUNTRIES}, encoder=FakeEncoder(), index=backend)
     queries = typo_queries(COUNTRIES, 120)
     assert len(queries) > 100
@@ -482,6 +483,32 @@ def test_a_code_whose_meaning_weighs_nothing_is_found_by_spelling_in_a_large_sto
     assert attention.meaning_factor == 0.0 and attention.k < len(sd)
     assert np.all(np.isfinite(attention.scores)) and np.all(np.isfinite(attention.weights))
     assert sd.lookup(["qzx", "wxy"]) == close([1.0, 1.0])
+
+
+def test_few_allowed_keys_of_a_graph_are_answered_as_an_exact_store(
+    english_words: list[str],
+) -> None:
+    """A mask of fewer than 10,000 keys in a store past the exact size, and a store that
+    shrank below it but keeps its HNSW graph, score every allowed key in both channels from the
+    graph's flat storage: the same keys and weights as an exact store of those keys (a graph
+    search and the 3-gram candidates could miss some)."""
+    values = {word: float(i) for i, word in enumerate(english_words)}
+    sd = SoftDict(values, encoder=FakeEncoder(), index="hnsw", temperature=0.1)
+    allowed = english_words[::2]
+    exact = SoftDict(
+        {word: values[word] for word in allowed}, encoder=FakeEncoder(), index="flat",
+        temperature=0.1,
+    )  # fmt: skip
+    queries = ["restaurnt", "goverment", "beautful", "qzx", "PARIS", "the"]
+    for masked, alone in zip(sd.attend(queries, mask=allowed), exact.attend(queries)):
+        assert masked.k == len(allowed) and masked.tail_mass == 0.0
+        assert masked.keys == alone.keys
+        assert masked.weights == close(alone.weights)
+    for key in english_words[1::2]:
+        del sd[key]
+    assert sd.index_description.startswith("hnsw")
+    for shrunk, alone in zip(sd.attend(queries), exact.attend(queries)):
+        assert shrunk.keys == alone.keys and shrunk.weights == close(alone.weights)
 
 
 def test_nearest_ranks_by_the_combined_score(
