@@ -112,10 +112,7 @@ def bounded_scores(
     similarity[ceiling == 0.0] = 0.0
     # Spelling adds nothing at or below the first knot: those keys' scores are exact already,
     # unless a mark could add to them.
-    can_gain = ceiling > terms.floor
-    if marked is not None:
-        can_gain |= marked
-    open_ = np.flatnonzero(can_gain)
+    open_ = np.flatnonzero(terms.could_gain(ceiling, marked))
     upper = terms.upper(
         meaning[None, open_], ceiling[None, open_], None if marked is None else marked[None, open_]
     )[0]
@@ -230,10 +227,7 @@ def bounded_batch(
     # Spelling adds nothing at or below the first knot: those keys' scores are exact already,
     # unless a mark could add to them. The others are open: (query, key, upper score) triples,
     # grouped by query, until they are scored.
-    can_gain = ceiling > terms.floor
-    if marked is not None:
-        can_gain |= marked
-    rows, positions = np.nonzero(can_gain)
+    rows, positions = np.nonzero(terms.could_gain(ceiling, marked))
     upper = terms.upper(
         meaning[rows, positions],
         ceiling[rows, positions],

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict._config import CombinationName
-from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, SAME, describe
+from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, SAME, describe, markable
 from softdict.spelling.text import unknown_share
 
 __all__ = [
@@ -227,6 +227,20 @@ class QueryTerms:
     def weighs_marks(self) -> bool:
         """Whether the combination weighs marks (``evidence``): else none need be made."""
         return self.marks.shape[1] > 0
+
+    def marks_count_for(self, form: str) -> bool:
+        """Whether a mark could add to any key's score for a query of this spelling form: the
+        combination weighs marks and the query is long enough to bear one."""
+        return self.weighs_marks and markable(form)
+
+    def could_gain(self, ceiling: np.ndarray, could_mark: np.ndarray | None) -> np.ndarray:
+        """Which keys spelling or marks could add to, of any shape: a spelling ``ceiling`` above
+        the first knot (at or below it spelling adds nothing), or a possible mark (``could_mark``;
+        None: none). The others' scores are exactly their meaning part."""
+        opened = ceiling > self.floor
+        if could_mark is not None:
+            opened |= could_mark
+        return opened
 
     def subset(self, rows: np.ndarray) -> QueryTerms:
         """The terms of the queries ``rows``, in that order (the terms themselves when that is

@@ -17,7 +17,7 @@ import numpy as np
 from softdict.spelling.bounded import BoundedBatch, bounded_batch, bounded_scores
 from softdict.spelling.bounds import ceiling_and_could
 from softdict.spelling.combination import QueryTerms
-from softdict.spelling.evidence import EVIDENCE, markable
+from softdict.spelling.evidence import EVIDENCE
 from softdict.spelling.scores import (
     KeyForms,
     object_column,
@@ -88,7 +88,7 @@ def score_held_keys(
             form = queries.forms[i]
             ceiling[j], could = ceiling_and_could(
                 queries.counts[i], len(form), keys.counts, keys.lengths, keys.rows,
-                marked is not None and markable(form),
+                terms.marks_count_for(form),
             )  # fmt: skip
             if marked is not None and could is not None:
                 marked[j] = could

@@ -28,7 +28,6 @@ import numpy as np
 
 from softdict.spelling.bounds import could_mark
 from softdict.spelling.combination import QueryTerms
-from softdict.spelling.evidence import markable
 from softdict.spelling.reach import reach
 from softdict.spelling.text import SpellingQueries
 
@@ -111,7 +110,7 @@ def proposed_outside(
     keys), proposing a median of 37 rows a query (one-off count); on 10^5 real names, 116 for
     200 codes and short typos (at most 1,822), at the same lookup p50."""
     form = queries.forms[i]
-    marking = terms.weighs_marks and markable(form)
+    marking = terms.marks_count_for(form)
     short = short_query(form)
     if not (marking or short):
         return np.zeros(0, dtype=np.int64)

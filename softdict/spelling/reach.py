@@ -32,7 +32,6 @@ import numpy as np
 
 from softdict.spelling.bounds import ceiling_and_could
 from softdict.spelling.combination import QueryTerms
-from softdict.spelling.evidence import markable
 from softdict.spelling.text import SpellingQueries
 
 __all__ = ["FIRST_SPELLED", "Reach", "best_by_gain", "reach"]
@@ -79,14 +78,11 @@ def reach(
     """Query ``i``'s ``Reach`` over the keys at ``rows`` of a spelling index's columns:
     ``counts`` (64, every row) and ``lengths`` (every row's form length)."""
     form = queries.forms[i]
-    marking = terms.weighs_marks and markable(form)
     ceiling, could = ceiling_and_could(
-        queries.counts[i], len(form), counts, lengths[rows].astype(np.float32), rows, marking
-    )
-    opened = ceiling > terms.floor
-    if could is not None:
-        opened |= could
-    return Reach(i, ceiling, could, opened)
+        queries.counts[i], len(form), counts, lengths[rows].astype(np.float32), rows,
+        terms.marks_count_for(form),
+    )  # fmt: skip
+    return Reach(i, ceiling, could, terms.could_gain(ceiling, could))
 
 
 def best_by_gain(upper: np.ndarray, n: int, exact: ExactGains) -> tuple[np.ndarray, np.ndarray]:
