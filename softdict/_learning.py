@@ -19,10 +19,9 @@ from typing import Any
 import numpy as np
 
 from softdict._errors import KeyTypeError, NoMatchError
-from softdict._lookup import terms_of
+from softdict._lookup import spelling_queries, terms_of
 from softdict._similarity import Similarity
 from softdict.index.base import require_vectors
-from softdict.spelling import SpellingQueries
 from softdict.spelling.combination import QueryTerms
 from softdict.store.base import Store
 
@@ -113,7 +112,7 @@ def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
     config = store.config
     if not config.lexical:
         return None
-    queries = SpellingQueries.of(texts)
+    queries = spelling_queries(store, texts)
     ids = store.ids()
     similarity = store.spelling.similarity(queries, ids)
     terms = terms_of(store, texts, lexical=1.0, known=0.0)

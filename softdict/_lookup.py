@@ -89,7 +89,13 @@ def spelling_terms(store: Store, texts: list[str]) -> tuple[SpellingQueries, Que
     ``lexical`` is 0. Lookups, fit and calibrate all start the channel here."""
     if not store.config.lexical:
         return None
-    return SpellingQueries.of(texts), terms_of(store, texts)
+    return spelling_queries(store, texts), terms_of(store, texts)
+
+
+def spelling_queries(store: Store, texts: list[str]) -> SpellingQueries:
+    """``texts`` as the store's combination spells them (with their accents, where it reads
+    them)."""
+    return SpellingQueries.of(texts, accents=store.config.combination.reads_accents)
 
 
 def terms_of(
@@ -247,7 +253,7 @@ def _attentions(store: Store, chosen: Selection, texts: list[str] | None) -> lis
     intervals = chosen.tail_interval() if listed is None else None
     terms = chosen.terms
     marking = texts is not None and terms is not None and terms.weighs_marks
-    spelled = SpellingQueries.of(texts) if texts is not None and marking else None
+    spelled = spelling_queries(store, texts) if texts is not None and marking else None
     results = []
     for i in range(len(chosen.weights)):
         ids = chosen.ids if chosen.ids.ndim == 1 else chosen.ids[i]

@@ -130,12 +130,15 @@ RULE_2_MARKS = (
 )
 
 
-def rule_2(known: float, *, same_outweighs: bool = False) -> Combination:
+def rule_2(
+    known: float, *, same_outweighs: bool = False, name: CombinationName | None = None
+) -> Combination:
     """The hand-set rule's curve on ``describe``'s unknown share, with ``known``
     (``lexical_known``) the share of the weight that common words keep, and the fitted marks;
-    with ``same_outweighs``, ``rule-3``."""
+    with ``same_outweighs``, ``rule-3`` (or ``name``: ``rule-4``, whose terms are rule-3's)."""
     ramp = _rule_ramp(known) + (0.0,) * (len(DESCRIPTION) - 2)
-    name = CombinationName.RULE_3 if same_outweighs else CombinationName.RULE_2
+    if name is None:
+        name = CombinationName.RULE_3 if same_outweighs else CombinationName.RULE_2
     return Combination(
         name, describe, _RULE_KNOTS, (), (), (ramp,), RULE_2_MARKS, same_outweighs=same_outweighs
     )
@@ -180,8 +183,8 @@ def combination_for(name: CombinationName | str, known: float) -> Combination:
         return rule_1(known)
     if name is CombinationName.RULE_2:
         return rule_2(known)
-    if name is CombinationName.RULE_3:
-        return rule_2(known, same_outweighs=True)
+    if name in (CombinationName.RULE_3, CombinationName.RULE_4):
+        return rule_2(known, same_outweighs=True, name=name)
     return LEARNED_1
 
 

@@ -20,7 +20,7 @@ from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import EVIDENCE
 from softdict.spelling.scores import (
     KeyForms,
-    object_column,
+    QueryColumns,
     paired_similarity,
     spelling_similarity,
 )
@@ -118,17 +118,14 @@ def score_held_keys(
             error[i], weighed[i] = one.error, one.weights is not None
         return BoundedBatch(combined, similarity, error, weights, weighed)
 
-    query_forms = object_column(queries.forms)
-    query_sorted = object_column(queries.sorted_forms)
+    columns = QueryColumns.of(queries)
 
     def paired_exact(
         pairs: np.ndarray, positions: np.ndarray, offset: int, marked: np.ndarray | None
     ) -> tuple[np.ndarray, np.ndarray | None]:
         # A block's rows (``pairs``, and ``marked``'s) are the batch's from ``offset`` on.
         batch_rows = pairs + offset
-        found = paired_similarity(
-            query_forms[batch_rows], query_sorted[batch_rows], keys.forms.subset(positions)
-        )
+        found = paired_similarity(columns, batch_rows, keys.forms.subset(positions))
         if marked is None:
             return found, None
         marks = np.zeros((len(pairs), len(EVIDENCE)))

@@ -39,7 +39,13 @@ from softdict.spelling.marked import RowsByFirst, proposed_outside, short_neighb
 from softdict.spelling.ngrams import NgramCandidates
 from softdict.spelling.reach import best_by_gain, reach
 from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
-from softdict.spelling.text import SpellingQueries, spelling_form, token_sorted
+from softdict.spelling.text import (
+    SpellingQueries,
+    Spelled,
+    accented_form,
+    spelling_form,
+    token_sorted,
+)
 
 if TYPE_CHECKING:
     import scipy.sparse as sp  # only large stores build postings (ngrams.py imports it there)
@@ -60,16 +66,37 @@ CANDIDATE_POOL = 2048
 
 @dataclass(frozen=True)
 class PreparedKeys:
-    """New keys' forms, token-sorted forms, and 3-grams (None where no postings exist yet)."""
+    """New keys' forms, token-sorted forms, 3-grams (None where no postings exist yet) and
+    accented forms (``text.accented_form``: the form itself, the same object, where the key
+    bore no accent)."""
 
     forms: list[str]
     sorted_forms: list[str]
     grams: sp.csr_matrix | None
+    accented: list[str]
 
     @classmethod
-    def of_forms(cls, forms: list[str], grams: sp.csr_matrix | None = None) -> PreparedKeys:
-        """Keys whose forms are already spelled (by ``spelling_form``)."""
-        return cls(forms, [token_sorted(form) for form in forms], grams)
+    def of_forms(
+        cls, forms: list[str], grams: sp.csr_matrix | None = None, accented: list[str] | None = None
+    ) -> PreparedKeys:
+        """Keys whose forms are already spelled (by ``spelling_form``), and their accented
+        forms (None: the forms, as for keys without accents)."""
+        return cls(forms, [token_sorted(form) for form in forms], grams, accented or forms)
+
+    @classmethod
+    def of_spelled(cls, spelled: list[Spelled]) -> PreparedKeys:
+        """Keys whose forms and accented forms are already spelled (``text.spelled``)."""
+        return cls.of_forms([form for form, _ in spelled], None, [kept for _, kept in spelled])
+
+
+def _accented_columns(keys: PreparedKeys) -> tuple[np.ndarray, np.ndarray]:
+    """``keys``' accented forms and these token-sorted, as object columns: the forms and sorted
+    forms themselves (the same objects, so no memory) where a key bore no accent."""
+    accented_sorted = [
+        sorted_form if accented is form else token_sorted(accented)
+        for accented, form, sorted_form in zip(keys.accented, keys.forms, keys.sorted_forms)
+    ]
+    return object_column(keys.accented), object_column(accented_sorted)
 
 
 def no_candidates(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,6 +111,11 @@ class SpellingIndex:
         self._rows = IdRows()
         self._forms = GrowableRows((), object)
         self._sorted_forms = GrowableRows((), object)
+        # Each key's accented form and its words sorted: the forms themselves (the same
+        # objects) but for the keys that bore accents, ``_accented_rows`` of them.
+        self._accented = GrowableRows((), object)
+        self._accented_sorted = GrowableRows((), object)
+        self._accented_rows = 0
         # Each form's first character (its code point; -1 when empty) and length (0: empty, alike
         # to nothing), for short queries' neighbours.
         self._first = GrowableRows((), np.int32)
@@ -103,7 +135,8 @@ class SpellingIndex:
         of adding them, which changes nothing, so a store does it before its commit."""
         forms = [spelling_form(key) for key in keys]
         grams = self._ngrams.grams(forms) if self._ngrams is not None else None
-        return PreparedKeys.of_forms(forms, grams)
+        accented = [accented_form(key, form) for key, form in zip(keys, forms)]
+        return PreparedKeys.of_forms(forms, grams, accented)
 
     def add(self, ids: np.ndarray, keys: PreparedKeys | list[str]) -> None:
         """New keys under ``ids`` (increasing, larger than any held): quick appends when
@@ -116,10 +149,14 @@ class SpellingIndex:
         length = np.array([len(form) for form in prepared.forms], np.int32)
         forms, sorted_forms = object_column(prepared.forms), object_column(prepared.sorted_forms)
         multiword = sum(a is not b for a, b in zip(prepared.forms, prepared.sorted_forms))
+        accented, accented_sorted = _accented_columns(prepared)
         # Only appends from here, each a quick one.
         self._rows.append(np.asarray(ids, dtype=np.int64))
         self._forms.append(forms)
         self._sorted_forms.append(sorted_forms)
+        self._accented.append(accented)
+        self._accented_sorted.append(accented_sorted)
+        self._accented_rows += sum(a is not b for a, b in zip(prepared.accented, prepared.forms))
         self._first.append(first)
         self._length.append(length)
         self._counts.append(character_counts(prepared.forms))
@@ -153,10 +190,16 @@ class SpellingIndex:
             return
         live = self._rows.live_rows()
         self._rows.keep(live)
-        for column in (self._forms, self._sorted_forms, self._first, self._length, self._counts):
+        for column in (
+            self._forms, self._sorted_forms, self._accented, self._accented_sorted,
+            self._first, self._length, self._counts,
+        ):  # fmt: skip
             column.keep(live)
         self._multiword_rows = int(
             sum(a is not b for a, b in zip(self._forms.view, self._sorted_forms.view))
+        )
+        self._accented_rows = int(
+            sum(a is not b for a, b in zip(self._accented.view, self._forms.view))
         )
         self._empty_rows = int(np.count_nonzero(self._length.view == 0))
         self._ngrams = None
@@ -174,6 +217,7 @@ class SpellingIndex:
             part(self._forms),
             part(self._sorted_forms) if self._multiword_rows else None,
             part(self._length) == 0 if self._empty_rows else None,
+            (part(self._accented), part(self._accented_sorted)) if self._accented_rows else None,
         )
 
     def _rows_of_held(self, ids: np.ndarray) -> np.ndarray | None:
@@ -408,10 +452,10 @@ class SpellingIndex:
 
         forms = self._forms.view
         strings = sum(sys.getsizeof(form) for form in forms)
-        strings += sum(
-            sys.getsizeof(s) for s, form in zip(self._sorted_forms.view, forms) if s is not form
-        )
+        for column in (self._sorted_forms, self._accented, self._accented_sorted):
+            strings += sum(sys.getsizeof(s) for s, form in zip(column.view, forms) if s is not form)
         arrays = forms.nbytes + self._sorted_forms.view.nbytes
+        arrays += self._accented.view.nbytes + self._accented_sorted.view.nbytes
         arrays += self._first.view.nbytes + self._length.view.nbytes + self._counts.view.nbytes
         ngrams = self._ngrams.nbytes() if self._ngrams is not None else 0
         return int(strings + arrays + self._rows.nbytes() + ngrams + self._by_first.nbytes())

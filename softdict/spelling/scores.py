@@ -4,6 +4,15 @@
   forms, the Indel one (what ``fuzz.ratio`` computes; the better of the forms and the
   token-sorted forms) and the optimal-string-alignment one (a swap of two letters is one edit).
   A query or key with an empty form (punctuation only) is alike to nothing: 0.
+* Under a combination that reads accents (``rule-4``), the similarity of a query that bore
+  accents is the mean of the above on the forms and on the accented forms
+  (``text.accented_form``: the forms with the accents the texts bore), so one typed with a
+  key's accents ("Kolāf" where "Kolar" and "Kolār" are keys) prefers the key that bears them,
+  while one in another language's spelling ("México" for a key "Mexico") loses only half of
+  what its accents cost. A query without accents compares forms, as before: its writer may
+  have left them out ("Sao Paulo"). Each accented form strips to its form character by
+  character, so the similarity of accented forms is at most that of the forms (a common
+  subsequence or an edit script of the one is one of the other): ``bounds``' ceilings hold.
 
 The measure (Indel + OSA) was chosen on the dev half of ``benchmarks/matching.py`` (typos and
 aliases of real names), with the hand-set rule (``combination``'s rule-1), holding the meaning
@@ -20,7 +29,7 @@ import numpy as np
 
 from softdict.spelling.text import SpellingQueries
 
-__all__ = ["KeyForms", "object_column", "paired_similarity", "spelling_similarity"]
+__all__ = ["KeyForms", "QueryColumns", "object_column", "paired_similarity", "spelling_similarity"]
 
 # Texts as rapidfuzz takes them: a list, or an object array of str.
 Texts = Sequence[str] | np.ndarray
@@ -46,11 +55,14 @@ class KeyForms:
         sorted_forms: their token-sorted forms, or None where every key is one word (then
             they are the forms).
         empty: (n,) bool, which forms are empty, or None where none is.
+        accented: their accented forms and these sorted (``text.accented_form``), or None
+            where every key's is its form.
     """
 
     forms: np.ndarray
     sorted_forms: np.ndarray | None
     empty: np.ndarray | None
+    accented: tuple[np.ndarray, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.forms)
@@ -61,7 +73,16 @@ class KeyForms:
             self.forms[positions],
             None if self.sorted_forms is None else self.sorted_forms[positions],
             None if self.empty is None else self.empty[positions],
+            None if self.accented is None else tuple(a[positions] for a in self.accented),
         )
+
+    def compared(self) -> KeyForms:
+        """The forms a query that bore accents compares: each key's accented form (its form
+        where it bore none)."""
+        if self.accented is None:
+            return self
+        kept, kept_sorted = self.accented
+        return KeyForms(kept, None if self.sorted_forms is None else kept_sorted, self.empty)
 
 
 def spelling_similarity(queries: SpellingQueries, keys: KeyForms) -> np.ndarray:
@@ -78,25 +99,62 @@ def spelling_similarity(queries: SpellingQueries, keys: KeyForms) -> np.ndarray:
             query_texts, key_texts, scorer=scorer, dtype=np.float32, workers=workers
         )
 
-    return _similarity(scores, queries.forms, queries.sorted_forms, keys)
+    similarity = _similarity(scores, queries.forms, queries.sorted_forms, keys)
+    rows = np.flatnonzero(queries.bearing)
+    if len(rows):  # the queries that bore accents (which the combination reads): both measures
+        kept, kept_sorted = queries.compared_forms()
+        picked = rows.tolist()
+        accented = _similarity(
+            scores, [kept[i] for i in picked], [kept_sorted[i] for i in picked], keys.compared()
+        )
+        similarity[rows] = (similarity[rows] + accented) / 2
+    return similarity
 
 
-def paired_similarity(forms: np.ndarray, sorted_forms: np.ndarray, keys: KeyForms) -> np.ndarray:
-    """The spelling similarity (p,) float32 of each query form (``forms``, ``sorted_forms``: (p,)
-    object arrays) with the key beside it in ``keys`` (p keys): the pairs of many queries, each
-    with its own keys, in one call per measure (rapidfuzz's ``cpdist``)."""
+@dataclass(frozen=True)
+class QueryColumns:
+    """A batch's query forms as object columns (built once, taken pair by pair): forms, sorted
+    forms, and their accented forms where the combination reads accents, else the forms."""
+
+    forms: np.ndarray
+    sorted_forms: np.ndarray
+    kept: np.ndarray
+    kept_sorted: np.ndarray
+    bearing: np.ndarray
+
+    @classmethod
+    def of(cls, queries: SpellingQueries) -> QueryColumns:
+        kept, kept_sorted = queries.compared_forms()
+        return cls(
+            object_column(queries.forms), object_column(queries.sorted_forms),
+            object_column(kept), object_column(kept_sorted), queries.bearing,
+        )  # fmt: skip
+
+
+def paired_similarity(queries: QueryColumns, rows: np.ndarray, keys: KeyForms) -> np.ndarray:
+    """The spelling similarity (p,) float32 of the queries of ``rows`` (p,) each with the key
+    beside it in ``keys`` (p keys): the pairs of many queries, each with its own keys, in one
+    call per measure (rapidfuzz's ``cpdist``)."""
     from rapidfuzz import process
 
-    if not len(forms):
+    if not len(rows):
         return np.zeros(0, dtype=np.float32)
-    workers = -1 if len(forms) >= _PARALLEL_PAIRS else 1
+    workers = -1 if len(rows) >= _PARALLEL_PAIRS else 1
 
     def scores(scorer: Any, query_texts: Texts, key_texts: np.ndarray) -> np.ndarray:
         return process.cpdist(
             query_texts, key_texts, scorer=scorer, dtype=np.float32, workers=workers
         )
 
-    return _similarity(scores, forms, sorted_forms, keys)
+    similarity = _similarity(scores, queries.forms[rows], queries.sorted_forms[rows], keys)
+    at = np.flatnonzero(queries.bearing[rows])
+    if len(at):  # the pairs whose query bore accents: both measures
+        picked = rows[at]
+        accented = _similarity(
+            scores, queries.kept[picked], queries.kept_sorted[picked], keys.subset(at).compared()
+        )
+        similarity[at] = (similarity[at] + accented) / 2
+    return similarity
 
 
 def _similarity(

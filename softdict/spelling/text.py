@@ -26,7 +26,15 @@ import numpy as np
 
 from softdict.spelling.bounds import character_counts
 
-__all__ = ["SpellingQueries", "common_words", "spelling_form", "token_sorted", "unknown_share"]
+__all__ = [
+    "Spelled",
+    "SpellingQueries",
+    "accented_form",
+    "common_words",
+    "spelling_form",
+    "token_sorted",
+    "unknown_share",
+]
 
 # A word is common when wordfreq's English list gives it a Zipf frequency of at least this
 # (10^-6.5 of running text): chosen on the dev half of benchmarks/matching.py with the meaning
@@ -48,6 +56,49 @@ def spelling_form(text: str) -> str:
     decomposed = unicodedata.normalize("NFKD", text)
     bare = "".join(ch for ch in decomposed if not unicodedata.combining(ch))
     return " ".join(default_process(bare.casefold()).split())
+
+
+# A key's spelling form and its accented form (``accented_form``), as a store keeps them.
+Spelled = tuple[str, str]
+
+
+def accented_form(text: str, form: str | None = None) -> str:
+    """``text``'s spelling form (``form``, where the caller has it) with its accents kept: each
+    letter that bore accents in ``text`` is that letter of the form with them, where Unicode
+    composes the two into one character ("Kolār" -> "kolār", where the form is "kolar").
+
+    It is the form character for character (the same length, each character the form's or an
+    accented one that the form strips back to it), so whatever bounds a similarity of forms by
+    their shared characters bounds one of accented forms too (``bounds``). Where the two cannot
+    be lined up so (a letter that case folding or compatibility decomposition makes several),
+    it is the form itself.
+
+    >>> accented_form("Kolār"), accented_form("  Côte d'Ivoire!"), accented_form("Straße")
+    ('kolār', 'côte d ivoire', 'strasse')
+    """
+    if form is None:
+        form = spelling_form(text)
+    if text.isascii():
+        return form
+    from rapidfuzz.utils import default_process
+
+    # The form's steps, a base character at a time: each base and the accents that follow it.
+    letters: list[tuple[str, str]] = []
+    for ch in unicodedata.normalize("NFKD", text):
+        if unicodedata.combining(ch) and letters:
+            base, accents = letters[-1]
+            letters[-1] = (base, accents + ch)
+        else:
+            letters.append((ch, ""))
+    out: list[str] = []
+    for base, accents in letters:
+        folded = default_process(base.casefold()) or " "
+        composed = unicodedata.normalize("NFC", folded + accents) if accents else folded
+        out.append(composed if accents and len(folded) == 1 and len(composed) == 1 else folded)
+    accented = " ".join("".join(out).split())
+    if accented == form or len(accented) != len(form) or spelling_form(accented) != form:
+        return form  # no accent, or not aligned with the form: the form itself (the object)
+    return accented
 
 
 def token_sorted(form: str) -> str:
@@ -116,23 +167,45 @@ class SpellingQueries:
         forms: each query's spelling form.
         sorted_forms: each form with its words sorted.
         counts: (m, 64) each form's character counts (``bounds.character_counts``).
+        accented: each query's ``accented_form``, and its words sorted, where the combination
+            reads accents (``scores``); else None.
     """
 
     forms: list[str]
     sorted_forms: list[str]
     counts: np.ndarray
+    accented: tuple[list[str], list[str]] | None = None
 
     @classmethod
-    def of(cls, texts: list[str]) -> SpellingQueries:
+    def of(cls, texts: list[str], *, accents: bool = False) -> SpellingQueries:
+        """``texts`` as spelling compares them; with ``accents``, their accented forms too."""
         forms = [spelling_form(text) for text in texts]
+        accented = None
+        if accents:
+            kept = [accented_form(text, form) for text, form in zip(texts, forms)]
+            accented = (kept, [token_sorted(form) for form in kept])
         return cls(
             forms,
             [token_sorted(form) for form in forms],
             character_counts(forms),
+            accented,
         )
 
     def __len__(self) -> int:
         return len(self.forms)
+
+    def compared_forms(self) -> tuple[list[str], list[str]]:
+        """The forms and sorted forms spelling compares: the accented ones where the combination
+        reads accents (a query that bore none has its form as its accented form)."""
+        return self.accented if self.accented is not None else (self.forms, self.sorted_forms)
+
+    @functools.cached_property
+    def bearing(self) -> np.ndarray:
+        """(m,) bool: which queries bore accents that the combination reads. Only these compare
+        keys' accents (``scores``): a query typed without accents may have left them out."""
+        if self.accented is None:
+            return np.zeros(len(self.forms), dtype=bool)
+        return np.array([a is not f for a, f in zip(self.accented[0], self.forms)], dtype=bool)
 
     def row(self, i: int) -> SpellingQueries:
         """The ``i``-th query alone (the batch itself when it is that query)."""
@@ -141,8 +214,13 @@ class SpellingQueries:
     def subset(self, rows: np.ndarray) -> SpellingQueries:
         """The queries ``rows``, in that order."""
         picked = np.asarray(rows, dtype=np.int64).tolist()
+        accented = None
+        if self.accented is not None:
+            kept, kept_sorted = self.accented
+            accented = ([kept[i] for i in picked], [kept_sorted[i] for i in picked])
         return SpellingQueries(
             [self.forms[i] for i in picked],
             [self.sorted_forms[i] for i in picked],
             self.counts[picked],
+            accented,
         )

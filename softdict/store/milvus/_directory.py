@@ -82,8 +82,7 @@ class Directory:
             spelling = SpellingIndex()
             if len(self.ids):
                 spelled = forms.remember(list(zip(self.ids.tolist(), self.keys)))
-                ordered = [spelled[i] for i in self.ids.tolist()]
-                spelling.add(self.ids, PreparedKeys.of_forms(ordered))
+                spelling.add(self.ids, PreparedKeys.of_spelled([spelled[i] for i in self.ids.tolist()]))
                 spelling.maintain()
             self.spelling = spelling
         return self.spelling

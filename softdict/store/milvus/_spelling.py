@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -27,14 +28,15 @@ from softdict.index.base import Allow, sorted_unique
 from softdict.spelling.bounded import BoundedBatch
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.index import CANDIDATE_POOL, PreparedKeys, SpellingIndex, no_candidates
-from softdict.spelling.text import SpellingQueries, spelling_form
+from softdict.spelling.text import Spelled, SpellingQueries, accented_form, spelling_form
 from softdict.store.milvus._collection import KeyRows
 from softdict.store.milvus._grams import mark_vector, neighbour_vector, query_vectors
 from softdict.store.milvus.backend import changed_during_lookup
 
 __all__ = ["FORMS_CACHED", "FormCache", "MilvusSpelling"]
 
-# Forms kept by id in a process (about 100 bytes each for short keys: ~13 MB). A lookup asks for
+# Forms kept by id in a process (a form and its accented form, the same object where the key
+# bore no accent: about 160 bytes for a short key, ~21 MB). A lookup asks for
 # a few thousand at most (a candidate pool, the dense head, a sampled tail).
 FORMS_CACHED = 1 << 17
 
@@ -48,8 +50,9 @@ class FormCache:
     def __init__(self, rows: Callable[[], KeyRows | None], limit: int = FORMS_CACHED) -> None:
         self._rows = rows
         self._limit = limit
-        # A key's text until it is spelled, then its form (the id is then in ``_spelled``).
-        self._kept: OrderedDict[int, str] = OrderedDict()
+        # A key's text until it is spelled, then its form and accented form (``Spelled``; the
+        # id is then in ``_spelled``).
+        self._kept: OrderedDict[int, Any] = OrderedDict()
         self._spelled: set[int] = set()
 
     def __len__(self) -> int:
@@ -64,13 +67,13 @@ class FormCache:
         kept.update([(id_, text) for id_, text in zip(ids, texts) if id_ not in kept])
         self._evict()
 
-    def remember(self, found: list[tuple[int, str]]) -> dict[int, str]:
+    def remember(self, found: list[tuple[int, str]]) -> dict[int, Spelled]:
         """Keep the keys ``found`` (id, text); their forms by id."""
         forms = {id_: self._form(id_, text) for id_, text in found}
         self._evict()
         return forms
 
-    def forms_of(self, ids: list[int]) -> dict[int, str]:
+    def forms_of(self, ids: list[int]) -> dict[int, Spelled]:
         """The forms of ``ids`` (held keys), fetching the texts of those not kept in one
         request; a key deleted since its id was found is an error (``changed_during_lookup``)."""
         missing = [i for i in ids if i not in self._kept]
@@ -85,15 +88,17 @@ class FormCache:
         forms.update(self.remember(fetched))
         return forms
 
-    def _form(self, id_: int, text: str) -> str:
-        """The form of the key ``id_`` (``text``), spelled unless it was, kept as most recent."""
+    def _form(self, id_: int, text: str) -> Spelled:
+        """The forms of the key ``id_`` (``text``), spelled unless they were, kept as most
+        recent."""
         if id_ in self._spelled:
-            form = self._kept[id_]
+            spelled = self._kept[id_]
         else:
-            form = self._kept[id_] = spelling_form(text)
+            form = spelling_form(text)
+            spelled = self._kept[id_] = (form, accented_form(text, form))
             self._spelled.add(id_)
         self._kept.move_to_end(id_)
-        return form
+        return spelled
 
     def _evict(self) -> None:
         while len(self._kept) > self._limit:
@@ -118,7 +123,7 @@ class MilvusSpelling:
         self._expression = expression
 
     def _index_of(
-        self, ids: np.ndarray, known: dict[int, str] | None = None
+        self, ids: np.ndarray, known: dict[int, Spelled] | None = None
     ) -> tuple[SpellingIndex, np.ndarray]:
         """A spelling index of the keys of ``ids`` (any shape, -1 pads), and its ids (sorted);
         ``known``: their forms, where a search just returned them."""
@@ -128,8 +133,7 @@ class MilvusSpelling:
         if len(held):
             wanted = held.tolist()
             forms = known if known is not None else self._forms.forms_of(wanted)
-            ordered = [forms[i] for i in wanted]
-            index.add(held, PreparedKeys.of_forms(ordered))
+            index.add(held, PreparedKeys.of_spelled([forms[i] for i in wanted]))
         return index, held
 
     def similarity(self, queries: SpellingQueries, ids: np.ndarray) -> np.ndarray:
