@@ -98,16 +98,43 @@ def naive_form(text: str) -> str:
     return " ".join("".join(ch if ch.isalnum() else " " for ch in bare.casefold()).split())
 
 
-def naive_spelling(query: str, key: str) -> float:
-    """(the better Indel similarity of the forms and their sorted words + OSA similarity) / 2,
-    pair by pair with rapidfuzz's plain scorers; 0 when either form is empty."""
-    q, k = naive_form(query), naive_form(key)
+def naive_accented_form(text: str) -> str:
+    """The form with each letter's accents kept, as the docstring of
+    ``softdict.spelling.text.accented_form`` states it: character by character of the text
+    (composed), the letter the form makes of it, with the accents it bore where Unicode composes
+    the two into one character; the form itself where the result does not strip back to it."""
+    out = []
+    for ch in unicodedata.normalize("NFC", text):
+        parts = unicodedata.normalize("NFKD", ch)
+        accents = "".join(c for c in parts if unicodedata.combining(c))
+        bare = "".join(c for c in parts if not unicodedata.combining(c)).casefold()
+        letters = "".join(c if c.isalnum() else " " for c in bare)
+        kept = unicodedata.normalize("NFC", letters + accents) if len(letters) == 1 else letters
+        out.append(kept if accents and len(kept) == 1 else letters)
+    accented = " ".join("".join(out).split())
+    return accented if naive_form(accented) == naive_form(text) else naive_form(text)
+
+
+def _naive_measure(q: str, k: str) -> float:
     if not q or not k:
         return 0.0
     indel = max(
         fuzz.ratio(q, k), fuzz.ratio(" ".join(sorted(q.split())), " ".join(sorted(k.split())))
     )
     return (indel / 100 + OSA.normalized_similarity(q, k)) / 2
+
+
+def naive_spelling(query: str, key: str, accents: bool = False) -> float:
+    """(the better Indel similarity of the forms and their sorted words + OSA similarity) / 2,
+    pair by pair with rapidfuzz's plain scorers; 0 when either form is empty. With ``accents``
+    (``rule-4``), for a query that bore accents: the mean of that and the same on the accented
+    forms."""
+    q, k = naive_form(query), naive_form(key)
+    found = _naive_measure(q, k)
+    kept = naive_accented_form(query)
+    if accents and kept != q:
+        return (found + _naive_measure(kept, naive_accented_form(key))) / 2
+    return found
 
 
 def naive_description(text: str) -> list[float]:
@@ -186,7 +213,7 @@ def naive_combined(
     known: float = 1 / 16,
     spelled: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Each key's score under ``combination`` ("rule-1", "rule-2", "rule-3" or "learned-1"),
+    """Each key's score under ``combination`` ("rule-1" to "rule-4", or "learned-1"),
     from the formula of softdict.spelling.combination's docstring, pair by pair (the learned
     constants are data: read from the package); ``spelled``: the spelling similarities, when
     already known."""
@@ -194,16 +221,17 @@ def naive_combined(
     from softdict.spelling.text import unknown_share
 
     if spelled is None:
-        spelled = np.array([naive_spelling(query, key) for key in keys])
+        accents = combination == "rule-4"
+        spelled = np.array([naive_spelling(query, key, accents) for key in keys])
     if combination == "rule-1":
         weight = 4.0 * (known + (1 - known) * unknown_share(query))
         return cosine + weight * np.maximum(spelled - 0.4, 0) / 0.6
     x = np.array(naive_description(query))
-    if combination in ("rule-2", "rule-3"):  # rule-1's curve on the unknown share, and marks
+    if combination in ("rule-2", "rule-3", "rule-4"):  # rule-1's curve, unknown share, marks
         weight = 4.0 * (known + (1 - known) * x[1])
         rule = np.asarray(cosine) + weight * np.maximum(np.asarray(spelled) - 0.4, 0) / 0.6
         mark_weights = np.array(RULE_2_MARKS) @ x
-        if combination == "rule-3":  # "same" weighs at least the other four marks together
+        if combination != "rule-2":  # "same" weighs at least the other four marks together
             mark_weights[0] = max(mark_weights[0], mark_weights[1:].sum())
         return rule + _naive_mark_rows(query, keys) @ mark_weights
     a = np.array(LEARNED_1.meaning)

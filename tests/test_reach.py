@@ -17,7 +17,7 @@ from softdict.spelling import SpellingIndex, SpellingQueries
 from softdict.spelling.combination import QueryTerms, combination_for, query_terms
 from softdict.spelling.reach import best_by_gain
 
-COMBINATIONS = ["rule-1", "rule-2", "rule-3", "learned-1"]
+COMBINATIONS = ["rule-1", "rule-2", "rule-3", "rule-4", "learned-1"]
 N = 64
 
 

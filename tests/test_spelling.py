@@ -35,6 +35,8 @@ from softdict.index.exact import ExactBackend
 from softdict.spelling import SpellingIndex, SpellingQueries, unknown_share
 from softdict.spelling.evidence import EVIDENCE
 
+COMBINATIONS = ["rule-1", "rule-2", "rule-3", "rule-4", "learned-1"]
+
 COUNTRIES = sorted(c.name for c in pycountry.countries)
 # The README's seven queries, each with the code of the country it means.
 README_QUERIES = {
@@ -90,7 +92,7 @@ def naive_attention(sd: SoftDict, query: str, keys: list[str], combination: str)
     return combined, e / e.sum()
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "rule-3", "learned-1"])
+@pytest.mark.parametrize("combination", COMBINATIONS)
 @pytest.mark.parametrize(
     ("query", "unknown"),
     [
@@ -126,7 +128,8 @@ def test_lookup_is_softmax_of_the_combined_score(
     order = [column[key] for key in attention.keys]
     # Spelling is scored where it can matter (softdict.spelling.bounded): elsewhere the score is
     # the meaning part, the similarity NaN, and the weights are within the reported bound.
-    spelled = np.array([naive_spelling(query, key) for key in attention.keys])
+    accents = combination == "rule-4"
+    spelled = np.array([naive_spelling(query, key, accents) for key in attention.keys])
     scored = ~np.isnan(attention.spelling_scores)
     assert scored[0] and attention.keys[0] == COUNTRIES[int(np.argmax(combined))]
     assert_close(attention.spelling_scores[scored], spelled[scored], atol=1e-6)
@@ -145,7 +148,7 @@ def test_lookup_is_softmax_of_the_combined_score(
         )
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "rule-3", "learned-1"])
+@pytest.mark.parametrize("combination", COMBINATIONS)
 @pytest.mark.parametrize("per_block", [2, 1000, 0])
 def test_a_batch_is_scored_as_each_query_alone(
     combination: str, per_block: int, monkeypatch: pytest.MonkeyPatch
@@ -373,7 +376,7 @@ def exact_combined(sd: SoftDict, query: str, keys: list[str]) -> np.ndarray:
     return naive_combined(query, keys, cos, sd.combination, spelled=spelling)
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "rule-3", "learned-1"])
+@pytest.mark.parametrize("combination", COMBINATIONS)
 def test_a_large_store_takes_the_union_and_its_tail_bound_holds(
     large_store: SoftDict, english_words: list[str], combination: str
 ) -> None:
@@ -446,7 +449,7 @@ def test_a_large_store_proposes_the_keys_a_mark_could_lift(english_words: list[s
     chosen = [found[0] for code, found in codes.items() if len(code) >= 4 and len(found) == 1]
     keys = english_words + [name for name in names if name not in set(english_words)]
     sd = SoftDict(dict.fromkeys(keys, 1.0), encoder=FakeEncoder(), index="flat", temperature=0.1)
-    assert sd.combination == "rule-3" and len(chosen) >= 30
+    assert sd.combination == "rule-4" and len(chosen) >= 30
     found_by_initials = []
     for name in chosen[:30]:
         query = initials(naive_form(name)).upper()
@@ -697,7 +700,7 @@ def test_a_store_saved_when_rule_1_was_the_default_keeps_it(
     default now answers otherwise; a new store of the same keys takes the default."""
     loaded, expected = loaded_with_the_rule("format4", capsys)
     fresh = SoftDict(dict(loaded.items()), encoder=FakeEncoder(), temperature=0.3)
-    assert fresh.combination == "rule-3"
+    assert fresh.combination == "rule-4"
     changed = [
         now.keys[0] != then["keys"][0]
         for now, then in zip(fresh.attend(expected["queries"]), expected["attend"])
@@ -724,7 +727,7 @@ def test_misspelt_country_names_find_their_country_and_aliases_still_do(bundled_
 
 
 def test_the_default_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder) -> None:
-    """``rule-3``, the default (``rule-2``'s curve and marks): a common word with a digit
+    """``rule-4``, the default (``rule-2``'s curve and marks): a common word with a digit
     ("Korea2") is a word and a number, not a misspelling (``rule-1`` weighs it as one, 4
     against 1/4, and the digit pulls it to whatever is spelled alike); the README's seven
     queries still find their country; a query that is a key's initials or its start bears that
@@ -732,7 +735,7 @@ def test_the_default_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder)
     countries = {c.name: c.alpha_2 for c in pycountry.countries}
     rule = SoftDict(countries, encoder=bundled_encoder, combination="rule-1")
     marked = SoftDict(countries, encoder=bundled_encoder)
-    assert marked.combination == "rule-3"
+    assert marked.combination == "rule-4"
     assert rule.attend("Korea2").spelling_weight == close(4.0)
     found = marked.attend("Korea2")
     assert found.spelling_weight == close(0.25) and "Korea" in found.keys[0]
@@ -757,13 +760,14 @@ def _starts_of_longer_words(words: list[str], limit: int) -> list[str]:
 
 @pytest.mark.parametrize("large", [False, True])
 def test_a_key_queried_by_its_own_text_comes_first(english_words: list[str], large: bool) -> None:
-    """Under ``rule-3``, the default, no key gains more from spelling and marks than a key
+    """Under ``rule-3`` and ``rule-4``, the default, no key gains more from spelling and marks
+    than a key
     spelled as the query, whose meaning is the best too when the text is the same: so a key's
     own text finds it first, over every key and past the exact size (where it must be among
     the spelling candidates). wordfreq's words that start a longer word, which bears marks."""
     words = english_words if large else english_words[:1500]
     sd = SoftDict(dict.fromkeys(words, 1.0), encoder=FakeEncoder(), temperature=0.1)
-    assert sd.combination == "rule-3"
+    assert sd.combination == "rule-4"
     chosen = _starts_of_longer_words(words, 150)
     assert len(chosen) >= 100
     for word, found in zip(chosen, sd.nearest(chosen, 2)):
@@ -800,7 +804,7 @@ def test_a_word_finds_itself_before_longer_words_in_any_case(
     assert [found[0][0] for found in loaded.nearest(missed, 1)] == [
         found[0][0] for q, found in zip(queries, answers) if q in set(missed)
     ]
-    loaded.combination = "rule-3"
+    loaded.combination = "rule-4"
     assert [found[0][0] for found in loaded.nearest(missed, 1)] == [q.lower() for q in missed]
 
 
@@ -880,3 +884,97 @@ def test_the_common_words_are_wordfreqs_and_kept_in_the_cache(
         assert text.common_words() == expected
     finally:
         text.common_words.cache_clear()
+
+
+# -- accents (rule-4) ------------------------------------------------------------------------
+
+
+def test_an_accented_form_strips_back_to_the_form_letter_by_letter() -> None:
+    """``accented_form`` keeps a text's accents in its form and nothing else: the same length,
+    each character the form's or one that strips back to it (what lets the character counts
+    bound the similarity of accented forms too), as the naive statement of it gives; on
+    pycountry's country and subdivision names, a fifth of which bear accents."""
+    from _support import naive_accented_form
+
+    from softdict.spelling import spelling_form
+    from softdict.spelling.text import accented_form
+
+    names = [c.name for c in pycountry.countries] + [s.name for s in pycountry.subdivisions]
+    bearing = 0
+    for name in names:
+        form, kept = spelling_form(name), accented_form(name)
+        assert len(kept) == len(form) and kept == naive_accented_form(name)
+        assert [spelling_form(ch) or " " for ch in kept] == list(form)
+        bearing += kept != form
+    assert bearing > len(names) / 6
+    assert accented_form("Kolār") == "kolār" and accented_form("Kolar") == "kolar"
+
+
+def _accent_twins() -> list[tuple[str, str]]:
+    """pycountry's subdivision names spelled alike but for accents, one bearing none:
+    (accented, plain)."""
+    from softdict.spelling import spelling_form
+    from softdict.spelling.text import accented_form
+
+    by_form: dict[str, list[str]] = {}
+    for name in sorted({s.name for s in pycountry.subdivisions}):
+        by_form.setdefault(spelling_form(name), []).append(name)
+    twins = []
+    for form, pair in by_form.items():
+        plain = [name for name in pair if accented_form(name) == form]
+        if len(pair) == 2 and len(plain) == 1:
+            twins.append((pair[0] if plain[0] == pair[1] else pair[1], plain[0]))
+    return twins
+
+
+@pytest.mark.parametrize("store", ["exact", "large"])
+def test_a_query_typed_with_accents_prefers_the_key_that_bears_them(
+    english_words: list[str], store: str
+) -> None:
+    """Under ``rule-4`` a query that bore accents prefers, of two keys spelled alike but for
+    accents (pycountry's subdivisions: "Huíla" and "Huila"), the one that bears them, typed as
+    it is or with a letter added; ``rule-3`` scores both alike. A query without accents may have
+    left them out: it scores the two alike under either. Over every key, and past the exact
+    size (the union of candidates)."""
+    twins = _accent_twins()
+    assert len(twins) >= 5
+    names = sorted({s.name for s in pycountry.subdivisions})
+    keys = names + (english_words if store == "large" else [])
+    sd = SoftDict(dict.fromkeys(keys, 1.0), encoder=FakeEncoder(), temperature=0.1)
+    assert sd.combination == "rule-4" and (store == "exact") == (len(sd) <= EXACT_MAX_KEYS)
+    rule_3 = sd.copy()
+    rule_3.combination = "rule-3"
+    for accented, plain in twins:
+        for query in (accented, accented + "x"):
+            spelled = dict(zip(*_spelling_of(sd, query)))
+            assert spelled[accented] > spelled[plain], (query, spelled)
+            assert sd.nearest(query, 1)[0][0] == accented or query != accented
+        spelled = dict(zip(*_spelling_of(rule_3, accented + "x")))
+        assert spelled[accented] == spelled[plain]
+        spelled = dict(zip(*_spelling_of(sd, plain + "x")))
+        assert spelled[accented] == spelled[plain]
+
+
+def _spelling_of(sd: SoftDict, query: str) -> tuple[tuple[str, ...], np.ndarray]:
+    attention = sd.attend(query)
+    return attention.keys, attention.spelling_scores
+
+
+@pytest.mark.integration
+def test_the_bundled_encoder_cannot_tell_accents_and_rule_4_can(bundled_encoder) -> None:
+    """The bundled encoder strips accents (an uncased WordPiece vocabulary): "Huíla" and "Huila"
+    embed alike, so under ``rule-3`` they tie on both channels and a query typed with the
+    accents is a coin toss. Under the default each accented twin (pycountry's subdivisions),
+    typed as it is or with a letter added, finds itself, and spelling weighs it above its
+    twin; a store saved with ``rule-3`` keeps it."""
+    twins = _accent_twins()
+    keys = sorted({c.name for c in pycountry.countries} | {n for pair in twins for n in pair})
+    sd = SoftDict({key: float(i) for i, key in enumerate(keys)}, encoder=bundled_encoder)
+    queries = [q for accented, _ in twins for q in (accented, accented + "x")]
+    expected = [accented for accented, _ in twins for _ in range(2)]
+    assert [found[0][0] for found in sd.nearest(queries, 1)] == expected
+    tied = sd.copy()
+    tied.combination = "rule-3"
+    for accented, plain in twins:
+        weights = dict(zip(tied.attend(accented + "x").keys, tied.attend(accented + "x").weights))
+        assert weights[accented] == close(weights[plain])

@@ -14,7 +14,7 @@ has not spelled (``bounded``). Meaning's factor is never negative. d·x is an of
 key of a query gets alike: it changes no weight and no ranking (a softmax does not see it), only
 the level of the best score, which ``min_score`` compares across queries.
 
-Four combinations exist, named in a store's config (``combination``) so that a store answers as
+Five combinations exist, named in a store's config (``combination``) so that a store answers as
 it did when saved:
 
 * ``rule-1``, the hand-set rule (the default until ``rule-2``; store formats up to 3 load with
@@ -29,16 +29,23 @@ it did when saved:
   the marks give them; a key that bears no mark scores as under the rule, so a lookup spells
   about as few keys as the rule's (and those that hold every character of the query, which
   could bear a mark), and its best score tells no match about as well.
-* ``rule-3``, the default: ``rule-2``, but the ``same`` mark (a key spelled as the query, but
-  for spaces, punctuation, case and accents) weighs at least what the four others weigh
-  together: max((C x)_same, Σ_(e ≠ same) (C x)_e). ``rule-2``'s marks were fitted on tasks whose
-  queries are seldom a key's own text, and left ``same`` at about 0 for one-word queries, so a
-  longer key that starts with the query outranked the key itself: "metric" gave "metrics",
-  "ELECTION" "elections". A key bears ``same`` or the others, never both (``evidence``), and one
-  whose spelling form is the query's (the same text but for case, accents, and punctuation where
-  it stands for a space) has similarity 1, the most the curve gives: so no key gains more from
-  spelling and marks than it, and it comes first wherever its meaning is the best too (the same
-  text, or a text an uncased encoder embeds alike).
+* ``rule-3`` (the default before ``rule-4``): ``rule-2``, but the ``same`` mark (a key spelled
+  as the query, but for spaces, punctuation, case and accents) weighs at least what the four
+  others weigh together: max((C x)_same, Σ_(e ≠ same) (C x)_e). ``rule-2``'s marks were
+  fitted on tasks whose queries are seldom a key's own text, and left ``same`` at about 0 for
+  one-word queries, so a longer key that starts with the query outranked the key itself:
+  "metric" gave "metrics", "ELECTION" "elections". A key bears ``same`` or the others, never
+  both (``evidence``), and one whose spelling form is the query's (the same text but for case,
+  accents, and punctuation where it stands for a space) has similarity 1, the most the curve
+  gives: so no key gains more from spelling and marks than it, and it comes first wherever its
+  meaning is the best too (the same text, or a text an uncased encoder embeds alike).
+* ``rule-4``, the default: ``rule-3``'s terms, with spelling reading the accents a query bears
+  (``scores``): the similarity of a query typed with accents is the mean of the measure on the
+  forms and on the accented forms, so of two keys spelled alike but for accents ("Kolar",
+  "Kolār") the one that bears the query's accents scores higher, where ``rule-3`` tied them
+  (and the bundled encoders, which strip accents, embed them alike). A query typed without
+  accents spells as under ``rule-3``. The marks and the bounds stay on the forms: the accented
+  similarity is at most the forms', so everything that bounds ``rule-3``'s scores bounds these.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names

@@ -40,8 +40,8 @@ from softdict.spelling.ngrams import NgramCandidates
 from softdict.spelling.reach import best_by_gain, reach
 from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
 from softdict.spelling.text import (
-    SpellingQueries,
     Spelled,
+    SpellingQueries,
     accented_form,
     spelling_form,
     token_sorted,

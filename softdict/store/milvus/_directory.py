@@ -82,7 +82,9 @@ class Directory:
             spelling = SpellingIndex()
             if len(self.ids):
                 spelled = forms.remember(list(zip(self.ids.tolist(), self.keys)))
-                spelling.add(self.ids, PreparedKeys.of_spelled([spelled[i] for i in self.ids.tolist()]))
+                spelling.add(
+                    self.ids, PreparedKeys.of_spelled([spelled[i] for i in self.ids.tolist()])
+                )
                 spelling.maintain()
             self.spelling = spelling
         return self.spelling
