@@ -28,6 +28,7 @@ from _support import FakeEncoder, assert_close
 
 from softdict import SoftDict, StoreUnavailableError, _retrieval
 from softdict.spelling import SpellingIndex, SpellingQueries, spelling_form
+from softdict.spelling.text import accented_form
 from softdict.store.milvus import _collection, _collector, _directory, _hits
 from softdict.store.milvus import backend as backend_module
 from softdict.store.milvus._spelling import FormCache, MilvusSpelling
@@ -37,7 +38,18 @@ pytestmark = pytest.mark.milvus
 LARGE_AT = 50
 NAMES = sorted(country.name for country in pycountry.countries)[:150]
 ITEMS = {name: float(i) for i, name in enumerate(NAMES)}
-TYPOS = ["Grmany", "Brazl", "Austrailia", "Cuab", "Argentna", "Bolvia", "Chiel"]
+# The last two bear accents, which the default combination (rule-4) reads.
+TYPOS = [
+    "Grmany",
+    "Brazl",
+    "Austrailia",
+    "Cuab",
+    "Argentna",
+    "Bolvia",
+    "Chiel",
+    "Côte d'Ivoirx",
+    "Curaçax",
+]
 
 
 @pytest.fixture
@@ -124,7 +136,7 @@ def test_keys_a_mark_could_lift_are_proposed_as_in_memory(
     from softdict.spelling.combination import combination_for, query_terms
 
     memory, milvus = twins(milvus_store_location)
-    assert milvus.combination == "rule-3" and milvus._store._rows.pairs
+    assert milvus.combination == "rule-4" and milvus._store._rows.pairs
     queries = SpellingQueries.of(CODES)
     served = milvus._store.spelling
     held = SpellingIndex()
@@ -481,14 +493,19 @@ class _Rows:
         return [{"id": i, "key": self.keys[i]} for i in ids.tolist() if i in self.keys]
 
 
+def _spelled(text: str) -> tuple[str, str]:
+    return spelling_form(text), accented_form(text)
+
+
 def test_the_form_cache_is_bounded_and_fetches_what_it_lacks() -> None:
+    """The cache keeps each key's form and accented form ("Côte d'Ivoire" bears accents)."""
     rows = _Rows({i: name for i, name in enumerate(NAMES)})
     cache = FormCache(lambda: rows, limit=10)  # type: ignore[arg-type, return-value]
     assert cache.remember([(0, NAMES[0]), (1, NAMES[1])]) == {
-        0: spelling_form(NAMES[0]),
-        1: spelling_form(NAMES[1]),
+        0: _spelled(NAMES[0]),
+        1: _spelled(NAMES[1]),
     }
-    assert cache.forms_of([1, 2, 3]) == {i: spelling_form(NAMES[i]) for i in (1, 2, 3)}
+    assert cache.forms_of([1, 2, 3]) == {i: _spelled(NAMES[i]) for i in (1, 2, 3)}
     assert rows.asked == [2, 3]  # 1 was kept
     cache.remember([(i, NAMES[i]) for i in range(20, 30)])
     assert len(cache) == 10  # the least recently used went first
@@ -496,15 +513,17 @@ def test_the_form_cache_is_bounded_and_fetches_what_it_lacks() -> None:
     cache.forms_of([1, 29])
     assert rows.asked == [1]
     cache.note([7], [NAMES[7]])  # kept as its text, spelled when asked for, never fetched
-    assert cache.forms_of([7]) == {7: spelling_form(NAMES[7])} and rows.asked == [1]
+    assert cache.forms_of([7]) == {7: _spelled(NAMES[7])} and rows.asked == [1]
     assert len(cache) == 10
     cache.note([7, 29], [NAMES[7], NAMES[29]])  # kept and spelled: noted again, still spelled
-    spelled = {i: spelling_form(NAMES[i]) for i in (7, 29)}
+    spelled = {i: _spelled(NAMES[i]) for i in (7, 29)}
     assert cache._kept[7] == spelled[7] and cache.forms_of([7, 29]) == spelled
     assert rows.asked == [1]
     del rows.keys[5]  # deleted since its id was found
     with pytest.raises(StoreUnavailableError, match="changed during the lookup"):
         cache.forms_of([5])
+    ivory = NAMES.index("Côte d'Ivoire")
+    assert cache.forms_of([ivory]) == {ivory: ("cote d ivoire", "côte d ivoire")}
 
 
 def _format_2_collection(self: _collection.KeyRows) -> None:
