@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -37,66 +35,18 @@ from softdict.spelling.evidence import (
 from softdict.spelling.held_keys import HeldKeys, score_held_keys
 from softdict.spelling.marked import RowsByFirst, proposed_outside, short_neighbours
 from softdict.spelling.ngrams import NgramCandidates
+from softdict.spelling.prepared import PreparedKeys, accented_columns
 from softdict.spelling.reach import best_by_gain, reach
 from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
-from softdict.spelling.text import (
-    Spelled,
-    SpellingQueries,
-    accented_form,
-    spelling_form,
-    token_sorted,
-)
+from softdict.spelling.text import SpellingQueries, accented_form, spelling_form
 
-if TYPE_CHECKING:
-    import scipy.sparse as sp  # only large stores build postings (ngrams.py imports it there)
-
-__all__ = [
-    "CANDIDATE_POOL",
-    "PreparedKeys",
-    "SpellingIndex",
-    "no_candidates",
-]
+__all__ = ["CANDIDATE_POOL", "SpellingIndex", "no_candidates"]
 
 # How many rows the 3-gram postings propose per query, for exact spelling scores (spelling them
 # took 0.6 ms a query on 10^5 real names here, 1.2 ms on 10^6, in one-off timings: a good part
 # of a large store's lookup). With it, the union held the best key by the combined score over
 # every key for 0.975 to 1.00 of queries at 10^6 keys (benchmarks/matching_scale.py).
 CANDIDATE_POOL = 2048
-
-
-@dataclass(frozen=True)
-class PreparedKeys:
-    """New keys' forms, token-sorted forms, 3-grams (None where no postings exist yet) and
-    accented forms (``text.accented_form``: the form itself, the same object, where the key
-    bore no accent)."""
-
-    forms: list[str]
-    sorted_forms: list[str]
-    grams: sp.csr_matrix | None
-    accented: list[str]
-
-    @classmethod
-    def of_forms(
-        cls, forms: list[str], grams: sp.csr_matrix | None = None, accented: list[str] | None = None
-    ) -> PreparedKeys:
-        """Keys whose forms are already spelled (by ``spelling_form``), and their accented
-        forms (None: the forms, as for keys without accents)."""
-        return cls(forms, [token_sorted(form) for form in forms], grams, accented or forms)
-
-    @classmethod
-    def of_spelled(cls, spelled: list[Spelled]) -> PreparedKeys:
-        """Keys whose forms and accented forms are already spelled (``text.spelled``)."""
-        return cls.of_forms([form for form, _ in spelled], None, [kept for _, kept in spelled])
-
-
-def _accented_columns(keys: PreparedKeys) -> tuple[np.ndarray, np.ndarray]:
-    """``keys``' accented forms and these token-sorted, as object columns: the forms and sorted
-    forms themselves (the same objects, so no memory) where a key bore no accent."""
-    accented_sorted = [
-        sorted_form if accented is form else token_sorted(accented)
-        for accented, form, sorted_form in zip(keys.accented, keys.forms, keys.sorted_forms)
-    ]
-    return object_column(keys.accented), object_column(accented_sorted)
 
 
 def no_candidates(m: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -149,7 +99,7 @@ class SpellingIndex:
         length = np.array([len(form) for form in prepared.forms], np.int32)
         forms, sorted_forms = object_column(prepared.forms), object_column(prepared.sorted_forms)
         multiword = sum(a is not b for a, b in zip(prepared.forms, prepared.sorted_forms))
-        accented, accented_sorted = _accented_columns(prepared)
+        accented, accented_sorted = accented_columns(prepared)
         # Only appends from here, each a quick one.
         self._rows.append(np.asarray(ids, dtype=np.int64))
         self._forms.append(forms)

@@ -124,11 +124,13 @@ class QueryColumns:
 
     @classmethod
     def of(cls, queries: SpellingQueries) -> QueryColumns:
-        kept, kept_sorted = queries.compared_forms()
+        forms, sorted_forms = object_column(queries.forms), object_column(queries.sorted_forms)
+        if queries.accented is None:  # no accented form is read: none is built
+            return cls(forms, sorted_forms, forms, sorted_forms, queries.bearing)
+        kept, kept_sorted = queries.accented
         return cls(
-            object_column(queries.forms), object_column(queries.sorted_forms),
-            object_column(kept), object_column(kept_sorted), queries.bearing,
-        )  # fmt: skip
+            forms, sorted_forms, object_column(kept), object_column(kept_sorted), queries.bearing
+        )
 
 
 def paired_similarity(queries: QueryColumns, rows: np.ndarray, keys: KeyForms) -> np.ndarray:

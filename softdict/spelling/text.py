@@ -205,7 +205,7 @@ class SpellingQueries:
         keys' accents (``scores``): a query typed without accents may have left them out."""
         if self.accented is None:
             return np.zeros(len(self.forms), dtype=bool)
-        return np.array([a is not f for a, f in zip(self.accented[0], self.forms)], dtype=bool)
+        return np.array([a != f for a, f in zip(self.accented[0], self.forms)], dtype=bool)
 
     def row(self, i: int) -> SpellingQueries:
         """The ``i``-th query alone (the batch itself when it is that query)."""

@@ -25,7 +25,7 @@ import numpy as np
 from softdict._config import EXACT_MAX_KEYS
 from softdict.index.base import is_in
 from softdict.spelling import SpellingIndex, SpellingSource
-from softdict.spelling.index import PreparedKeys
+from softdict.spelling.prepared import PreparedKeys
 from softdict.store.milvus._collection import SEEN_FIELDS, KeyRows, SeenKeys
 from softdict.store.milvus._metadata import StoreMetadata, changed_since, has_open_write
 from softdict.store.milvus._spelling import FormCache, MilvusSpelling

@@ -27,7 +27,8 @@ import numpy as np
 from softdict.index.base import Allow, sorted_unique
 from softdict.spelling.bounded import BoundedBatch
 from softdict.spelling.combination import QueryTerms
-from softdict.spelling.index import CANDIDATE_POOL, PreparedKeys, SpellingIndex, no_candidates
+from softdict.spelling.index import CANDIDATE_POOL, SpellingIndex, no_candidates
+from softdict.spelling.prepared import PreparedKeys
 from softdict.spelling.text import Spelled, SpellingQueries, accented_form, spelling_form
 from softdict.store.milvus._collection import KeyRows
 from softdict.store.milvus._grams import mark_vector, neighbour_vector, query_vectors
