@@ -115,12 +115,19 @@ def naive_accented_form(text: str) -> str:
     return accented if naive_form(accented) == naive_form(text) else naive_form(text)
 
 
-def _naive_measure(q: str, k: str) -> float:
+def _in_form_order(form: str, kept: str) -> str:
+    """``kept``'s words (an accented form) in the order that sorting ``form``'s words gives."""
+    return " ".join(word for _, word in sorted(zip(form.split(), kept.split())))
+
+
+def _naive_measure(q: str, k: str, q_form: str | None = None, k_form: str | None = None) -> float:
+    """The measure of two texts, their words sorted in the order of their forms' words (the
+    texts themselves where None: forms)."""
     if not q or not k:
         return 0.0
-    indel = max(
-        fuzz.ratio(q, k), fuzz.ratio(" ".join(sorted(q.split())), " ".join(sorted(k.split())))
-    )
+    q_sorted = _in_form_order(q_form if q_form is not None else q, q)
+    k_sorted = _in_form_order(k_form if k_form is not None else k, k)
+    indel = max(fuzz.ratio(q, k), fuzz.ratio(q_sorted, k_sorted))
     return (indel / 100 + OSA.normalized_similarity(q, k)) / 2
 
 
@@ -128,12 +135,12 @@ def naive_spelling(query: str, key: str, accents: bool = False) -> float:
     """(the better Indel similarity of the forms and their sorted words + OSA similarity) / 2,
     pair by pair with rapidfuzz's plain scorers; 0 when either form is empty. With ``accents``
     (``rule-4``), for a query that bore accents: the mean of that and the same on the accented
-    forms."""
+    forms, whose words are sorted in the order of the forms' words."""
     q, k = naive_form(query), naive_form(key)
     found = _naive_measure(q, k)
     kept = naive_accented_form(query)
     if accents and kept != q:
-        return (found + _naive_measure(kept, naive_accented_form(key))) / 2
+        return (found + _naive_measure(kept, naive_accented_form(key), q, k)) / 2
     return found
 
 

@@ -12,6 +12,7 @@ import pycountry
 from _support import (
     FLOAT32_RTOL,
     FakeEncoder,
+    assert_close,
     naive_combined,
     naive_marks,
     naive_spelling,
@@ -270,6 +271,42 @@ def test_the_character_count_ceiling_bounds_the_spelling_similarity(
     few = character_counts(forms[:8])
     np.testing.assert_array_equal(few, character_counts(forms[:8] * 9)[: len(few)])
     assert np.all(ceiling >= exact - 1e-6), (query_form, forms, ceiling, exact)  # float32
+
+
+# A few words of letters with and without accents, in any order: where an accented word sorts
+# after a plain one that its form sorts before ("ávila" after "costa", "avila" before).
+_ACCENTED_WORDS = st.lists(
+    st.text(alphabet="aábcéozüZ", min_size=1, max_size=4), min_size=1, max_size=3
+).map(" ".join)
+
+
+@given(
+    query=st.one_of(_TYPED, _ACCENTED_WORDS),
+    keys=st.lists(st.one_of(_TYPED, _ACCENTED_WORDS), min_size=1, max_size=12),
+)
+@settings(max_examples=300, deadline=None)
+def test_accents_read_never_raise_the_spelling_similarity(query: str, keys: list[str]) -> None:
+    """Under rule-4 a query's similarity with a key, accents read, is at most the forms' (the
+    character-count ceilings of unspelled keys are computed on the forms), whatever the words'
+    order, and it is the naive statement's."""
+    from softdict.spelling import spelling_form
+    from softdict.spelling.prepared import PreparedKeys, accented_columns
+    from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
+    from softdict.spelling.text import SpellingQueries, accented_form
+
+    forms = [spelling_form(key) for key in keys]
+    prepared = PreparedKeys.of_forms(
+        forms, None, [accented_form(key, form) for key, form in zip(keys, forms)]
+    )
+    columns = KeyForms(
+        object_column(forms), object_column(prepared.sorted_forms), None, accented_columns(prepared)
+    )
+    read = spelling_similarity(SpellingQueries.of([query], accents=True), columns)[0]
+    plain = spelling_similarity(SpellingQueries.of([query]), columns)[0]
+    # Exact, not within a tolerance: each measure is an integer distance over a length, and a
+    # mean of two float32 values is at most the larger.
+    assert np.all(read <= plain), (query, keys, read, plain)
+    assert_close(read, [naive_spelling(query, key, accents=True) for key in keys])
 
 
 _NAMES = sorted(c.name for c in pycountry.countries)

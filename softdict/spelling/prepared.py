@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from softdict.spelling.scores import object_column
-from softdict.spelling.text import Spelled, token_sorted
+from softdict.spelling.text import Spelled, sorted_like, token_sorted
 
 if TYPE_CHECKING:
     import scipy.sparse as sp  # only large stores build postings (ngrams.py imports it there)
@@ -45,10 +45,11 @@ class PreparedKeys:
 
 
 def accented_columns(keys: PreparedKeys) -> tuple[np.ndarray, np.ndarray]:
-    """``keys``' accented forms and these token-sorted, as object columns: the forms and sorted
-    forms themselves (the same objects, so no memory) where a key bore no accent."""
+    """``keys``' accented forms and these with their words in their forms' sorted order
+    (``text.sorted_like``), as object columns: the forms and sorted forms themselves (the same
+    objects, so no memory) where a key bore no accent."""
     accented_sorted = [
-        sorted_form if accented is form else token_sorted(accented)
+        sorted_form if accented is form else sorted_like(form, accented)
         for accented, form, sorted_form in zip(keys.accented, keys.forms, keys.sorted_forms)
     ]
     return object_column(keys.accented), object_column(accented_sorted)

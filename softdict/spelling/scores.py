@@ -11,7 +11,8 @@
   while one in another language's spelling ("México" for a key "Mexico") loses only half of
   what its accents cost. A query without accents compares forms, as before: its writer may
   have left them out ("Sao Paulo"). Each accented form strips to its form character by
-  character, so the similarity of accented forms is at most that of the forms (a common
+  character, and its words sorted in its form's order (``text.sorted_like``) to the sorted
+  form, so the similarity of accented forms is at most that of the forms (a common
   subsequence or an edit script of the one is one of the other): ``bounds``' ceilings hold.
 
 The measure (Indel + OSA) was chosen on the dev half of ``benchmarks/matching.py`` (typos and
@@ -55,8 +56,9 @@ class KeyForms:
         sorted_forms: their token-sorted forms, or None where every key is one word (then
             they are the forms).
         empty: (n,) bool, which forms are empty, or None where none is.
-        accented: their accented forms and these sorted (``text.accented_form``), or None
-            where every key's is its form.
+        accented: their accented forms (``text.accented_form``) and these with their words in
+            their forms' sorted order (``text.sorted_like``), or None where every key's is its
+            form.
     """
 
     forms: np.ndarray

@@ -31,6 +31,7 @@ __all__ = [
     "SpellingQueries",
     "accented_form",
     "common_words",
+    "sorted_like",
     "spelling_form",
     "token_sorted",
     "unknown_share",
@@ -111,6 +112,27 @@ def token_sorted(form: str) -> str:
     return form if len(words) < 2 else " ".join(sorted(words))
 
 
+def sorted_like(form: str, accented: str) -> str:
+    """``accented`` (``accented_form`` of ``form``) with its words in the order ``token_sorted``
+    puts ``form``'s: it strips back to ``token_sorted(form)`` letter by letter, as ``accented``
+    does to ``form``. Sorted by themselves they need not: accented letters sort after every
+    ASCII one, so "ávila costa" would sort as "costa ávila" where its form sorts as "avila
+    costa", and the measure on the accented words could then exceed the forms' (which every
+    bound on unspelled keys assumes it cannot: ``scores``).
+
+    >>> sorted_like("avila costa", "ávila costa"), sorted_like("sao tome", "são tomé")
+    ('ávila costa', 'são tomé')
+    """
+    if accented is form:
+        return token_sorted(form)
+    words = form.split()
+    if len(words) < 2:
+        return accented
+    # An accented form keeps the form's spaces where they are (accented_form), so its words
+    # pair with the form's one by one; ties (the same word twice) strip back alike either way.
+    return " ".join(kept for _, kept in sorted(zip(words, accented.split())))
+
+
 @functools.cache
 def common_words() -> frozenset[str]:
     """The common English words, loaded once per process, on the first query that needs them.
@@ -167,8 +189,8 @@ class SpellingQueries:
         forms: each query's spelling form.
         sorted_forms: each form with its words sorted.
         counts: (m, 64) each form's character counts (``bounds.character_counts``).
-        accented: each query's ``accented_form``, and its words sorted, where the combination
-            reads accents (``scores``); else None.
+        accented: each query's ``accented_form``, and its words in its form's sorted order
+            (``sorted_like``), where the combination reads accents (``scores``); else None.
     """
 
     forms: list[str]
@@ -183,7 +205,7 @@ class SpellingQueries:
         accented = None
         if accents:
             kept = [accented_form(text, form) for text, form in zip(texts, forms)]
-            accented = (kept, [token_sorted(form) for form in kept])
+            accented = (kept, [sorted_like(form, a) for form, a in zip(forms, kept)])
         return cls(
             forms,
             [token_sorted(form) for form in forms],
