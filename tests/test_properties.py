@@ -13,6 +13,7 @@ from _support import (
     FLOAT32_RTOL,
     FakeEncoder,
     assert_close,
+    library_measures,
     naive_combined,
     naive_marks,
     naive_spelling,
@@ -289,20 +290,7 @@ def test_accents_read_never_raise_the_spelling_similarity(query: str, keys: list
     """Under rule-4 a query's similarity with a key, accents read, is at most the forms' (the
     character-count ceilings of unspelled keys are computed on the forms), whatever the words'
     order, and it is the naive statement's."""
-    from softdict.spelling import spelling_form
-    from softdict.spelling.prepared import PreparedKeys, accented_columns
-    from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
-    from softdict.spelling.text import SpellingQueries, accented_form
-
-    forms = [spelling_form(key) for key in keys]
-    prepared = PreparedKeys.of_forms(
-        forms, None, [accented_form(key, form) for key, form in zip(keys, forms)]
-    )
-    columns = KeyForms(
-        object_column(forms), object_column(prepared.sorted_forms), None, accented_columns(prepared)
-    )
-    read = spelling_similarity(SpellingQueries.of([query], accents=True), columns)[0]
-    plain = spelling_similarity(SpellingQueries.of([query]), columns)[0]
+    read, plain = library_measures(query, keys)
     # Exact, not within a tolerance: each measure is an integer distance over a length, and a
     # mean of two float32 values is at most the larger.
     assert np.all(read <= plain), (query, keys, read, plain)

@@ -20,6 +20,7 @@ from _support import (
     FakeEncoder,
     assert_close,
     close,
+    library_measures,
     naive_combined,
     naive_form,
     naive_marks,
@@ -910,25 +911,6 @@ def test_an_accented_form_strips_back_to_the_form_letter_by_letter() -> None:
     assert accented_form("Kolār") == "kolār" and accented_form("Kolar") == "kolar"
 
 
-def _measures(query: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The spelling similarity of ``query`` with each key as rule-4 reads it (accents) and on
-    the forms alone (rule-3), from the library's own columns."""
-    from softdict.spelling import spelling_form
-    from softdict.spelling.prepared import PreparedKeys, accented_columns
-    from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
-    from softdict.spelling.text import SpellingQueries, accented_form
-
-    forms = [spelling_form(key) for key in keys]
-    prepared = PreparedKeys.of_forms(
-        forms, None, [accented_form(key, form) for key, form in zip(keys, forms)]
-    )
-    columns = KeyForms(
-        object_column(forms), object_column(prepared.sorted_forms), None, accented_columns(prepared)
-    )
-    read = spelling_similarity(SpellingQueries.of([query], accents=True), columns)[0]
-    return read, spelling_similarity(SpellingQueries.of([query]), columns)[0]
-
-
 def test_accents_never_raise_the_similarity_of_words_in_another_order() -> None:
     """The accented words of a query or key are compared in their forms' sorted order
     (``text.sorted_like``), so an accent typed lowers a similarity or leaves it, never raises it
@@ -945,9 +927,9 @@ def test_accents_never_raise_the_similarity_of_words_in_another_order() -> None:
         ("á b", "bá"),
     ]
     for query, key in pairs:
-        read, forms = _measures(query, [key])
+        read, forms = library_measures(query, [key])
         assert read[0] <= forms[0], (query, key, read, forms)
-        plain, _ = _measures(spelling_form(query), [key])
+        plain, _ = library_measures(spelling_form(query), [key])
         assert read[0] <= plain[0]
     from softdict.spelling.text import accented_form, sorted_like
 
