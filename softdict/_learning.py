@@ -12,6 +12,8 @@ W_q and T, and ``lexical_known`` too under the hand-set rule's curve (``rule-1``
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -45,8 +47,10 @@ class FitReport:
         accuracy_after: the same after fitting (equal to before when the projection was not kept).
         steps: optimisation steps taken (early stopping on the held-out loss ends it).
         temperature: the temperature in force afterwards.
-        kept: whether what was learned was kept; False when it did not reach the held-out
-            accuracy of what was in force (the identity projection at first).
+        kept: whether what was learned was kept; False when no step lowered the held-out loss
+            (the training diverged, or could not improve on what was in force) or what was
+            learned did not reach the held-out accuracy of what was in force (the identity
+            projection at first).
         n_train, n_heldout: how the pairs were split.
         lexical, lexical_known: the spelling channel's options in force afterwards (learned
             with the rest where the channel is on; lexical 0 stays 0).
@@ -194,7 +198,9 @@ def fit(
         patience=patience,
         seed=seed,
     )
-    kept = learned.accuracy_after >= learned.accuracy_before
+    # A fit whose best is its starting point learned nothing: keeping it would only write back
+    # float32 round trips of what is in force (a default temperature made explicit).
+    kept = learned.improved and learned.accuracy_after >= learned.accuracy_before
     config = store.config
     report = FitReport(
         accuracy_before=learned.accuracy_before,
@@ -216,7 +222,9 @@ def fit(
 
 @dataclass(frozen=True)
 class Learned:
-    """What ``fit_projection`` found, and the held-out accuracy before and after."""
+    """What ``fit_projection`` found, and the held-out accuracy before and after;
+    ``improved``: whether any step lowered the held-out loss (else what it found is where it
+    started: every step did worse, or diverged to a NaN loss)."""
 
     weight: np.ndarray
     temperature: float
@@ -225,6 +233,7 @@ class Learned:
     steps: int
     accuracy_before: float
     accuracy_after: float
+    improved: bool
 
 
 def fit_projection(
@@ -358,7 +367,7 @@ def fit_projection(
             since_best += 1
             if since_best >= patience:
                 break
-    _, best_weight, best_t, best_lexical, best_known = best
+    best_loss, best_weight, best_t, best_lexical, best_known = best
     with torch.no_grad():
         _, accuracy_after = loss_and_accuracy(
             "heldout", best_weight, torch.tensor(best_t), best_lexical, best_known
@@ -372,4 +381,5 @@ def fit_projection(
         steps=steps,
         accuracy_before=accuracy_before,
         accuracy_after=accuracy_after,
+        improved=math.isfinite(best_loss),
     )

@@ -121,9 +121,10 @@ class Tuning(OptionProperties):
         W_q starts from the projection in force (the identity at first) and is pulled back
         towards the identity (``regularization``); the loss is the cross-entropy of attention on
         each query's target key over every key, scored as a lookup scores them. A ``heldout``
-        share of the pairs is kept aside for early stopping and for the report. If what was
-        learned does not reach the held-out accuracy of what is in force, nothing changes:
-        ``fit`` never makes held-out accuracy worse. Every later lookup uses W_q and the
+        share of the pairs is kept aside for early stopping and for the report. If no step
+        lowers the held-out loss (a training that diverges, say at too high a
+        ``learning_rate``), or what was learned does not reach the held-out accuracy of what is
+        in force, nothing changes: ``fit`` never makes held-out accuracy worse. Every later lookup uses W_q and the
         learned options, and ``save`` stores them.
 
         Raises:

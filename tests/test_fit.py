@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gettext
+import unicodedata
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +107,26 @@ def test_fit_keeps_the_identity_when_learning_does_not_help() -> None:
     if not report.kept:
         assert sd.query_projection is None  # the identity was in force and stays
     assert "held-out accuracy" in repr(report)
+
+
+def test_a_fit_that_learns_nothing_changes_nothing() -> None:
+    """A training that diverges (a learning rate far too high: the held-out loss goes to NaN
+    after the first steps) has its starting point as its best. It is not kept: the store's
+    temperature stays the default (not a float32 round trip of it), no projection is set, and
+    every answer is as before, to the bit."""
+    import pycountry
+
+    names = sorted({s.name for s in pycountry.subdivisions})[:300]
+    sd = SoftDict({name: float(i) for i, name in enumerate(names)}, encoder=FakeEncoder())
+    plain = {name: unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+             for name in names}  # fmt: skip
+    pairs = [(plain[name], name) for name in names if plain[name] != name][:80]
+    queries = [query for query, _ in pairs]
+    before, temperature = sd.lookup(queries), sd.temperature
+    report = sd.fit(pairs, learning_rate=1000.0, max_steps=30, patience=30)
+    assert not report.kept and report.accuracy_after == report.accuracy_before
+    assert sd.temperature == temperature == 0.05 and sd.query_projection is None
+    np.testing.assert_array_equal(sd.lookup(queries), before)
 
 
 def test_a_second_fit_is_judged_against_the_projection_in_force() -> None:
