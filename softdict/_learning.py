@@ -13,7 +13,6 @@ W_q and T, and ``lexical_known`` too under the hand-set rule's curve (``rule-1``
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any

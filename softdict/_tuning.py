@@ -124,8 +124,8 @@ class Tuning(OptionProperties):
         share of the pairs is kept aside for early stopping and for the report. If no step
         lowers the held-out loss (a training that diverges, say at too high a
         ``learning_rate``), or what was learned does not reach the held-out accuracy of what is
-        in force, nothing changes: ``fit`` never makes held-out accuracy worse. Every later lookup uses W_q and the
-        learned options, and ``save`` stores them.
+        in force, nothing changes: ``fit`` never makes held-out accuracy worse. Every later
+        lookup uses W_q and the learned options, and ``save`` stores them.
 
         Raises:
             KeyTypeError: a pair is not two strings.
