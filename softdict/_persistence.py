@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -133,8 +134,23 @@ def _locked(target: Path, timeout: float, *, writing: bool) -> Iterator[None]:
         lock.release()
 
 
+# The token of a swap's folders, ``.NAME.new-T`` / ``.NAME.old-T``: hex digits (``_swap_in``
+# writes 12).
+_TOKEN = re.compile(r"[0-9a-f]+")
+
+
 def _siblings(path: Path, tag: str) -> list[Path]:
-    return sorted(path.parent.glob(f".{path.name}.{tag}-*"), key=lambda p: p.stat().st_mtime)
+    """The ``.NAME.<tag>-T`` folders of a swap of this store, oldest first. Matched exactly, not
+    by a glob pattern: a name holding ``[``, ``*`` or ``?`` would be read as a pattern (a store
+    named ``s[12]`` matched ``.s1.new-T`` and deleted another store's unfinished save), and a
+    prefix alone would take the folders of a store named ``NAME.old-x`` for this one's."""
+    prefix = f".{path.name}.{tag}-"
+    found = [
+        entry
+        for entry in path.parent.iterdir()
+        if entry.name.startswith(prefix) and _TOKEN.fullmatch(entry.name[len(prefix) :])
+    ]
+    return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
 # -- saving ------------------------------------------------------------------------------------

@@ -322,6 +322,30 @@ def test_a_save_killed_between_its_renames_is_finished_on_load(tmp_path: Path) -
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
 
 
+@pytest.mark.parametrize("name", ["prices[v2].store", "s*", "s?", "s1.old-beef"])
+def test_a_name_that_reads_as_a_pattern_is_recovered_and_touches_no_other_store(
+    tmp_path: Path, name: str
+) -> None:
+    """A store's swap folders are found by their exact names, not by a glob pattern: a name
+    with ``[ ] * ?`` (or one that looks like another store's swap folder) is recovered after a
+    save killed between its renames, and saving it does not clean up another store's
+    unfinished save (a store "s[12]" used to match ".s1.new-T" and delete it)."""
+    old = store_at(tmp_path, name, {"apple": 1.0})
+    new = store_at(tmp_path, "new", {"chair": 2.0}, replacing=True)
+    os.rename(old, tmp_path / f".{name}.old-aaaa")
+    os.rename(new, tmp_path / f".{name}.new-aaaa")
+    assert list(SoftDict.load(tmp_path / name, encoder=FakeEncoder())) == ["chair"]
+    assert folder_names(tmp_path) == [name]
+    # Another store's save killed between its renames, then this store saved again.
+    other_old = store_at(tmp_path, "s1", {"pear": 3.0})
+    other_new = store_at(tmp_path, "other", {"plum": 4.0}, replacing=True)
+    os.rename(other_old, tmp_path / ".s1.old-bbbb")
+    os.rename(other_new, tmp_path / ".s1.new-bbbb")
+    SoftDict({"fig": 5.0}, encoder=FakeEncoder()).save(tmp_path / name)
+    assert list(SoftDict.load(tmp_path / "s1", encoder=FakeEncoder())) == ["plum"]
+    assert list(SoftDict.load(tmp_path / name, encoder=FakeEncoder())) == ["fig"]
+
+
 def test_a_first_save_killed_before_its_rename_is_finished_on_load(tmp_path: Path) -> None:
     fresh = store_at(tmp_path, "fresh", {"apple": 1.0})  # no store stood there: nothing to move
     os.rename(fresh, tmp_path / ".s.new-bbbb")
