@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from softdict._config import CombinationName, SoftDictConfig
 from softdict._errors import SoftDictError
-from softdict._tables import InputError, read_items, read_table
+from softdict._tables import InputError, lines_of, read_items, read_table
 
 if TYPE_CHECKING:
     from softdict._results import Attention
@@ -120,13 +120,15 @@ def _query_texts(args: argparse.Namespace) -> list[str]:
         raise InputError("give a query TEXT or --file FILE (one query per line), not both")
     if args.text is not None:
         return [args.text]
-    if args.file == "-":
-        lines = sys.stdin.read().splitlines()
-    else:
-        try:
-            lines = Path(args.file).read_text(encoding="utf-8-sig").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"{args.file}: cannot read the queries ({exc})") from None
+    try:
+        if args.file == "-":
+            text = sys.stdin.read()
+        else:
+            text = Path(args.file).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{args.file}: cannot read the queries ({exc})") from None
+    # A line per query, split at line feeds only; blank lines are skipped (a file's last).
+    lines = lines_of(text.removeprefix("\ufeff"))
     texts = [line for line in lines if line.strip()]
     if not texts:
         raise InputError(f"{args.file}: no queries in it")
@@ -297,6 +299,15 @@ def _combination(name: str, known: float) -> str:
     return f"combination {name}" + (f", known words keep {known:g}" if weighs_known else "")
 
 
+def _finite(text: str) -> float:
+    """A number option that must be finite (NaN would call nothing a match, and neither prints
+    as JSON)."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="softdict", description="A dictionary whose lookups go by meaning."
@@ -350,7 +361,9 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument("--explain", action="store_true", help="show keys and weights as bars")
     query.add_argument("--json", action="store_true", help="print a JSON object per query")
     query.add_argument("--top", type=int, default=5, help="how many keys to show (default 5)")
-    query.add_argument("--min-score", type=float, default=None, help="below it: no match (exit 3)")
+    query.add_argument(
+        "--min-score", type=_finite, default=None, help="below it: no match (exit 3)"
+    )
     query.add_argument("--temperature", type=float, default=None, help="instead of the store's")
     query.add_argument(
         "--lexical",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["InputError", "Table", "TableItems", "read_items", "read_table"]
+__all__ = ["InputError", "Table", "TableItems", "lines_of", "read_items", "read_table"]
 
 FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
@@ -172,9 +172,23 @@ def _read_json(path: Path, text: str) -> Table:
     return _as_rows(path, rows, list(range(1, len(rows) + 1)), "item")
 
 
+def lines_of(text: str) -> list[str]:
+    r"""``text``'s lines, split at line feeds only (a carriage return before one dropped), with
+    no line after a final line feed. ``str.splitlines`` also splits at U+2028, U+0085, form
+    feeds and other separators, which a query or a JSON string may hold as it is.
+
+    >>> lines_of("a\u2028b\r\nc\n")
+    ['a\u2028b', 'c']
+    """
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return [line.removesuffix("\r") for line in lines]
+
+
 def _read_json_lines(path: Path, text: str) -> Table:
     rows, lines = [], []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(lines_of(text), start=1):
         if line.strip():
             rows.append(_parse_json(path, line, number))
             lines.append(number)

@@ -191,6 +191,17 @@ def test_line_breaks_inside_a_cell_stay_in_the_cell(tmp_path: Path, separator: s
     assert list(loaded) == [f"apple{separator}pie", "banana"] and loaded["banana"] == 5
 
 
+@pytest.mark.parametrize("separator", ["\x85", "\u2028", "\u2029"])
+def test_a_json_lines_string_keeps_its_line_separators(tmp_path: Path, separator: str) -> None:
+    """JSON Lines are split at line feeds only: a string holding U+2028 or U+0085 as it is (as
+    ``json.dumps(..., ensure_ascii=False)`` writes it) is one key, not a broken line."""
+    rows = [{"name": f"apple{separator}pie", "price": 10}, {"name": "banana", "price": 5}]
+    content = "\r\n".join(json.dumps(row, ensure_ascii=False) for row in rows) + "\r\n"
+    _, store = build(tmp_path, content, name="t.jsonl")
+    loaded = SoftDict.load(store)
+    assert list(loaded) == [f"apple{separator}pie", "banana"] and loaded["banana"] == 5
+
+
 def test_a_quoted_cell_keeps_its_newlines(tmp_path: Path) -> None:
     _, store = build(tmp_path, 'name,price\n"two\nlines",10\r\n"and\r\nthree",3\nbanana,5\n')
     assert list(SoftDict.load(store)) == ["two\nlines", "and\r\nthree", "banana"]
@@ -286,6 +297,35 @@ def test_queries_from_a_file_or_stdin_give_one_result_per_line(
     assert len(plain) == 2 and float(plain[0]) < float(plain[1])  # 5-ish, then 10-ish
     both = run("query", fruit_store, "apple", "--file", str(queries), check=False)
     assert both.returncode == 1 and "not both" in both.stderr
+
+
+@pytest.mark.parametrize("separator", ["\f", "\x1c", "\x85", "\u2028", "\u2029"])
+def test_a_query_file_is_split_at_line_feeds_only(
+    tmp_path: Path, fruit_store: str, separator: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One query per line: a separator other than a line feed stays inside its query (as it
+    does inside a query typed as TEXT), a CRLF ends a line, and a byte-order mark opens no
+    query, from a file or standard input. (The JSON Lines printed hold such a separator as it
+    is: they too are split at line feeds.)"""
+    texts = [f"apple{separator}pie", "wooden chair"]
+    queries = tmp_path / "q.txt"
+    queries.write_bytes(("\ufeff" + "\r\n".join(texts) + "\r\n").encode())
+    answers = run("query", fruit_store, "--file", str(queries), "--json").stdout.split("\n")[:-1]
+    assert [json.loads(line)["query"] for line in answers] == texts
+    alone = [json.loads(run("query", fruit_store, text, "--json").stdout) for text in texts]
+    for line, single in zip(answers, alone):  # a batch and one query: float32 apart at most
+        keys = json.loads(line)["keys"]
+        assert [k["key"] for k in keys] == [k["key"] for k in single["keys"]]
+        assert [k["score"] for k in keys] == close([k["score"] for k in single["keys"]])
+    monkeypatch.setattr("sys.stdin", io.StringIO("\ufeff" + "\n".join(texts)))
+    answers = run("query", fruit_store, "--file", "-", "--json").stdout.split("\n")[:-1]
+    assert [json.loads(line)["query"] for line in answers] == texts
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "much"])
+def test_min_score_must_be_a_finite_number(fruit_store: str, bad: str) -> None:
+    result = run("query", fruit_store, "apple", "--min-score", bad, "--json", check=False)
+    assert result.returncode == 2 and "--min-score" in result.stderr and not result.stdout
 
 
 @pytest.mark.parametrize("values", [["sweet"], ["sweet", "hard"], ["kind"]])
