@@ -47,7 +47,7 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -134,16 +134,13 @@ def _locked(target: Path, timeout: float, *, writing: bool) -> Iterator[None]:
         lock.release()
 
 
-# The token of a swap's folders, ``.NAME.new-T`` / ``.NAME.old-T``: hex digits (``_swap_in``
-# writes 12).
+# The token T of a swap's folders (``_swap_in`` writes 12 hex digits).
 _TOKEN = re.compile(r"[0-9a-f]+")
 
 
 def _siblings(path: Path, tag: str) -> list[Path]:
-    """The ``.NAME.<tag>-T`` folders of a swap of this store, oldest first. Matched exactly, not
-    by a glob pattern: a name holding ``[``, ``*`` or ``?`` would be read as a pattern (a store
-    named ``s[12]`` matched ``.s1.new-T`` and deleted another store's unfinished save), and a
-    prefix alone would take the folders of a store named ``NAME.old-x`` for this one's."""
+    """The ``.NAME.<tag>-T`` folders of a swap of this store, oldest first, matched exactly: as
+    a glob pattern, a store named ``s[12]`` took ``.s1.new-T`` for its own and deleted it."""
     prefix = f".{path.name}.{tag}-"
     found = [
         entry
@@ -221,26 +218,49 @@ def _save_locked(
 
 
 def _swap_in(target: Path, files: dict[str, bytes], manifest: bytes) -> None:
-    """Write ``files`` and the manifest into a new folder, then rename it into ``target``."""
+    """Write ``files`` and the manifest into a new folder, then rename it into ``target``. A
+    system error (a full disk, a name too long, a folder that cannot be renamed) is a
+    ``StoreFormatError`` and leaves the store that stood at ``target`` as it was."""
     token = uuid.uuid4().hex[:12]
     fresh = target.parent / f".{target.name}.new-{token}"
-    fresh.mkdir()
     try:
+        fresh.mkdir()
         for name, data in files.items():
             _write_durably(fresh / name, data)
         # The manifest goes last: a folder with a valid manifest has every file it lists.
         _write_durably(fresh / MANIFEST, manifest)
         _fsync_dir(fresh)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(fresh, ignore_errors=True)
+        if isinstance(exc, OSError):
+            raise _not_saved(target, exc) from None
         raise
     old = target.parent / f".{target.name}.old-{token}"
-    if target.exists():
-        os.rename(target, old)
-    os.rename(fresh, target)
+    moved = False
+    try:
+        if target.exists():
+            os.rename(target, old)
+            moved = True
+        os.rename(fresh, target)
+    except OSError as exc:
+        # Put the store back. Where even that fails, both folders stay, and the next load
+        # finishes the swap (``_recover``): the new folder is whole.
+        with suppress(OSError):
+            if moved:
+                os.rename(old, target)
+            shutil.rmtree(fresh, ignore_errors=True)
+        raise _not_saved(target, exc) from None
     _fsync_dir(target.parent)
     for leftover in [old, *_siblings(target, "old"), *_siblings(target, "new")]:
         shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _not_saved(target: Path, exc: OSError) -> StoreFormatError:
+    return StoreFormatError(
+        f"cannot save to {target}: {exc.strerror or exc} ({exc.filename or target}); the store "
+        f"already there, if any, is unchanged: free some space, or choose another path or a "
+        f"shorter name"
+    )
 
 
 # -- loading -----------------------------------------------------------------------------------

@@ -346,6 +346,58 @@ def test_a_name_that_reads_as_a_pattern_is_recovered_and_touches_no_other_store(
     assert list(SoftDict.load(tmp_path / name, encoder=FakeEncoder())) == ["fig"]
 
 
+def _failing_on_call(function, failing: int, error: OSError):
+    """``function``, raising ``error`` on its ``failing``-th call (1-based) instead."""
+    calls = []
+
+    def wrapped(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == failing:
+            raise error
+        return function(*args, **kwargs)
+
+    return wrapped
+
+
+@pytest.mark.parametrize(
+    "where, failing",
+    [("_write_durably", 1), ("_write_durably", 3), ("rename", 1), ("rename", 2)],
+)
+def test_a_save_that_fails_on_a_system_error_leaves_the_store_as_it_was(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, failing: int
+) -> None:
+    """A full disk while writing, or a folder that cannot be renamed (the store's own, or the
+    new one into its place), is a StoreFormatError that says what to do; the store that stood
+    there loads as before, and no copy is left beside it."""
+    import errno
+
+    import softdict._persistence as persistence
+
+    folder = store_at(tmp_path, "s", {"apple": 1.0})
+    error = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder))
+    if where == "rename":
+        monkeypatch.setattr(persistence.os, "rename", _failing_on_call(os.rename, failing, error))
+    else:
+        wrapped = _failing_on_call(persistence._write_durably, failing, error)
+        monkeypatch.setattr(persistence, "_write_durably", wrapped)
+    with pytest.raises(StoreFormatError, match=r"cannot save to .*is unchanged"):
+        SoftDict({"chair": 2.0, "table": 3.0}, encoder=FakeEncoder()).save(folder)
+    monkeypatch.undo()
+    assert folder_names(tmp_path) == ["s"]
+    assert list(SoftDict.load(folder, encoder=FakeEncoder())) == ["apple"]
+
+
+def test_a_name_too_long_to_save_is_a_clear_error(tmp_path: Path) -> None:
+    """A name the file system takes for the store but not for its swap folder (".NAME.new-T",
+    18 characters longer) is refused with a StoreFormatError, leaving nothing behind but the
+    lock file, which stays by design."""
+    longest = os.pathconf(tmp_path, "PC_NAME_MAX")  # 255 on the usual file systems
+    folder = tmp_path / ("n" * (longest - 17))  # its lock file fits; ".NAME.new-T" does not
+    with pytest.raises(StoreFormatError, match=r"cannot save to .*shorter name"):
+        SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(folder)
+    assert folder_names(tmp_path) == []
+
+
 def test_a_first_save_killed_before_its_rename_is_finished_on_load(tmp_path: Path) -> None:
     fresh = store_at(tmp_path, "fresh", {"apple": 1.0})  # no store stood there: nothing to move
     os.rename(fresh, tmp_path / ".s.new-bbbb")
