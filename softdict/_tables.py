@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,21 +196,28 @@ def _read_json_lines(path: Path, text: str) -> Table:
     return _as_rows(path, rows, lines, "line")
 
 
+# A number as a table writes one: ASCII digits, a sign, a point, an exponent, or a spelled
+# infinity or NaN (refused later as a value). Python's int() and float() also read "1_000",
+# Arabic-Indic and fullwidth digits, which in a table are more likely codes: not guessed.
+_NUMBER = re.compile(
+    r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)\s*",
+    re.ASCII | re.IGNORECASE,
+)
+
+
 def _number(cell: object) -> int | float | None:
-    """A cell as a number: numbers as they are, text that reads as one, else None."""
+    """A cell as a number: numbers as they are, text that reads as one (``_NUMBER``), else
+    None."""
     if isinstance(cell, bool):
         return None
     if isinstance(cell, (int, float)):
         return cell
-    if not isinstance(cell, str):
+    if not isinstance(cell, str) or not _NUMBER.fullmatch(cell):
         return None
     try:
         return int(cell)
     except ValueError:
-        try:
-            return float(cell)
-        except ValueError:
-            return None
+        return float(cell)
 
 
 def _numeric(cells: list[object], value_kind: str | None, several: bool) -> bool:

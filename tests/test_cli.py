@@ -221,6 +221,21 @@ def test_a_number_column_with_a_bad_cell_is_an_error_or_skipped_and_counted(
     assert dict(SoftDict.load(store).items()) == {"apple": 10, "pear": 11, "plum": 3}
 
 
+@pytest.mark.parametrize("cell", ["1_000", "\u0661\u0662\u0663", "\uff11\uff12", "0x10"])
+def test_a_cell_python_would_read_as_a_number_but_a_table_does_not_is_no_number(
+    tmp_path: Path, cell: str
+) -> None:
+    """Numbers are read as tables write them (ASCII digits, sign, point, exponent): "1_000",
+    Arabic-Indic or fullwidth digits are no number, so in a number column they are an error
+    naming the cell, not quietly 1000, 123 or 12."""
+    content = f"name,price\napple,10\npear,11\nbanana,{cell}\nplum,3\n"
+    result, _ = build(tmp_path, content, check=False)
+    assert result.returncode == 1
+    assert f"line 4, column 'price': {cell!r} is not a number" in result.stderr
+    _, store = build(tmp_path, "name,price\napple,10\npear, 1e3 \nplum,-.5\n")
+    assert dict(SoftDict.load(store).items()) == {"apple": 10, "pear": 1000, "plum": -0.5}
+
+
 def test_a_mostly_text_column_stays_labels(tmp_path: Path) -> None:
     _, store = build(tmp_path, "name,kind\napple,fruit\npear,fruit\nchair,3\n", "--value", "kind")
     assert SoftDict.load(store)["chair"] == "3"  # a label that reads as a number stays text
