@@ -116,9 +116,7 @@ def _open(args: argparse.Namespace) -> Any:
 
 
 def _query_texts(args: argparse.Namespace) -> list[str]:
-    if (args.text is None) == (args.file is None):
-        raise InputError("give a query TEXT or --file FILE (one query per line), not both")
-    if args.text is not None:
+    if args.text is not None:  # main() made sure it is one or the other
         return [args.text]
     try:
         if args.file == "-":
@@ -386,6 +384,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if getattr(args, "top", 1) < 1:
         print("softdict: error: --top must be at least 1", file=sys.stderr)
+        return 2
+    if args.run is _query and (args.text is None) == (args.file is None):
+        message = "give a query TEXT or --file FILE (one query per line), one of the two"
+        print(f"softdict: error: {message}", file=sys.stderr)
         return 2
     try:
         return int(args.run(args))

@@ -311,7 +311,9 @@ def test_queries_from_a_file_or_stdin_give_one_result_per_line(
     plain = run("query", fruit_store, "--file", "-").stdout.splitlines()
     assert len(plain) == 2 and float(plain[0]) < float(plain[1])  # 5-ish, then 10-ish
     both = run("query", fruit_store, "apple", "--file", str(queries), check=False)
-    assert both.returncode == 1 and "not both" in both.stderr
+    assert both.returncode == 2 and "one of the two" in both.stderr  # a usage error
+    neither = run("query", fruit_store, check=False)
+    assert neither.returncode == 2 and "one of the two" in neither.stderr
 
 
 @pytest.mark.parametrize("separator", ["\f", "\x1c", "\x85", "\u2028", "\u2029"])
