@@ -37,10 +37,13 @@ def check_unicode(text: str, what: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
+        # A query is never saved, but no encoder can read it either.
+        after = "looking it up" if what.startswith("query") else "inserting it"
+        cannot = "be encoded" if what.startswith("query") else "be saved"
         raise InvalidValueError(
             f"{what} {text!r:.60} holds {text[exc.start]!r} at position {exc.start}, a lone "
-            f"surrogate that is not valid Unicode and cannot be saved; decode its source with "
-            f"errors='replace' (or fix the bytes) before inserting it"
+            f"surrogate that is not valid Unicode and cannot {cannot}; decode its source with "
+            f"errors='replace' (or fix the bytes) before {after}"
         ) from None
 
 
