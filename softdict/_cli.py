@@ -288,6 +288,17 @@ def _info(args: argparse.Namespace) -> int:
     print(f"spelling     lexical {config.lexical:g}, {combination}")
     total = sum(f.bytes for f in body.files.values()) + (folder / MANIFEST).stat().st_size
     print(f"files        {len(body.files) + 1}, {total:,} bytes")
+    # Sizes only (a load also checks every file's SHA-256): a store that cannot load is no "ok".
+    damaged = [
+        name
+        for name, listed in body.files.items()
+        if not (folder / name).is_file() or (folder / name).stat().st_size != listed.bytes
+    ]
+    if damaged:
+        raise InputError(
+            f"{folder}: {', '.join(damaged)} missing or not of the size the manifest lists; the "
+            f"store will not load: restore it from a copy, or build it again"
+        )
     return 0
 
 

@@ -55,7 +55,8 @@ class TableItems:
 def read_table(path: Path, fmt: str | None) -> Table:
     """The rows of ``path`` (format by ``fmt`` or the file's extension)."""
     if not path.is_file():
-        raise InputError(f"{path}: no such file")
+        what = "a folder, not a file" if path.is_dir() else "no such file"
+        raise InputError(f"{path}: {what}")
     fmt = fmt or FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise InputError(f"{path}: unknown format; name it .csv, .json or .jsonl, or pass --format")

@@ -162,6 +162,21 @@ def test_missing_files_and_stores(tmp_path: Path) -> None:
     assert result.returncode == 1 and "no such store" in result.stderr
     result = run("query", str(tmp_path), "x", check=False)
     assert result.returncode == 1 and "manifest.json is missing" in result.stderr
+    result = run("build", str(tmp_path), "--key", "k", "--value", "v", "-o", "s", check=False)
+    assert result.returncode == 1 and "a folder, not a file" in result.stderr
+
+
+def test_info_refuses_a_store_whose_files_are_missing_or_cut(tmp_path: Path) -> None:
+    """info reads the manifest, and checks that every file it lists is there at its size: a
+    store that would not load is an error (exit 1), not described as if whole."""
+    _, store = build(tmp_path, "name,price\napple,10\nbanana,5\n")
+    assert run("info", store).returncode == 0
+    keys = Path(store) / "keys.json"
+    keys.write_bytes(keys.read_bytes()[:-3])
+    result = run("info", store, check=False)
+    assert result.returncode == 1 and "keys.json missing or not of the size" in result.stderr
+    keys.unlink()
+    assert run("info", store, check=False).returncode == 1
 
 
 def test_usage_errors_exit_2() -> None:
