@@ -103,9 +103,18 @@ def _read_csv(path: Path, text: str) -> Table:
             if not record:
                 continue  # a blank line
             if len(record) != len(header):
+                # A row that ran on over several lines in a quoted cell and ended the file may
+                # be a quote left open; else a comma in a cell that should have been quoted.
+                unclosed = reader.line_num > start and any("\n" in cell for cell in record)
+                hint = (
+                    f"a quote opened in it may not be closed (the row ran on to line "
+                    f"{reader.line_num})"
+                    if unclosed
+                    else "a cell may hold an unquoted comma"
+                )
                 raise InputError(
                     f"{path}: line {start} has {len(record)} cells, the header "
-                    f"{len(header)}; a cell may hold an unquoted comma"
+                    f"{len(header)}; {hint}"
                 )
             rows.append(dict(zip(header, record)))
             lines.append(start)

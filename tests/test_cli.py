@@ -273,7 +273,12 @@ def test_repeated_keys_are_counted_and_resolved(tmp_path, option, kept, message)
 @pytest.mark.parametrize(
     ("content", "name", "message"),
     [
-        ("name,price\napple,10,3\nbanana,5\n", "t.csv", "line 2 has 3 cells, the header 2"),
+        ("name,price\napple,10,3\nbanana,5\n", "t.csv", "2 has 3 cells, the header 2; a cell may"),
+        (
+            'name,price\napple,10\n"banana,5\nplum,3\n',
+            "t.csv",
+            "line 3 has 1 cells, the header 2; a quote opened in it may not be closed",
+        ),
         ("name,price\napple,1\nba\x00nana,5\n", "t.csv", "line 3 holds a NUL byte"),
         ("name,price,name\napple,1,x\n", "t.csv", "the column name 'name' appears more than once"),
         ("name,price\n" + "a" * 200_000 + ",3\n", "t.csv", "line 2: field larger than field limit"),
@@ -284,7 +289,15 @@ def test_repeated_keys_are_counted_and_resolved(tmp_path, option, kept, message)
             "the JSON at line 2 nests too deeply",
         ),
     ],
-    ids=["ragged", "NUL", "repeated column", "cell over 128 KiB", "deep JSON", "deep JSON Lines"],
+    ids=[
+        "ragged",
+        "unclosed quote",
+        "NUL",
+        "repeated column",
+        "cell over 128 KiB",
+        "deep JSON",
+        "deep JSON Lines",
+    ],
 )
 def test_broken_tables_are_clear_errors_never_tracebacks(tmp_path, content, name, message) -> None:
     result, store = build(tmp_path, content, name=name, check=False)
