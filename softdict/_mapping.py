@@ -13,7 +13,7 @@ lock makes it thread-safe).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, MutableMapping, ValuesView
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -30,6 +30,7 @@ from softdict._similarity import Similarity
 from softdict._soft_lookup import SoftLookups
 from softdict._tuning import Tuning
 from softdict._types import NO_DEFAULT, Label, NoDefault, Value
+from softdict._views import LiveItems, LiveValues, same_items
 from softdict.encoders import EncoderIdentity
 from softdict.store import StoreState, copy_into, open_store
 
@@ -189,6 +190,23 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
     # Overridden: the mixin fetches the value, which copies a vector, only to test membership.
     def __contains__(self, key: object) -> bool:
         return key in self._store
+
+    # Overridden: the mixin's views fetch each value by its key, and raised KeyError for a key
+    # another thread deleted after the keys were listed; these skip it, as the keys do.
+    def items(self) -> ItemsView[str, Value]:
+        return LiveItems(self)
+
+    def values(self) -> ValuesView[Value]:
+        return LiveValues(self)
+
+    def __eq__(self, other: object) -> bool:
+        """As a dict compares: the same keys, each with an equal value (a vector equal as a
+        whole: the mixin compared its elements, and raised for a vector store)."""
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        return same_items(self, other)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a dict
 
     # Overridden: the mixin inserts one item at a time, which would call the encoder once per key
     # and could leave half a batch inserted. This encodes all new keys in batches and is atomic.

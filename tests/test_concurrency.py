@@ -97,3 +97,35 @@ def test_concurrent_inserts_of_different_kinds_into_an_empty_store() -> None:
         a.start(), b.start(), a.join(), b.join()
         assert sorted(outcomes) == ["ok", "refused"]
         assert len(sd) == 50 and len({type(sd[k]) for k in sd}) == 1
+
+
+def test_items_and_values_skip_keys_another_thread_deletes() -> None:
+    """items() and values() walk a snapshot of the keys, as iterating the store does, and skip
+    a key deleted since: the mixin's views fetched it and raised KeyError for a key the caller
+    never named. Every item seen is one the store held."""
+    sd = SoftDict({f"k{i}": float(i) for i in range(300)}, encoder=FakeEncoder())
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def delete() -> None:
+        for i in range(300):
+            sd.pop(f"k{i}", None)
+        done.set()
+
+    def read() -> None:
+        try:
+            while not done.is_set():
+                for key, value in sd.items():
+                    assert value == float(key[1:])
+                sum(sd.values())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for thread in readers:
+        thread.start()
+    delete()
+    for thread in readers:
+        thread.join()
+    assert not errors, errors[0]
+    assert list(sd.items()) == [] and list(sd.values()) == []

@@ -94,8 +94,9 @@ def test_mapping_methods_do_what_the_abcs_own_do(make_store, kind: str) -> None:
     method MutableMapping provides, whether SoftDict inherits it or overrides it (``update``,
     which encodes in batches, ``pop``, ``clear``, ``in``), returns, raises and leaves
     the store as collections.abc's own implementation, built on the five abstract methods
-    alone, does on an equal store. ``popitem`` is the one that differs on purpose: it removes
-    the newest item, as ``dict.popitem`` does (the ABC removes the first)."""
+    alone, does on an equal store. Two differ on purpose: ``popitem`` removes the newest item,
+    as ``dict.popitem`` does (the ABC removes the first), and ``==`` compares a vector value
+    as a whole (the ABC compares its elements and raises: ``test_vector_stores_compare``)."""
     items = list(zip(KEYS, VALUE_SAMPLES[kind]))
     (k0, v0), (k1, _), (k2, v2), _, (_, v4) = items
     calls: list[tuple[str, tuple[object, ...]]] = [
@@ -121,6 +122,8 @@ def test_mapping_methods_do_what_the_abcs_own_do(make_store, kind: str) -> None:
         ("clear", ()),
     ]
     for name, args in calls:
+        if kind == "vector" and name in ("__eq__", "__ne__"):
+            continue
         ours, reference = (
             make_store(items, value_kind=VALUE_KIND_OPTION.get(kind)),
             make_store(items, value_kind=VALUE_KIND_OPTION.get(kind)),
@@ -215,6 +218,19 @@ def test_equals_a_dict_with_the_same_items(make_store) -> None:
     sd = make_store({"apple": 1, "chair": 2.5})
     assert sd == {"apple": 1, "chair": 2.5}
     assert sd != {"apple": 1}
+
+
+def test_vector_stores_compare(make_store) -> None:
+    """A vector store equals a mapping with the same keys and equal vectors (compared whole),
+    itself and its copy included, where the Mapping mixin raised (an array's truth value)."""
+    sd = make_store({"apple": [1.0, 2.0], "chair": [3.0, 4.0]})
+    assert sd == sd and sd == sd.copy()
+    assert not sd.__ne__(sd.copy())  # != answers too, not only ==
+    assert sd == {"apple": [1.0, 2.0], "chair": np.array([3.0, 4.0])}
+    assert sd != {"apple": [1.0, 2.0], "chair": [3.0, 5.0]}
+    assert sd != {"apple": [1.0, 2.0], "chair": [3.0, 4.0, 0.0]}  # another length
+    assert sd != {"apple": [1.0, 2.0], "table": [3.0, 4.0]}
+    assert sd != make_store({"apple": 1.0, "chair": 2.0}) and sd != [("apple", [1.0, 2.0])]
 
 
 def test_deleted_keys_never_contribute_and_survive_compaction(store, items) -> None:

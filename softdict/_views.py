@@ -1,0 +1,62 @@
+"""The views of ``SoftDict``'s exact mapping, and its equality, as a dict's but safe under
+threads: ``items()`` and ``values()`` walk a snapshot of the keys (as iterating a SoftDict does)
+and skip a key another thread deleted since, where the ``Mapping`` mixin's views fetched it
+and raised ``KeyError``; equality compares a vector value as a whole, where the mixin compared
+its elements and raised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import ItemsView, Iterator, Mapping, ValuesView
+from typing import TypeVar
+
+import numpy as np
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+__all__ = ["LiveItems", "LiveValues", "same_items"]
+
+
+class LiveItems(ItemsView[K, V]):
+    """``SoftDict.items()``: the items of a snapshot of the keys, those deleted since skipped."""
+
+    def __init__(self, mapping: Mapping[K, V]) -> None:
+        super().__init__(mapping)
+        self._of = mapping
+
+    def __iter__(self) -> Iterator[tuple[K, V]]:
+        for key in self._of:
+            try:
+                value = self._of[key]
+            except KeyError:  # deleted by another thread since the keys were listed
+                continue
+            yield key, value
+
+
+class LiveValues(ValuesView[V]):
+    """``SoftDict.values()``: as ``LiveItems``, the values alone."""
+
+    def __init__(self, mapping: Mapping[K, V]) -> None:
+        super().__init__(mapping)
+        self._of: Mapping[K, V] = mapping
+
+    def __iter__(self) -> Iterator[V]:
+        for _, value in LiveItems(self._of):
+            yield value
+
+
+def same_items(mine: Mapping[str, object], other: Mapping[object, object]) -> bool:
+    """Whether two mappings hold the same keys, each with an equal value (arrays equal whole)."""
+    if len(mine) != len(other):
+        return False
+    for key, value in LiveItems(mine):
+        if key not in other:
+            return False
+        theirs = other[key]
+        if isinstance(value, np.ndarray) or isinstance(theirs, np.ndarray):
+            if not np.array_equal(np.asarray(value), np.asarray(theirs)):
+                return False
+        elif value != theirs:
+            return False
+    return True
