@@ -6,12 +6,11 @@ or changed.
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from softdict._errors import ConfigError, InvalidValueError, KeyTypeError, ValueShapeError
+from softdict._config import check_number
+from softdict._errors import InvalidValueError, KeyTypeError, ValueShapeError
 
 __all__ = ["check_key", "check_min_score", "check_unicode", "query_texts", "update_items"]
 
@@ -70,8 +69,15 @@ def update_items(other: Any, kwargs: Mapping[str, object]) -> dict[str, object]:
         # dict.update's protocol: any object with .keys() is read as a mapping.
         pairs = [(key, other[key]) for key in other.keys()]  # noqa: SIM118
     else:
+        try:
+            items_of = iter(other)
+        except TypeError:
+            raise KeyTypeError(
+                f"update() takes a mapping or an iterable of (key, value) pairs, got "
+                f"{type(other).__name__}"
+            ) from None
         pairs = []
-        for i, item in enumerate(other):
+        for i, item in enumerate(items_of):
             # As dict.update: any iterable of two things is a pair; anything else is an error
             # of the kind dict raises (TypeError for no sequence, ValueError for a wrong length).
             try:
@@ -95,7 +101,5 @@ def update_items(other: Any, kwargs: Mapping[str, object]) -> dict[str, object]:
 
 
 def check_min_score(min_score: object) -> None:
-    if min_score is not None and not (
-        isinstance(min_score, numbers.Real) and math.isfinite(min_score)
-    ):
-        raise ConfigError(f"min_score must be a finite number or None, got {min_score!r}")
+    if min_score is not None:
+        check_number("min_score", min_score, "a finite number or None", lambda _: True)

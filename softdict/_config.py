@@ -136,7 +136,15 @@ def check_number(
     if (
         not isinstance(value, kind)
         or isinstance(value, bool)
-        or not math.isfinite(value)
+        or not _representable(value)
         or not valid(value)
     ):
-        raise ConfigError(f"{name} must be {expected}, got {value!r}")
+        raise ConfigError(f"{name} must be {expected}, got {value!r:.80}")
+
+
+def _representable(value: Any) -> bool:
+    """Whether a number is finite as a float64 (10**400 is an int no float holds)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False

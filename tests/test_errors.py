@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -268,6 +269,28 @@ def test_text_keys_after_embeddings_of_another_dimension_are_refused() -> None:
     with pytest.raises(ValueShapeError, match="3-dim"):
         sd.lookup("apple")
     assert list(sd) == ["a"]
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda sd: sd.__setitem__("pear", Fraction(10**400, 3)), InvalidValueError),
+        (lambda sd: sd.lookup("apple", min_score=10**400), ConfigError),
+        (lambda sd: sd.lookup(["apple"], min_score=1.0, default=10**400), ValueShapeError),
+        (lambda sd: sd.update(5), KeyTypeError),
+        (lambda sd: sd.update(None), KeyTypeError),
+    ],
+    ids=["huge fraction", "huge min_score", "huge default", "update(5)", "update(None)"],
+)
+def test_numbers_beyond_float64_and_non_iterables_get_softdict_errors(call, error) -> None:
+    """A number no float64 holds (10**400) and an update argument that is no mapping nor
+    iterable get softdict errors that say so, where OverflowError and TypeError escaped; the
+    store is unchanged."""
+    sd = SoftDict({"apple": 1.0, "chair": 2.0}, encoder=FakeEncoder())
+    before = snapshot(sd)
+    with pytest.raises(error):
+        call(sd)
+    assert_unchanged(sd, before)
 
 
 @pytest.mark.parametrize("bad", ["bad\udce9", "\ud800", "fine then \udfff"])

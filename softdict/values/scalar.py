@@ -16,6 +16,7 @@ from softdict.values.base import (
     LossKind,
     ValueColumn,
     batch_default_error,
+    describe_value,
     gather_blend,
     is_number,
 )
@@ -54,6 +55,11 @@ class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
                     f"value for key {key!r} is the integer {value}, beyond 2**53, which a float64 "
                     f"blend cannot hold exactly; store it as a float or as a categorical label"
                 )
+            if not _fits_a_float(value):  # a Fraction or an integral beyond float64's range
+                raise InvalidValueError(
+                    f"value for key {key!r} is {describe_value(value)}, beyond the largest float64 "
+                    f"(about 1.8e308); store a smaller number, or the number as a label"
+                )
             number = float(value)  # type: ignore[arg-type]
             if not math.isfinite(number):
                 raise InvalidValueError(
@@ -87,7 +93,7 @@ class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
         return float(blended[i])  # type: ignore[arg-type]
 
     def check_batch_default(self, default: object) -> None:
-        if not is_number(default):
+        if not is_number(default) or not _fits_a_float(default):
             raise batch_default_error("a number (float('nan') marks a miss)", default)
 
     def calibration_values(self, slots: np.ndarray) -> np.ndarray:
@@ -112,3 +118,12 @@ class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
         column = cls()
         column.append((values, was_int))
         return column
+
+
+def _fits_a_float(number: object) -> bool:
+    """Whether a number converts to a float64 (10**400 does not: OverflowError)."""
+    try:
+        float(number)  # type: ignore[arg-type]
+    except OverflowError:
+        return False
+    return True
