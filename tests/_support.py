@@ -147,15 +147,12 @@ def naive_spelling(query: str, key: str, accents: bool = False) -> float:
 def library_measures(query: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
     """The spelling similarity of ``query`` with each key from the library's own columns, as
     rule-4 reads it (accents) and on the forms alone (rule-3)."""
-    from softdict.spelling import spelling_form
     from softdict.spelling.prepared import PreparedKeys, accented_columns
     from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
-    from softdict.spelling.text import SpellingQueries, accented_form
+    from softdict.spelling.text import SpellingQueries, spelled
 
-    forms = [spelling_form(key) for key in keys]
-    prepared = PreparedKeys.of_forms(
-        forms, None, [accented_form(key, form) for key, form in zip(keys, forms)]
-    )
+    prepared = PreparedKeys.of_spelled([spelled(key) for key in keys])
+    forms = prepared.forms
     columns = KeyForms(
         object_column(forms), object_column(prepared.sorted_forms), None, accented_columns(prepared)
     )

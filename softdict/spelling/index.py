@@ -38,7 +38,7 @@ from softdict.spelling.ngrams import NgramCandidates
 from softdict.spelling.prepared import PreparedKeys, accented_columns
 from softdict.spelling.reach import best_by_gain, reach
 from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
-from softdict.spelling.text import SpellingQueries, accented_form, spelling_form
+from softdict.spelling.text import SpellingQueries, spelled
 
 __all__ = ["CANDIDATE_POOL", "SpellingIndex", "no_candidates"]
 
@@ -83,10 +83,10 @@ class SpellingIndex:
     def prepare(self, keys: list[str]) -> PreparedKeys:
         """The forms (and, where the postings exist, the 3-grams) of new ``keys``: the slow part
         of adding them, which changes nothing, so a store does it before its commit."""
-        forms = [spelling_form(key) for key in keys]
+        pairs = [spelled(key) for key in keys]
+        forms = [form for form, _ in pairs]
         grams = self._ngrams.grams(forms) if self._ngrams is not None else None
-        accented = [accented_form(key, form) for key, form in zip(keys, forms)]
-        return PreparedKeys.of_forms(forms, grams, accented)
+        return PreparedKeys.of_forms(forms, grams, [kept for _, kept in pairs])
 
     def add(self, ids: np.ndarray, keys: PreparedKeys | list[str]) -> None:
         """New keys under ``ids`` (increasing, larger than any held): quick appends when

@@ -109,7 +109,7 @@ def spelling_similarity(queries: SpellingQueries, keys: KeyForms) -> np.ndarray:
         accented = _similarity(
             scores, [kept[i] for i in picked], [kept_sorted[i] for i in picked], keys.compared()
         )
-        similarity[rows] = (similarity[rows] + accented) / 2
+        similarity[rows] = _read_accents(similarity[rows], accented)
     return similarity
 
 
@@ -157,8 +157,14 @@ def paired_similarity(queries: QueryColumns, rows: np.ndarray, keys: KeyForms) -
         accented = _similarity(
             scores, queries.kept[picked], queries.kept_sorted[picked], keys.subset(at).compared()
         )
-        similarity[at] = (similarity[at] + accented) / 2
+        similarity[at] = _read_accents(similarity[at], accented)
     return similarity
+
+
+def _read_accents(on_forms: np.ndarray, on_accented: np.ndarray) -> np.ndarray:
+    """The similarity of a query that bore accents, from the measure on the forms and on the
+    accented forms: their mean (module docstring), at most the first."""
+    return (on_forms + on_accented) / 2
 
 
 def _similarity(

@@ -32,6 +32,7 @@ __all__ = [
     "accented_form",
     "common_words",
     "sorted_like",
+    "spelled",
     "spelling_form",
     "token_sorted",
     "unknown_share",
@@ -61,6 +62,12 @@ def spelling_form(text: str) -> str:
 
 # A key's spelling form and its accented form (``accented_form``), as a store keeps them.
 Spelled = tuple[str, str]
+
+
+def spelled(text: str) -> Spelled:
+    """``text``'s spelling form and accented form (the same object where it bore no accent)."""
+    form = spelling_form(text)
+    return form, accented_form(text, form)
 
 
 def accented_form(text: str, form: str | None = None) -> str:

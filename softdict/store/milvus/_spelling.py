@@ -29,7 +29,7 @@ from softdict.spelling.bounded import BoundedBatch
 from softdict.spelling.combination import QueryTerms
 from softdict.spelling.index import CANDIDATE_POOL, SpellingIndex, no_candidates
 from softdict.spelling.prepared import PreparedKeys
-from softdict.spelling.text import Spelled, SpellingQueries, accented_form, spelling_form
+from softdict.spelling.text import Spelled, SpellingQueries, spelled
 from softdict.store.milvus._collection import KeyRows
 from softdict.store.milvus._grams import mark_vector, neighbour_vector, query_vectors
 from softdict.store.milvus.backend import changed_during_lookup
@@ -93,13 +93,12 @@ class FormCache:
         """The forms of the key ``id_`` (``text``), spelled unless they were, kept as most
         recent."""
         if id_ in self._spelled:
-            spelled = self._kept[id_]
+            forms = self._kept[id_]
         else:
-            form = spelling_form(text)
-            spelled = self._kept[id_] = (form, accented_form(text, form))
+            forms = self._kept[id_] = spelled(text)
             self._spelled.add(id_)
         self._kept.move_to_end(id_)
-        return spelled
+        return forms
 
     def _evict(self) -> None:
         while len(self._kept) > self._limit:
