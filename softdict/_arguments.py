@@ -9,10 +9,30 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from softdict._config import check_number
 from softdict._errors import InvalidValueError, KeyTypeError, ValueShapeError
 
-__all__ = ["check_key", "check_min_score", "check_unicode", "query_texts", "update_items"]
+__all__ = [
+    "check_key",
+    "check_min_score",
+    "check_unicode",
+    "embedding_array",
+    "query_texts",
+    "update_items",
+]
+
+# What numpy would cast to float32 but is no embedding, by dtype kind, and what to do instead:
+# a cast drops a complex number's imaginary part and a time's unit without a word.
+_NOT_REAL = {
+    "c": "complex numbers, whose imaginary part a cast would drop: pass .real if that is meant",
+    "m": "durations: convert them to floats, such as seconds",
+    "M": "times: convert them to floats, such as seconds since the epoch",
+    "U": "text",
+    "S": "bytes",
+    "V": "structured records",
+}
 
 
 def check_key(key: object, position: str = "", what: str = "key") -> str:
@@ -103,3 +123,20 @@ def update_items(other: Any, kwargs: Mapping[str, object]) -> dict[str, object]:
 def check_min_score(min_score: object) -> None:
     if min_score is not None:
         check_number("min_score", min_score, "a finite number or None", lambda _: True)
+
+
+def embedding_array(embeddings: object, what: str) -> np.ndarray:
+    """``embeddings`` as a float32 array of any shape, or ValueShapeError where they are not real
+    numbers in one array (text, a ragged list, complex numbers, times); ``what`` names them."""
+    expected = "embeddings are real numbers in one array: (n, d), each row of the same length d"
+    try:
+        array = np.asarray(embeddings)
+        if array.dtype.kind == "O":  # Python objects: numbers (Decimal, Fraction) convert
+            array = array.astype(np.float32)
+    except (TypeError, ValueError) as exc:  # a ragged list, or objects that are no numbers
+        raise ValueShapeError(f"{what} cannot be read as numbers ({exc}); {expected}") from None
+    if array.dtype.kind in _NOT_REAL:
+        raise ValueShapeError(
+            f"{what} have dtype {array.dtype} ({_NOT_REAL[array.dtype.kind]}); {expected}"
+        )
+    return array.astype(np.float32, copy=False)

@@ -9,7 +9,8 @@ written for plain dicts and arrays keeps working (``except KeyError`` catches a 
     ├── EmptyStoreError       (LookupError)  a soft lookup on a store with no keys
     ├── KeyTypeError          (TypeError)    a key that is not a ``str``
     ├── ValueKindError        (TypeError)    a value of another kind than the store holds
-    ├── ValueShapeError       (ValueError)   a vector or embedding of the wrong shape
+    ├── ValueShapeError       (ValueError)   a vector or embedding of the wrong shape, or
+    │                                        embeddings that are not an array of real numbers
     ├── InvalidValueError     (ValueError)   NaN, infinity, a number too large to keep exactly, or
     │                                        text that is not valid Unicode (a lone surrogate)
     ├── ConfigError           (ValueError)   a bad option: temperature <= 0, unknown similarity, ...
@@ -74,7 +75,8 @@ class ValueKindError(SoftDictError, TypeError):
 
 
 class ValueShapeError(SoftDictError, ValueError):
-    """A vector value, embedding or query batch has the wrong shape."""
+    """A vector value, embedding or query batch has the wrong shape, or embeddings are not an
+    array of real numbers (text, a ragged list, complex numbers, times)."""
 
 
 class InvalidValueError(SoftDictError, ValueError):

@@ -403,7 +403,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             values: n values.
 
         Raises:
-            ValueShapeError: lengths differ, or the embeddings have the wrong shape.
+            ValueShapeError: lengths differ, or the embeddings have the wrong shape or are not
+                real numbers (text, a ragged list, complex numbers, times).
             InvalidValueError: an embedding or value is NaN or infinite.
         """
         checked_keys = [check_key(key, f" (item #{i})") for i, key in enumerate(keys)]

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from softdict import _lookup
-from softdict._arguments import check_min_score, query_texts
+from softdict._arguments import check_min_score, embedding_array, query_texts
 from softdict._config import check_number
 from softdict._errors import EmptyStoreError
 from softdict._facade import Facade
@@ -191,7 +191,7 @@ class SoftLookups(Facade):
             yield embeddings
 
     def _query_array(self, queries: npt.ArrayLike) -> tuple[np.ndarray, bool]:
-        array = np.asarray(queries, dtype=np.float32)
+        array = embedding_array(queries, "query embeddings")
         single = array.ndim == 1
         return (array[None, :] if single else array), single
 

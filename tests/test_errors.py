@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import math
 from fractions import Fraction
 
@@ -259,6 +260,100 @@ def test_add_embeddings_errors(scalar_store: SoftDict) -> None:
     with pytest.raises(InvalidValueError):
         scalar_store.add_embeddings(["pear"], np.zeros((1, FAKE_DIM)), [math.inf])
     assert_unchanged(scalar_store, before)
+
+
+@pytest.mark.parametrize(
+    ("embeddings", "message"),
+    [
+        ("fruit", r"dtype <U5 \(text\)"),
+        ([["a"] * FAKE_DIM], r"dtype <U1 \(text\)"),
+        ([[0.0] * FAKE_DIM, [0.0] * (FAKE_DIM - 1)], "cannot be read as numbers"),
+        ([{"a": 1.0}], "cannot be read as numbers"),
+        (np.full((1, FAKE_DIM), 1 + 1j), "complex128 .*imaginary part"),
+        (np.ones((1, FAKE_DIM), dtype="m8[s]"), "timedelta64.*durations"),
+        (np.ones((1, FAKE_DIM), dtype="M8[s]"), "datetime64.*times"),
+    ],
+    ids=["str", "text", "ragged", "dicts", "complex", "timedelta64", "datetime64"],
+)
+def test_embeddings_that_are_not_real_numbers_are_refused(
+    scalar_store: SoftDict, embeddings: object, message: str
+) -> None:
+    """Text, a ragged list or objects are no embeddings: a ValueShapeError saying what an
+    embedding is, where numpy's ValueError or TypeError escaped; complex numbers and times,
+    which numpy casts (dropping the imaginary part or the unit), are refused the same way."""
+    before = snapshot(scalar_store)
+    expected = f"{message}.*real numbers in one array: \\(n, d\\)"
+    with pytest.raises(ValueShapeError, match=f"^embeddings .*{expected}"):
+        scalar_store.add_embeddings(["pear"], embeddings, [1.0])  # type: ignore[arg-type]
+    with pytest.raises(ValueShapeError, match=f"^query embeddings .*{expected}"):
+        scalar_store.lookup_embeddings(embeddings)  # type: ignore[arg-type]
+    with pytest.raises(ValueShapeError, match=f"^query embeddings .*{expected}"):
+        scalar_store.attend_embeddings(embeddings)  # type: ignore[arg-type]
+    assert_unchanged(scalar_store, before)
+
+
+# What each refusal of a complex number or a time says to do instead.
+IMAGINARY, SECONDS, NOT_NUMBERS = "imaginary part", "float of seconds", "times are not numbers"
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (1 + 2j, IMAGINARY),
+        (np.complex128(1 + 2j), IMAGINARY),
+        (np.timedelta64(5, "s"), SECONDS),
+        (datetime.timedelta(seconds=5), SECONDS),
+        (np.datetime64("2020-01-01"), NOT_NUMBERS),
+    ],
+    ids=["complex", "complex128", "timedelta64", "timedelta", "datetime64"],
+)
+def test_complex_numbers_and_times_are_no_scalar_values(
+    scalar_store: SoftDict, bad: object, message: str
+) -> None:
+    """numpy counts a timedelta64 as an integer (a raw TypeError escaped from the scalar
+    column); complex numbers and times are refused with what to do instead, as a value, as a
+    store's first value and as a batch default."""
+    before = snapshot(scalar_store)
+    with pytest.raises(ValueKindError, match=message):
+        scalar_store["pear"] = bad
+    with pytest.raises(ValueShapeError, match="default must be a number"):
+        scalar_store.lookup(["apple", "chair"], min_score=2.0, default=bad)
+    assert_unchanged(scalar_store, before)
+    empty = SoftDict(encoder=FakeEncoder())
+    with pytest.raises(ValueKindError, match=message):
+        empty["pear"] = bad
+    assert len(empty) == 0 and empty.value_kind is None
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (np.array([1 + 2j, 3]), IMAGINARY),
+        ([1 + 2j, 3.0], IMAGINARY),
+        (np.array([1, 2], dtype="m8[s]"), SECONDS),
+        ([np.timedelta64(1, "s"), np.timedelta64(2, "s")], SECONDS),
+        (np.array(["2020-01-01", "2021-01-01"], dtype="M8[D]"), NOT_NUMBERS),
+    ],
+    ids=["complex array", "complex list", "timedelta64 array", "timedelta64 list", "datetime64"],
+)
+def test_complex_and_time_vectors_are_refused_not_cast(bad: object, message: str) -> None:
+    """A complex array was cast to its real part and a timedelta64 array to its count of units,
+    without a word: both are refused with what to do instead, as a value, as a store's first
+    value (with and without value_kind="vector") and as a batch default."""
+    sd = SoftDict({"apple": [1.0, 2.0], "chair": [0.0, 1.0]}, encoder=FakeEncoder())
+    before = snapshot(sd)
+    with pytest.raises(ValueKindError, match=message):
+        sd["pear"] = bad
+    with pytest.raises(ValueKindError, match=message):
+        sd.add_embeddings(["pear"], np.ones((1, FAKE_DIM)), [bad])
+    with pytest.raises(ValueShapeError, match="default must be a vector of length 2"):
+        sd.lookup(["apple", "chair"], min_score=2.0, default=bad)
+    assert_unchanged(sd, before)
+    for kind in (None, "vector"):
+        empty = SoftDict(encoder=FakeEncoder(), value_kind=kind)
+        with pytest.raises(ValueKindError, match=message):
+            empty["pear"] = bad
+        assert len(empty) == 0
 
 
 def test_text_keys_after_embeddings_of_another_dimension_are_refused() -> None:

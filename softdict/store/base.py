@@ -26,14 +26,21 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from softdict._arguments import embedding_array
 from softdict._config import SoftDictConfig
-from softdict._errors import EmptyStoreError, InvalidValueError, KeyTypeError, ValueShapeError
+from softdict._errors import (
+    EmptyStoreError,
+    InvalidValueError,
+    KeyTypeError,
+    ValueKindError,
+    ValueShapeError,
+)
 from softdict._files import StoreFiles
 from softdict._types import Mask, Value
 from softdict.encoders.base import EncoderIdentity
 from softdict.index.base import Allow, IndexBackend, require_vectors
 from softdict.spelling import SpellingSource
-from softdict.values.base import ValueColumn
+from softdict.values.base import ValueColumn, describe_value, number_hint
 from softdict.values.registry import infer_column_class
 
 __all__ = [
@@ -349,7 +356,7 @@ def checked_embeddings(embeddings: Any, dim: int | None, what: str) -> np.ndarra
     """``embeddings`` as float32 (n, d) for a store of ``dim``-dim keys (None: any d >= 1), or
     ValueShapeError (another dimension) or InvalidValueError (NaN, infinity); ``what`` names them
     in the message."""
-    array = np.asarray(embeddings, dtype=np.float32)
+    array = embedding_array(embeddings, what)
     if array.ndim != 2 or (dim is not None and array.shape[1] != dim) or array.shape[1] == 0:
         expected = f"(n, {dim})" if dim is not None else "(n, d) with d >= 1"
         advice = (
@@ -398,6 +405,12 @@ def write_column(
         return column
     first_key, first_value = next(iter(items.items()))
     kind = fixed_kind or infer_column_class(first_value)
+    # No kind took it: say what to do with a complex number or a time (not "no JSON label").
+    if fixed_kind is None and not kind.accepts(first_value) and number_hint(first_value):
+        raise ValueKindError(
+            f"value for key {first_key!r} is {describe_value(first_value)}; "
+            f"{number_hint(first_value)}"
+        )
     return kind.for_first_value(first_key, first_value)
 
 

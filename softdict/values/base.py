@@ -8,6 +8,7 @@ slot ``s``. Inserting is two steps, ``stage`` (validate everything, may raise) t
 
 from __future__ import annotations
 
+import datetime
 import numbers
 import reprlib
 from abc import ABC, abstractmethod
@@ -29,6 +30,8 @@ __all__ = [
     "batch_default_error",
     "describe_value",
     "is_number",
+    "number_hint",
+    "real_dtype",
 ]
 
 
@@ -40,10 +43,49 @@ class LossKind(str, Enum):
 
 
 def is_number(value: object) -> bool:
-    """An int or float (numpy's too), not a bool."""
+    """An int or float (numpy's too), not a bool nor a timedelta64."""
     if type(value) in (float, int):  # the common case, without the ABC's isinstance (4x slower)
         return True
-    return isinstance(value, numbers.Real) and not isinstance(value, (bool, np.bool_))
+    # numpy registers timedelta64 as an integer, but float() of one drops its unit.
+    excluded = (bool, np.bool_, np.timedelta64)
+    return isinstance(value, numbers.Real) and not isinstance(value, excluded)
+
+
+def real_dtype(dtype: np.dtype[Any]) -> bool:
+    """Whether an array of ``dtype`` holds numbers as ``is_number`` counts them: integers and
+    floats, not bools, complex numbers or timedelta64 (``np.number`` counts the last two)."""
+    return dtype.kind in "iuf"
+
+
+# What to do with a value numpy would cast to a float while dropping part of it, by the kind of
+# dtype (numpy's letters) it has or would have.
+_NUMBER_HINTS = {
+    "c": "complex numbers are not stored (a cast to float would drop the imaginary part): "
+    "store the real and imaginary parts as a vector, or abs(value)",
+    "m": "durations are not stored as numbers (a cast would drop their unit): convert it to a "
+    "float of seconds (value / np.timedelta64(1, 's'), or value.total_seconds())",
+    "M": "dates and times are not numbers: convert it to a float (such as seconds since the "
+    "epoch), or store it as a label (a str)",
+}
+
+
+def number_hint(value: object) -> str:
+    """What to do instead with a complex number, a duration or a time (or a list or array that
+    holds one), which are not stored as numbers; "" for any other value."""
+    for item in value if isinstance(value, (list, tuple)) else (value,):
+        if isinstance(item, (np.ndarray, np.generic)):
+            kind = item.dtype.kind
+        elif isinstance(item, numbers.Complex) and not isinstance(item, numbers.Real):
+            kind = "c"
+        elif isinstance(item, datetime.timedelta):
+            kind = "m"
+        elif isinstance(item, (datetime.date, datetime.time)):
+            kind = "M"
+        else:
+            continue
+        if kind in _NUMBER_HINTS:
+            return _NUMBER_HINTS[kind]
+    return ""
 
 
 def describe_value(value: object) -> str:
@@ -144,10 +186,10 @@ class ValueColumn(ABC, Generic[Staged]):
         """A column of ``n`` slots from ``dump``'s files; StoreFormatError if they do not fit."""
 
     def kind_error(self, key: str, value: object) -> ValueKindError:
+        advice = number_hint(value) or "store different kinds of value in separate SoftDicts"
         return ValueKindError(
             f"value for key {key!r} is {describe_value(value)}, but this store holds "
-            f"{self.describe()} values (fixed by its first insert); store different kinds of "
-            f"value in separate SoftDicts"
+            f"{self.describe()} values (fixed by its first insert); {advice}"
         )
 
 

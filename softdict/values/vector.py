@@ -23,6 +23,8 @@ from softdict.values.base import (
     batch_default_error,
     describe_value,
     is_number,
+    number_hint,
+    real_dtype,
 )
 
 __all__ = ["VectorColumn"]
@@ -30,7 +32,7 @@ __all__ = ["VectorColumn"]
 
 def is_numeric_sequence(value: object) -> bool:
     if isinstance(value, np.ndarray):
-        return value.ndim == 1 and value.size > 0 and np.issubdtype(value.dtype, np.number)
+        return value.ndim == 1 and value.size > 0 and real_dtype(value.dtype)
     if isinstance(value, (list, tuple)):
         return len(value) > 0 and all(is_number(item) for item in value)
     return False
@@ -51,9 +53,11 @@ class VectorColumn(ValueColumn[np.ndarray]):
     @classmethod
     def for_first_value(cls, key: str, value: object) -> VectorColumn:
         if not is_numeric_sequence(value):
+            hint = number_hint(value)
             raise ValueKindError(
                 f"value for key {key!r} is {describe_value(value)}, but this store was created "
                 f"with value_kind='vector'; give a non-empty 1-D sequence of numbers"
+                + (f" ({hint})" if hint else "")
             )
         return cls(len(value))  # type: ignore[arg-type]
 
@@ -70,7 +74,7 @@ class VectorColumn(ValueColumn[np.ndarray]):
         staged = np.empty((len(values), self.length), dtype=np.float64)
         for i, (key, value) in enumerate(zip(keys, values)):
             # A numeric array of the wrong shape is a shape error, not a kind error.
-            numeric_array = isinstance(value, np.ndarray) and np.issubdtype(value.dtype, np.number)
+            numeric_array = isinstance(value, np.ndarray) and real_dtype(value.dtype)
             if not (numeric_array or is_numeric_sequence(value)):
                 raise self.kind_error(key, value)
             try:
@@ -133,9 +137,7 @@ class VectorColumn(ValueColumn[np.ndarray]):
 
     def check_batch_default(self, default: object) -> None:
         value: Any = default  # anything: numpy says what shape and type it has
-        fits = np.shape(value) == (self.length,) and np.issubdtype(
-            np.asarray(value).dtype, np.number
-        )
+        fits = np.shape(value) == (self.length,) and real_dtype(np.asarray(value).dtype)
         if not fits:
             raise batch_default_error(f"a vector of length {self.length}", default)
 
