@@ -55,10 +55,29 @@ def _label_mass(weights: np.ndarray, values: list[object]) -> dict[str, float]:
     return mass
 
 
+def naive_tie_order(label: object) -> tuple[int, object, str]:
+    """Where ``label`` goes among labels of equal weight, as docs/values.md says: numbers by
+    value, then strings in code-point order, then any other label by its JSON text."""
+    text = json.dumps(label, sort_keys=True, ensure_ascii=False)
+    if isinstance(label, (int, float)) and not isinstance(label, bool):
+        return (0, label, text)
+    if isinstance(label, str):
+        return (1, label, text)
+    return (2, text, text)
+
+
+def naive_label_order(mass: dict[str, float]) -> list[object]:
+    """Labels (given by JSON text) most weight first, equal weights in the tie order."""
+    return sorted(
+        (json.loads(text) for text in mass),
+        key=lambda label: (-mass[json.dumps(label, sort_keys=True)], naive_tie_order(label)),
+    )
+
+
 def naive_blend(kind: str, weights: np.ndarray, values: list[object]) -> object:
     """What each kind's documentation says one query's blend is, pair by pair in plain Python:
-    Σ w_i v_i for numbers and vectors, the label with the largest summed weight (the first
-    inserted on a tie) for labels, and the weight on True for the boolean plug-in."""
+    Σ w_i v_i for numbers and vectors, the label with the largest summed weight (the first in
+    the tie order on a tie) for labels, and the weight on True for the boolean plug-in."""
     if kind == "scalar":
         return sum(float(w) * float(v) for w, v in zip(weights, values))  # type: ignore[arg-type]
     if kind == "vector":
@@ -67,8 +86,7 @@ def naive_blend(kind: str, weights: np.ndarray, values: list[object]) -> object:
             total += float(w) * np.array(v, dtype=float)
         return total
     if kind == "categorical":
-        mass = _label_mass(weights, values)
-        return json.loads(max(mass, key=lambda text: mass[text]))  # max keeps the first on ties
+        return naive_label_order(_label_mass(weights, values))[0]
     assert kind == "boolean"
     return sum(float(w) for w, v in zip(weights, values) if v is True)
 
@@ -290,6 +308,10 @@ BAD_VALUES: dict[str, list[tuple[object, type[SoftDictError]]]] = {
         (object(), ValueKindError),
         (float("nan"), ValueKindError),
         ({"tags": {1, 2}}, ValueKindError),
+        # JSON would turn these dict keys into strings: the label would not come back as given.
+        ({1: "a"}, ValueKindError),
+        ({"outer": [{"x": {None: 2}}]}, ValueKindError),
+        ((True, {2.5: "b"}), ValueKindError),
     ],
     "boolean": [(1, ValueKindError), ("true", ValueKindError), (None, ValueKindError)],
 }
@@ -333,3 +355,113 @@ def test_vectors_read_back_as_lists_are_staged_at_once_with_the_same_checks() ->
     ]:
         with pytest.raises(error, match="'bad'"):
             column.stage([[1.0, 2.0, 3.0], bad], ["good", "bad"])
+
+
+# -- labels: the table holds only labels some key holds, and ties depend on nothing else ---------
+
+
+def test_a_dict_label_with_keys_json_would_change_is_refused_with_what_to_do(
+    fake_encoder,
+) -> None:
+    """JSON keeps only string keys: {1: "a"} would come back as {"1": "a"}, so it is refused,
+    as a store's first value too, and nothing is stored."""
+    sd = SoftDict(encoder=fake_encoder)
+    with pytest.raises(ValueKindError, match=r"'k'.*\b1\b.*string keys"):
+        sd["k"] = {1: "a"}
+    assert len(sd) == 0 and sd.value_kind is None
+    sd["k"] = {"1": "a"}  # the label it would have become, given as such, is kept as it is
+    assert sd["k"] == {"1": "a"}
+    with pytest.raises(ValueKindError, match="string keys"):
+        sd.update({"j": "fine", "k": [{"x": {2: 0}}]})
+    assert list(sd) == ["k"] and sd["k"] == {"1": "a"}
+
+
+def test_a_label_no_slot_holds_leaves_the_table() -> None:
+    """Overwriting slots with ever-new labels (a status with a time in it), or keeping fewer
+    slots, does not grow the label table, which every blend sums over: it never holds more
+    labels than slots."""
+    column = column_of("categorical", ["a", "b", "c", "d"])
+    model: list[object] = ["a", "b", "c", "d"]
+    for i in range(300):
+        slot = i % 4
+        label = f"status at {i}"
+        column.assign(np.array([slot]), column.stage([label], ["k"]))
+        model[slot] = label
+        assert column.table_size <= len(column)
+    assert [column.get(i) for i in range(4)] == model
+    column.append(column.stage(["z", "a"], ["p", "q"]))
+    column.keep(np.array([4, 1]))
+    assert [column.get(i) for i in range(2)] == ["z", model[1]]
+    assert column.table_size == 2
+    weights = np.array([[0.25, 0.75], [0.5, 0.5]])
+    blended = column.blend(weights, np.arange(2))
+    for i, row in enumerate(weights):
+        assert blended[i] == naive_blend("categorical", row, ["z", model[1]])
+
+
+def test_dump_depends_only_on_the_values_dumped() -> None:
+    """Two columns holding the same values in their slots, one reached through overwrites and
+    compaction, dump the same files."""
+    rng = np.random.default_rng(4)
+    values = _draw("categorical", rng, 12)
+    fresh = column_of("categorical", values)
+    worn = column_of("categorical", [*_draw("categorical", rng, 5), "gone", {"old": 1}])
+    worn.assign(np.arange(5), worn.stage(values[:5], [f"k{i}" for i in range(5)]))
+    worn.append(worn.stage(["dropped", *values[5:]], [f"n{i}" for i in range(8)]))
+    worn.keep(np.array([0, 1, 2, 3, 4, *range(8, 15)]))
+    slots = rng.permutation(12)
+    mine, theirs = worn.dump(slots), fresh.dump(slots)
+    assert mine.keys() == theirs.keys()
+    for name, content in mine.items():
+        if isinstance(content, np.ndarray):
+            np.testing.assert_array_equal(content, theirs[name])
+        else:
+            assert content == theirs[name]
+
+
+def _live_labels_answer(sd: SoftDict, query: np.ndarray) -> tuple[object, list[object]]:
+    attention = sd.attend_embeddings(query)
+    assert not isinstance(attention, list) and attention.distribution is not None
+    return sd.lookup_embeddings(query), list(attention.distribution)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_label_ties_depend_only_on_the_live_items(seed: int, fake_encoder, tmp_path: Path) -> None:
+    """A store reached through inserts, overwrites, re-embeddings and deletes (compaction
+    included) answers exactly as one built fresh from its items, in their order or reversed,
+    and as it does after save and load: ties between labels go by the labels alone. Every key
+    has the same vector, and the temperature is so high that float32 noise in their scores (a
+    kernel's remainder lanes) leaves every exponential 1: every weight is exactly 1/n, and a
+    label's mass is its count of keys over n (equal counts tie exactly)."""
+    rng = np.random.default_rng(seed)
+    vector = rng.standard_normal(8).astype(np.float32)
+    pool = ["furniture", "fruit", "Fruit", 7, 7.5, None, True, [1, 2], {"id": 3}]
+    options = {"value_kind": "categorical", "temperature": 1e6}
+    worn = SoftDict(encoder=fake_encoder, **options)
+    keys = [f"key {i}" for i in range(24)]
+    for step in range(600):
+        key, label = keys[int(rng.integers(len(keys)))], pool[int(rng.integers(len(pool)))]
+        action = rng.random()
+        if key in worn and action < 0.35:
+            del worn[key]
+        elif key in worn and action < 0.7:
+            worn[key] = label  # a new value, the key keeps its vector and place
+        else:
+            worn.add_embeddings([key], vector[None, :], [label])  # new, or re-embedded
+        if step % 60 != 59 or len(worn) < 2:
+            continue
+        items = list(worn.items())
+        counts = _label_mass(np.ones(len(items)), [value for _, value in items])
+        expected = naive_label_order(counts)
+        assert _live_labels_answer(worn, vector) == (expected[0], expected)
+        for order in (items, items[::-1]):
+            fresh = SoftDict(encoder=fake_encoder, **options)
+            fresh.add_embeddings(
+                [key for key, _ in order],
+                np.repeat(vector[None, :], len(order), axis=0),
+                [value for _, value in order],
+            )
+            assert _live_labels_answer(fresh, vector) == (expected[0], expected)
+        worn.save(tmp_path / f"at {step}")
+        loaded = SoftDict.load(tmp_path / f"at {step}", encoder=fake_encoder)
+        assert _live_labels_answer(loaded, vector) == (expected[0], expected)

@@ -2,7 +2,20 @@
 largest summed weight, and the per-label sums are its ``Distribution``.
 
 Labels are kept as JSON, so ``sd[key]`` returns a fresh copy that the caller may mutate, and a
-tuple comes back as a list, exactly as it will after save and load.
+tuple comes back as a list, exactly as it will after save and load. A dict whose keys are not all
+strings is refused: JSON would turn ``{1: "a"}`` into ``{"1": "a"}``.
+
+Each label has a code in a table, and each blend sums weight per code. The table holds only
+labels some slot holds: a code no slot holds any more is free for the next new label, and
+compaction (``keep``) and ``dump`` number the labels afresh, in order of first appearance. So
+a store whose values are overwritten with ever-new labels keeps a table no longer than its
+slots, and the blend's cost follows the labels held, not every label ever stored.
+
+**Ties.** Labels of equal summed weight (exactly equal floats, e.g. keys of equal embeddings)
+go by the labels alone (``tie_order``): numbers by value, then strings in code-point order, then
+any other label by its JSON text. Never by codes, which follow a store's history of writes and
+deletes: two stores holding the same items answer alike, whatever each went through, and
+wherever the values come from (a Milvus store builds its columns per lookup).
 """
 
 from __future__ import annotations
@@ -20,19 +33,49 @@ from softdict._types import BatchValue, Label, Value
 from softdict.values.base import LossKind, ValueColumn, describe_value
 from softdict.values.distribution import Distribution, canonical_json
 
-__all__ = ["CategoricalColumn"]
+__all__ = ["CategoricalColumn", "tie_order"]
+
+
+def tie_order(text: str) -> tuple[int, object, str]:
+    """Where the label of JSON ``text`` goes among labels of equal weight (smallest first):
+    numbers by value, then strings in code-point order, then other labels (true, false, null, a
+    list, a dict) by their JSON text; the text last, which tells 1 from 1.0."""
+    label = json.loads(text)
+    if isinstance(label, (int, float)) and not isinstance(label, bool):
+        return (0, label, text)
+    if isinstance(label, str):
+        return (1, label, text)
+    return (2, text, text)
+
+
+def _first_non_string_key(value: object) -> list[object]:
+    """A dict key anywhere in ``value`` that is not a str (in a list, as it may be None), or []."""
+    pending = [value]
+    while pending:  # a loop, not recursion: json.dumps took the label, however deep
+        item = pending.pop()
+        if isinstance(item, dict):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    return [key]
+                pending.append(inner)
+        elif isinstance(item, (list, tuple)):
+            pending.extend(item)
+    return []
 
 
 class CategoricalColumn(ValueColumn[list[str]]):
-    """Labels, stored as codes into a table of their canonical JSON."""
+    """Labels, stored as codes into a table of their canonical JSON (see the module docstring)."""
 
     kind = "categorical"
     loss = LossKind.LABEL_LIKELIHOOD
 
-    def __init__(self, label_json: Sequence[str] = ()) -> None:
+    def __init__(self) -> None:
         self._codes = GrowableRows((), np.int64)
-        self._label_json: list[str] = list(label_json)
-        self._code_of = {text: code for code, text in enumerate(self._label_json)}
+        self._label_json: list[str] = []  # "" at a free code
+        self._code_of: dict[str, int] = {}
+        self._holders = np.zeros(0, np.int64)  # slots holding each code
+        self._free: list[int] = []
+        self._ranks: np.ndarray | None = None  # each code's place in the tie order, when asked
 
     @classmethod
     def accepts(cls, value: object) -> bool:
@@ -45,6 +88,12 @@ class CategoricalColumn(ValueColumn[list[str]]):
     def __len__(self) -> int:
         return len(self._codes)
 
+    @property
+    def table_size(self) -> int:
+        """Entries in the label table, free ones included: what each blend sums weight over.
+        At most the number of slots the column held at one time."""
+        return len(self._label_json)
+
     def stage(self, values: Sequence[object], keys: Sequence[str]) -> list[str]:
         staged = []
         for key, value in zip(keys, values):
@@ -55,22 +104,65 @@ class CategoricalColumn(ValueColumn[list[str]]):
                     f"value for key {key!r} is {describe_value(value)}, which is not a number, a "
                     f"vector or a JSON-serialisable label ({exc}); convert it to one of those"
                 ) from None
+            if text[0] in "[{":
+                for bad in _first_non_string_key(value):
+                    raise ValueKindError(
+                        f"the label of key {key!r} holds a dict with the key {bad!r} "
+                        f"({type(bad).__name__}); JSON keeps only string keys, so it would come "
+                        f"back as {json.dumps(str(bad) if bad is not None else None)}: use "
+                        f"string keys in dict labels"
+                    )
             check_unicode(text, f"the label of key {key!r}")  # any string inside the label
             staged.append(text)
         return staged
 
     def _codes_for(self, staged: list[str]) -> np.ndarray:
-        for text in staged:
-            if text not in self._code_of:
-                self._code_of[text] = len(self._label_json)
-                self._label_json.append(text)
-        return np.fromiter((self._code_of[text] for text in staged), np.int64, len(staged))
+        """The codes of ``staged`` labels, new ones taking free codes first; each slot given one
+        must be counted (``_hold``)."""
+        codes = np.empty(len(staged), np.int64)
+        for i, text in enumerate(staged):
+            code = self._code_of.get(text)
+            if code is None:
+                code = self._free.pop() if self._free else len(self._label_json)
+                if code == len(self._label_json):
+                    self._label_json.append(text)
+                else:
+                    self._label_json[code] = text
+                self._code_of[text] = code
+                self._ranks = None
+            codes[i] = code
+        if len(self._holders) < len(self._label_json):
+            grown = np.zeros(len(self._label_json), np.int64)
+            grown[: len(self._holders)] = self._holders
+            self._holders = grown
+        return codes
+
+    def _count(self, codes: np.ndarray, sign: int) -> None:
+        self._holders += sign * np.bincount(codes, minlength=len(self._holders))
+
+    def _release(self, codes: np.ndarray) -> None:
+        """Free those of ``codes`` no slot holds any more (their text too: the table's memory
+        should follow the labels held)."""
+        for code in np.unique(codes[self._holders[codes] == 0]).tolist():
+            del self._code_of[self._label_json[code]]
+            self._label_json[code] = ""
+            self._free.append(code)
+            self._ranks = None
 
     def append(self, staged: list[str]) -> None:
-        self._codes.append(self._codes_for(staged))
+        codes = self._codes_for(staged)
+        self._count(codes, 1)
+        self._codes.append(codes)
 
     def assign(self, slots: np.ndarray, staged: list[str]) -> None:
-        self._codes.view[slots] = self._codes_for(staged)
+        # The old labels first: a code they free is taken by a new label at once, so the table
+        # stays within the slots held.
+        old = self._codes.view[slots].copy()
+        self._count(old, -1)
+        self._release(old)
+        codes = self._codes_for(staged)
+        self._count(codes, 1)
+        self._codes.view[slots] = codes
 
     def _label(self, code: int) -> Label:
         label: Label = json.loads(self._label_json[code])
@@ -79,8 +171,38 @@ class CategoricalColumn(ValueColumn[list[str]]):
     def get(self, slot: int) -> Value:
         return self._label(int(self._codes.view[slot]))
 
+    def _renumbered(self, slots: np.ndarray) -> tuple[np.ndarray, list[str]]:
+        """The codes of ``slots`` numbered afresh, in order of first appearance there, and the
+        table of those labels: a function of the labels alone, not of the codes they had."""
+        used, first, inverse = np.unique(
+            self._codes.view[slots], return_index=True, return_inverse=True
+        )
+        by_appearance = np.argsort(first, kind="stable")
+        renumber = np.empty(len(used), np.int64)
+        renumber[by_appearance] = np.arange(len(used))
+        labels = [self._label_json[int(code)] for code in used[by_appearance]]
+        return renumber[inverse].reshape(-1), labels
+
     def keep(self, slots: np.ndarray) -> None:
+        # Compaction reads every kept code anyway: the table shrinks to the labels kept here.
+        codes, labels = self._renumbered(slots)
         self._codes.keep(slots)
+        self._codes.view[:] = codes
+        self._label_json = labels
+        self._code_of = {text: code for code, text in enumerate(labels)}
+        self._holders = np.bincount(codes, minlength=len(labels)).astype(np.int64)
+        self._free = []
+        self._ranks = None
+
+    def _tie_ranks(self) -> np.ndarray:
+        """Each code's place in ``tie_order`` (free codes last), computed once per table."""
+        if self._ranks is None:
+            held = np.flatnonzero(self._holders)
+            order = sorted(held.tolist(), key=lambda code: tie_order(self._label_json[code]))
+            ranks = np.full(len(self._label_json), len(self._label_json), np.int64)
+            ranks[order] = np.arange(len(order))
+            self._ranks = ranks
+        return self._ranks
 
     def _label_mass(self, weights: np.ndarray, slots: np.ndarray) -> np.ndarray:
         """Summed weight per label code, (m, n_labels), in one bincount for the whole batch."""
@@ -91,20 +213,30 @@ class CategoricalColumn(ValueColumn[list[str]]):
         return mass.reshape(weights.shape[0], n_labels)
 
     def blend(self, weights: np.ndarray, slots: np.ndarray) -> BatchValue:
-        # Ties go to the label first inserted into the store: argmax picks the lowest code.
         mass = self._label_mass(weights, slots)
-        return [self._label(int(code)) for code in mass.argmax(axis=1)]
+        best = mass.argmax(axis=1)
+        top = mass[np.arange(len(mass)), best]
+        # Ties are rare (exactly equal sums), so only their rows look at the tie order, among
+        # the labels the row's keys hold (a free code, or one only padding points at, never wins).
+        for i in np.flatnonzero(np.count_nonzero(mass == top[:, None], axis=1) > 1).tolist():
+            held = np.unique(self._codes.view[slots if slots.ndim == 1 else slots[i]])
+            tied = held[mass[i, held] == top[i]]
+            if len(tied):
+                best[i] = tied[np.argmin(self._tie_ranks()[tied])]
+        return [self._label(int(code)) for code in best]
 
     def explain(
         self, weights: np.ndarray, slots: np.ndarray, present: Callable[[], np.ndarray]
     ) -> list[Distribution | None]:
-        # Every stored label is listed, those no attended key holds with probability 0.
+        # Every stored label is listed, those no attended key holds with probability 0, equal
+        # probabilities in the tie order (so the first is the blend's answer).
         # present() first: a remote store appends the stored values to this column there.
         present_slots = present()
         stored = np.unique(self._codes.view[present_slots])
+        ranks = self._tie_ranks()[stored]
         explained: list[Distribution | None] = []
         for mass in self._label_mass(weights, slots):
-            order = stored[np.argsort(-mass[stored], kind="stable")]
+            order = stored[np.lexsort((ranks, -mass[stored]))]
             explained.append(Distribution([(self._label(int(c)), float(mass[c])) for c in order]))
         return explained
 
@@ -112,13 +244,10 @@ class CategoricalColumn(ValueColumn[list[str]]):
         return self._codes.view[slots]
 
     def dump(self, slots: np.ndarray) -> StoreFiles:
-        # Only the labels these slots hold, recoded in their order of first insertion, so ties
-        # still go to the label inserted first.
-        used, codes = np.unique(self._codes.view[slots], return_inverse=True)
-        return {
-            "label_codes.npy": codes.astype(np.int64).reshape(-1),
-            "labels.json": [self._label_json[int(code)] for code in used],
-        }
+        # Only the labels these slots hold, in order of first appearance: the files depend on
+        # the values alone (the format since the first: labels.json is any table of labels).
+        codes, labels = self._renumbered(slots)
+        return {"label_codes.npy": codes.astype(np.int64), "labels.json": labels}
 
     @classmethod
     def restore(cls, files: FileReader, n: int) -> CategoricalColumn:
@@ -133,6 +262,7 @@ class CategoricalColumn(ValueColumn[list[str]]):
                 json.loads(text)
             except (json.JSONDecodeError, RecursionError):
                 raise files.error("labels.json", "holds a label that is not JSON") from None
-        column = cls(labels)
-        column._codes.append(codes)
+        column = cls()
+        # Through the table: a label listed twice gets one code, one no key holds none.
+        column.append([labels[code] for code in codes.tolist()])
         return column
