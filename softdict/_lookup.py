@@ -217,11 +217,15 @@ def value_stderrs(
             results.append(float(error) if error.ndim == 0 else error)
         else:
             found = chosen.ids[i] >= 0
-            codes = np.asarray(column.calibration_values(slots[i, found]))
-            mass = np.bincount(codes, chosen.weights[i, found])
-            winner = int(mass.argmax())
+            # Label ids (any int64): numbered here before they are counted.
+            labels, codes = np.unique(
+                column.calibration_values(slots[i, found]), return_inverse=True
+            )
+            mass = np.bincount(codes.reshape(-1), chosen.weights[i, found])
+            winner = labels[int(mass.argmax())]
             is_winner = (column.calibration_values(slots[i, sampled]) == winner).astype(float)
-            results.append(float(value_stderr(weights, is_winner, np.float64(mass[winner]), draws)))
+            winner_mass = np.float64(mass.max())
+            results.append(float(value_stderr(weights, is_winner, winner_mass, draws)))
     return results
 
 

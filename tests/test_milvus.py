@@ -160,6 +160,41 @@ def test_fit_and_calibrate_as_in_memory(milvus_store_location: str) -> None:
     assert milvus.calibrate(sample_size=100) == close(memory.calibrate(sample_size=100))
 
 
+def test_label_ties_and_calibration_as_in_memory(
+    milvus_store_location: str, vectors_where: str
+) -> None:
+    """Labels of equal summed weight go by the labels alone (docs/values.md), in Milvus as in
+    memory, whatever each store went through: here the Milvus store overwrote and deleted keys
+    whose labels no key holds now, and the memory store is built fresh from its items. Keys
+    share one vector and the temperature is high, so every weight is exactly 1/n. Calibrating
+    on labels compares each key's label with its neighbours' labels, read in separate requests,
+    and chooses as in memory."""
+    encoder = FakeEncoder()
+    vector = np.ones((1, FAKE_DIM), np.float32)
+    options = {"value_kind": "categorical", "temperature": 1e6}
+    milvus = SoftDict(
+        encoder=encoder, store=milvus_store_location, collection=fresh_collection(), **options
+    )
+    for key, label in [("a", "zebra"), ("b", "ant"), ("c", 7), ("d", "yak")]:
+        milvus.add_embeddings([key], vector, [label])
+    milvus["b"] = "moth"  # "ant" leaves, as does 7 with "c"
+    del milvus["c"]
+    milvus.add_embeddings(["e"], vector, [{"id": 1}])
+    items = list(milvus.items())
+    for order in (items, items[::-1]):
+        memory = SoftDict(encoder=encoder, **options)
+        memory.add_embeddings(
+            [key for key, _ in order], np.repeat(vector, len(order), 0), [v for _, v in order]
+        )
+        assert milvus.lookup_embeddings(vector[0]) == memory.lookup_embeddings(vector[0])
+        mine, theirs = milvus.attend_embeddings(vector[0]), memory.attend_embeddings(vector[0])
+        assert not isinstance(mine, list) and not isinstance(theirs, list)
+        assert mine.distribution is not None and theirs.distribution is not None
+        assert list(mine.distribution.items()) == list(theirs.distribution.items())
+    memory, milvus = twins(milvus_store_location, "categorical")
+    assert milvus.calibrate(sample_size=100) == close(memory.calibrate(sample_size=100))
+
+
 def test_copy_to_milvus_and_back_keeps_everything(milvus_store_location: str) -> None:
     encoder = FakeEncoder()
     memory = SoftDict(items_of("vector"), encoder=encoder, temperature=0.1, lexical=0.5)

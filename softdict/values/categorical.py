@@ -20,6 +20,7 @@ wherever the values come from (a Milvus store builds its columns per lookup).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 
@@ -46,6 +47,14 @@ def tie_order(text: str) -> tuple[int, object, str]:
     if isinstance(label, str):
         return (1, label, text)
     return (2, text, text)
+
+
+def _label_id(text: str) -> int:
+    """A 64-bit id of the label of JSON ``text``, the same in every column and process (two
+    labels share one about once in 10^19 pairs)."""
+    return int.from_bytes(
+        hashlib.blake2b(text.encode(), digest_size=8).digest(), "little", signed=True
+    )
 
 
 def _first_non_string_key(value: object) -> list[object]:
@@ -138,12 +147,12 @@ class CategoricalColumn(ValueColumn[list[str]]):
         return codes
 
     def _count(self, codes: np.ndarray, sign: int) -> None:
-        self._holders += sign * np.bincount(codes, minlength=len(self._holders))
+        np.add.at(self._holders, codes, sign)  # O(len(codes)): a write of one key is cheap
 
     def _release(self, codes: np.ndarray) -> None:
         """Free those of ``codes`` no slot holds any more (their text too: the table's memory
         should follow the labels held)."""
-        for code in np.unique(codes[self._holders[codes] == 0]).tolist():
+        for code in set(codes[self._holders[codes] == 0].tolist()):
             del self._code_of[self._label_json[code]]
             self._label_json[code] = ""
             self._free.append(code)
@@ -241,7 +250,12 @@ class CategoricalColumn(ValueColumn[list[str]]):
         return explained
 
     def calibration_values(self, slots: np.ndarray) -> np.ndarray:
-        return self._codes.view[slots]
+        # Ids of the labels' text, not codes: a Milvus store reads the values of each request
+        # into a column of its own, with codes of its own, and calibration compares a key's
+        # label with its neighbours' labels, read in other requests.
+        used, inverse = np.unique(self._codes.view[slots], return_inverse=True)
+        ids = np.fromiter(map(_label_id, (self._label_json[c] for c in used.tolist())), np.int64)
+        return ids[inverse].reshape(np.shape(slots))
 
     def dump(self, slots: np.ndarray) -> StoreFiles:
         # Only the labels these slots hold, in order of first appearance: the files depend on
