@@ -30,7 +30,7 @@ from softdict._similarity import Similarity
 from softdict._soft_lookup import SoftLookups
 from softdict._tuning import Tuning
 from softdict._types import NO_DEFAULT, Label, NoDefault, Value
-from softdict._views import LiveItems, LiveValues, same_items
+from softdict._views import LiveItems, LiveKeys, LiveValues, same_items
 from softdict.encoders import EncoderIdentity
 from softdict.store import StoreState, copy_into, open_store
 
@@ -184,6 +184,11 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         with self._lock:
             return iter(self._store.keys())
 
+    # As a dict's (3.8+): every store keeps its keys in insertion order.
+    def __reversed__(self) -> Iterator[str]:
+        with self._lock:
+            return reversed(self._store.keys())
+
     def __len__(self) -> int:
         return len(self._store)
 
@@ -191,8 +196,12 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
     def __contains__(self, key: object) -> bool:
         return key in self._store
 
-    # Overridden: the mixin's views fetch each value by its key, and raised KeyError for a key
-    # another thread deleted after the keys were listed; these skip it, as the keys do.
+    # Overridden: the mixin's views are not reversible, as a dict's are; and they fetch each
+    # value by its key, raising KeyError for a key another thread deleted after the keys were
+    # listed, where these skip it, as the keys do.
+    def keys(self) -> LiveKeys[str]:
+        return LiveKeys(self)
+
     def items(self) -> ItemsView[str, Value]:
         return LiveItems(self)
 

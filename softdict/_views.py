@@ -2,20 +2,37 @@
 threads: ``items()`` and ``values()`` walk a snapshot of the keys (as iterating a SoftDict does)
 and skip a key another thread deleted since, where the ``Mapping`` mixin's views fetched it
 and raised ``KeyError``; equality compares a vector value as a whole, where the mixin compared
-its elements and raised.
+its elements and raised. Like a dict's views (and unlike the mixin's), they support
+``reversed()``: the keys in insertion order, reversed.
 """
 
 from __future__ import annotations
 
-from collections.abc import ItemsView, Iterator, Mapping, ValuesView
-from typing import TypeVar
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Reversible, ValuesView
+from typing import TypeVar, cast
 
 import numpy as np
 
 K = TypeVar("K")
 V = TypeVar("V")
 
-__all__ = ["LiveItems", "LiveValues", "same_items"]
+__all__ = ["LiveItems", "LiveKeys", "LiveValues", "same_items"]
+
+
+def _newest_first(mapping: Mapping[K, V]) -> Iterator[K]:
+    """The keys of a SoftDict, newest first (a ``Mapping`` need not be reversible; it is)."""
+    return reversed(cast("Reversible[K]", mapping))
+
+
+class LiveKeys(KeysView[K]):
+    """``SoftDict.keys()``: the mixin's view, reversible as a dict's."""
+
+    def __init__(self, mapping: Mapping[K, V]) -> None:
+        super().__init__(mapping)
+        self._of = mapping
+
+    def __reversed__(self) -> Iterator[K]:
+        return _newest_first(self._of)
 
 
 class LiveItems(ItemsView[K, V]):
@@ -26,7 +43,13 @@ class LiveItems(ItemsView[K, V]):
         self._of = mapping
 
     def __iter__(self) -> Iterator[tuple[K, V]]:
-        for key in self._of:
+        return self._present(self._of)
+
+    def __reversed__(self) -> Iterator[tuple[K, V]]:
+        return self._present(_newest_first(self._of))
+
+    def _present(self, keys: Iterable[K]) -> Iterator[tuple[K, V]]:
+        for key in keys:
             try:
                 value = self._of[key]
             except KeyError:  # deleted by another thread since the keys were listed
@@ -43,6 +66,10 @@ class LiveValues(ValuesView[V]):
 
     def __iter__(self) -> Iterator[V]:
         for _, value in LiveItems(self._of):
+            yield value
+
+    def __reversed__(self) -> Iterator[V]:
+        for _, value in reversed(LiveItems(self._of)):
             yield value
 
 

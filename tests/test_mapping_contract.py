@@ -69,6 +69,11 @@ def assert_matches_dict(sd: SoftDict, expected: dict[str, object]) -> None:
         assert key in sd
         assert same_value(sd[key], value)
     assert [k for k, _ in sd.items()] == list(expected)
+    # reversed(), as a dict's and its views' (Python 3.8+): insertion order, reversed.
+    assert list(reversed(sd)) == list(reversed(expected))
+    assert list(reversed(sd.keys())) == list(reversed(expected.keys()))
+    assert _same(list(reversed(sd.items())), list(reversed(expected.items())))
+    assert _same(list(reversed(sd.values())), list(reversed(expected.values())))
 
 
 def _outcome(function: Callable[..., object], *args: object) -> tuple[str, object]:
