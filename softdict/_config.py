@@ -14,9 +14,10 @@ import math
 import numbers
 from collections.abc import Callable
 from enum import Enum
-from typing import Any
+from typing import Any, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from softdict._errors import ConfigError
 from softdict._similarity import Similarity
@@ -102,6 +103,16 @@ class SoftDictConfig(BaseModel):
     def _temperature_positive_finite(cls, value: float | None) -> float | None:
         if value is not None and not (math.isfinite(value) and value > 0):
             raise ValueError("must be a finite number > 0")
+        return value
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_a_number(cls, value: object, info: ValidationInfo) -> object:
+        # bool is an int subclass, so pydantic took top_k=True for top_k=1; as check_number.
+        annotation = cls.model_fields[str(info.field_name)].annotation
+        a_number = {int, float} & {annotation, *get_args(annotation)}
+        if a_number and isinstance(value, (bool, np.bool_)):
+            raise ValueError("must be a number, not True or False")
         return value
 
     @classmethod

@@ -6,9 +6,10 @@ from __future__ import annotations
 import dataclasses
 import inspect
 
+import numpy as np
 import pytest
 
-from softdict import SoftDict
+from softdict import ConfigError, SoftDict
 from softdict._config import SoftDictConfig
 from softdict._selection import RetrievalPolicy
 from tests._support import FakeEncoder
@@ -72,6 +73,50 @@ def test_every_option_is_covered_by_the_test_above() -> None:
     marks = test_each_option_given_reaches_the_store.pytestmark  # type: ignore[attr-defined]
     covered = {name for name, _ in marks[0].args[1]}
     assert covered == set(FIELDS)
+
+
+# The options that are numbers (every other is a name, or progress, a bool).
+NUMBER_OPTIONS = [
+    "temperature",
+    "top_k",
+    "max_k",
+    "tail_tolerance",
+    "tolerance",
+    "confidence",
+    "max_sample",
+    "seed",
+    "query_cache_size",
+    "batch_size",
+    "lexical",
+    "lexical_known",
+]
+
+
+def test_the_number_options_are_every_int_and_float_option() -> None:
+    numbers = {int, float, int | None, float | None}
+    assert set(NUMBER_OPTIONS) == {name for name, f in FIELDS.items() if f.annotation in numbers}
+
+
+@pytest.mark.parametrize("flag", [True, False, np.True_])
+@pytest.mark.parametrize("name", NUMBER_OPTIONS)
+def test_a_number_option_refuses_true_and_false(name: str, flag: object) -> None:
+    """bool is an int subclass, so the config took top_k=True for top_k=1 (and seed=False
+    for 0, temperature=True for 1.0); a number option refuses it, as the methods' number
+    arguments do (``check_number``)."""
+    with pytest.raises(ConfigError, match=f"{name}=.*must be a number, not True or False"):
+        SoftDict(encoder=FakeEncoder(), **{name: flag})  # type: ignore[arg-type]
+
+
+def test_number_options_set_later_refuse_true_and_false_and_progress_takes_them() -> None:
+    sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder(), progress=True)
+    for name in ("temperature", "lexical", "lexical_known"):
+        before = getattr(sd, name)
+        with pytest.raises(ConfigError, match="not True or False"):
+            setattr(sd, name, True)
+        assert getattr(sd, name) == before
+    with pytest.raises(ConfigError, match="query_cache_size"):
+        SoftDict.open("milvus:./never-made.db", collection="c", query_cache_size=True)  # type: ignore[arg-type]
+    assert sd._store.config.progress is True
 
 
 def test_the_retrieval_policy_takes_its_defaults_and_values_from_the_config() -> None:
