@@ -1,6 +1,6 @@
 """The ``softdict`` command line: build a store from a table, query it, describe it.
 
-    softdict build FILE --key COL --value COL [--value COL ...] -o STORE
+    softdict build FILE --key COL --value COL [--value COL ...] -o STORE [--force]
                   [--skip-bad-rows] [--on-duplicate last|first|error]
     softdict query STORE (TEXT | --file FILE) [--explain] [--json] [--top N]
                   [--min-score S] [--temperature T] [--lexical W]
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from softdict._config import CombinationName, SoftDictConfig
 from softdict._errors import SoftDictError
-from softdict._tables import InputError, lines_of, read_items, read_table
+from softdict._tables import InputError, read_items, read_queries, read_table
 
 if TYPE_CHECKING:
     from softdict._results import Attention
@@ -113,24 +113,6 @@ def _open(args: argparse.Namespace) -> Any:
     if remote:
         return SoftDict.open(remote["store"], collection=remote["collection"])
     return SoftDict.load(args.store)
-
-
-def _query_texts(args: argparse.Namespace) -> list[str]:
-    if args.text is not None:  # main() made sure it is one or the other
-        return [args.text]
-    try:
-        if args.file == "-":
-            text = sys.stdin.read()
-        else:
-            text = Path(args.file).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{args.file}: cannot read the queries ({exc})") from None
-    # A line per query, split at line feeds only; blank lines are skipped (a file's last).
-    lines = lines_of(text.removeprefix("\ufeff"))
-    texts = [line for line in lines if line.strip()]
-    if not texts:
-        raise InputError(f"{args.file}: no queries in it")
-    return texts
 
 
 def _plain(value: Any) -> Any:
@@ -223,7 +205,8 @@ def _report(attention: Attention, combination: str, args: argparse.Namespace) ->
 
 
 def _query(args: argparse.Namespace) -> int:
-    texts = _query_texts(args)
+    # main() made sure there is one of TEXT and --file.
+    texts = [args.text] if args.text is not None else read_queries(args.file)
     sd = _open(args)
     if args.temperature is not None:
         sd.temperature = args.temperature  # ConfigError for a bad one
@@ -267,10 +250,13 @@ def _info_remote(args: argparse.Namespace) -> int:
 
 def _info(args: argparse.Namespace) -> int:
     from softdict._manifest import FORMAT_NAME, MANIFEST, config_as_loaded, read_manifest
+    from softdict._persistence import recover_store
 
     if _remote(args.store, args.collection):
         return _info_remote(args)
     folder = Path(args.store)
+    if recover_store(folder):  # as a load would: the store is whole in one of its swap folders
+        print(f"softdict: finished a save to {folder} that was cut short", file=sys.stderr)
     if not folder.is_dir():
         raise InputError(f"{folder}: no such store folder")
     manifest = read_manifest(folder)
@@ -300,6 +286,18 @@ def _info(args: argparse.Namespace) -> int:
             f"store will not load: restore it from a copy, or build it again"
         )
     return 0
+
+
+def _holds_a_store(output: str) -> bool:
+    """Whether ``build -o output`` would replace a store: a store folder, or one a save cut
+    short left beside it (finished here, so that it is one again)."""
+    from softdict._manifest import MANIFEST
+    from softdict._persistence import recover_store
+
+    if output.startswith("milvus:"):  # a collection that holds keys is refused by _build
+        return False
+    recover_store(output)
+    return (Path(output) / MANIFEST).is_file()
 
 
 def _combination(name: str, known: float) -> str:
@@ -334,6 +332,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     build.add_argument(
         "-o", "--output", required=True, help="the store folder to write, or milvus:URI"
+    )
+    build.add_argument(
+        "--force", action="store_true", help="replace the store at --output if there is one"
     )
     build.add_argument("--format", choices=["csv", "json", "jsonl"], help="default: by extension")
     build.add_argument(
@@ -401,6 +402,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"softdict: error: {message}", file=sys.stderr)
         return 2
     try:
+        if args.run is _build and not args.force and _holds_a_store(args.output):
+            print(
+                f"softdict: error: {args.output} holds a store; pass --force to replace it, or "
+                f"choose another -o",
+                file=sys.stderr,
+            )
+            return 2
         return int(args.run(args))
     except (InputError, SoftDictError) as exc:
         print(f"softdict: error: {exc}", file=sys.stderr)

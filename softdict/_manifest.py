@@ -4,7 +4,8 @@
 the encoder's identity, and each file's size and SHA-256. The body is checksummed, and every
 field is validated against the schema below (pydantic) before any is used: a manifest that
 lists a path outside the folder, a field of the wrong type, or JSON nested too deeply is a
-``StoreFormatError`` naming the file, never another exception.
+``StoreFormatError`` naming the file, never another exception. ``check_files`` reads the files a
+manifest lists, each checked against its size and SHA-256.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ __all__ = [
     "FormatOneBody",
     "FormatTwoBody",
     "Manifest",
+    "check_files",
     "config_as_loaded",
     "read_manifest",
     "refuse_newer_combination",
@@ -222,3 +224,27 @@ def read_manifest(folder: Path) -> Manifest:
             for err in exc.errors()[:5]
         )
         raise StoreFormatError(f"{path} lacks or garbles a field ({problems})") from None
+
+
+def check_files(folder: Path, files: dict[str, FileEntry]) -> dict[str, bytes]:
+    """Each listed file's bytes, checked against the manifest: a plain file of the folder (the
+    schema allows bare names only; links are not followed), its size compared before it is
+    read (a huge file in a store's place is refused unread), then its SHA-256."""
+    contents = {}
+    for name, expected in files.items():
+        path = folder / name
+        if path.is_symlink():
+            raise StoreFormatError(f"{path} is a link; a store's files are plain files")
+        if not path.is_file():
+            raise StoreFormatError(f"{path} is missing; the store is incomplete")
+        size = path.stat().st_size
+        if size != expected.bytes:
+            raise StoreFormatError(
+                f"{path} has {size} bytes, the manifest says {expected.bytes}: "
+                f"the file is truncated or was replaced"
+            )
+        data = path.read_bytes()
+        if len(data) != expected.bytes or sha256(data) != expected.sha256:
+            raise StoreFormatError(f"{path} fails its SHA-256 checksum: the file is corrupted")
+        contents[name] = data
+    return contents

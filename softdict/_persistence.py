@@ -34,8 +34,9 @@ corruption, not a deliberately crafted file: load FAISS files only from sources 
 Saving is atomic. Everything is written into a new sibling folder and flushed to disk, then the
 old folder is renamed aside, the new one renamed into place, and the old one removed. A process
 killed at any moment leaves either the old store or the new one whole: if it dies between the two
-renames, ``load`` finishes the swap (see ``_recover``, which brings back nothing else). A store
-path that is a symbolic link is saved to and loaded from the link's target.
+renames, ``load`` finishes the swap (see ``_recover``, which brings back nothing else), as does
+``recover_store`` (``softdict info`` and ``build``). A store path that is a symbolic link is saved
+to and loaded from the link's target.
 """
 
 from __future__ import annotations
@@ -61,9 +62,9 @@ from softdict._manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
     MANIFEST,
-    FileEntry,
     FormatOneBody,
     FormatTwoBody,
+    check_files,
     config_as_loaded,
     read_manifest,
     sha256,
@@ -78,6 +79,7 @@ __all__ = [
     "MANIFEST",
     "load_store",
     "read_manifest",
+    "recover_store",
     "restore_snapshot",
     "save_store",
 ]
@@ -266,8 +268,19 @@ def _not_saved(target: Path, exc: OSError) -> StoreFormatError:
 # -- loading -----------------------------------------------------------------------------------
 
 
-def _recover(target: Path) -> None:
-    """Finish a save that was killed between its two renames, and only such a save.
+def recover_store(path: str | os.PathLike[str], timeout: float = LOCK_TIMEOUT) -> bool:
+    """Finish a save to ``path`` that was killed between its two renames, as ``load_store``
+    does, holding the store's lock; whether one was finished."""
+    folder = _store_folder(path)
+    if not folder.parent.is_dir() or not (_siblings(folder, "new") or _siblings(folder, "old")):
+        return False  # no swap folder beside it: no save was cut short, and no lock is needed
+    with _locked(folder, timeout, writing=False):
+        return _recover(folder)
+
+
+def _recover(target: Path) -> bool:
+    """Finish a save that was killed between its two renames, and only such a save; whether
+    one was finished.
 
     A save writes ``.NAME.new-T``, renames ``NAME`` to ``.NAME.old-T`` (if there was one),
     renames ``.NAME.new-T`` to ``NAME``, and removes ``.NAME.old-T``. With ``NAME`` missing,
@@ -280,47 +293,24 @@ def _recover(target: Path) -> None:
     if target.exists():
         for leftover in _siblings(target, "old"):
             shutil.rmtree(leftover, ignore_errors=True)
-        return
+        return False
     for fresh in reversed(_siblings(target, "new")):
         token = fresh.name.rsplit("-", 1)[-1]
         old = fresh.with_name(f".{target.name}.old-{token}")
         try:
             body: FormatOneBody | FormatTwoBody | None = read_manifest(fresh).body
-            _check_files(fresh, body.files)  # type: ignore[union-attr]
+            check_files(fresh, body.files)  # type: ignore[union-attr]
         except StoreFormatError:
             body = None
         if old.exists():
             kept, dropped = (fresh, old) if body is not None else (old, fresh)
             os.rename(kept, target)
             shutil.rmtree(dropped, ignore_errors=True)  # the swap is finished: its leftover
-            return
+            return True
         if getattr(body, "replaces_store", None) is False:
             os.rename(fresh, target)
-            return
-
-
-def _check_files(folder: Path, files: dict[str, FileEntry]) -> dict[str, bytes]:
-    """Each listed file's bytes, checked against the manifest: a plain file of the folder (the
-    schema allows bare names only; links are not followed), its size compared before it is
-    read (a huge file in a store's place is refused unread), then its SHA-256."""
-    contents = {}
-    for name, expected in files.items():
-        path = folder / name
-        if path.is_symlink():
-            raise StoreFormatError(f"{path} is a link; a store's files are plain files")
-        if not path.is_file():
-            raise StoreFormatError(f"{path} is missing; the store is incomplete")
-        size = path.stat().st_size
-        if size != expected.bytes:
-            raise StoreFormatError(
-                f"{path} has {size} bytes, the manifest says {expected.bytes}: "
-                f"the file is truncated or was replaced"
-            )
-        data = path.read_bytes()
-        if len(data) != expected.bytes or sha256(data) != expected.sha256:
-            raise StoreFormatError(f"{path} fails its SHA-256 checksum: the file is corrupted")
-        contents[name] = data
-    return contents
+            return True
+    return False
 
 
 def load_store(
@@ -372,7 +362,7 @@ def _read_common(
 ) -> tuple[FileReader, list[str], EncoderIdentity]:
     """What both formats share: the checked files, the keys, the encoder's identity."""
     identity = body.encoder.identity()
-    files = FileReader(folder, _check_files(folder, body.files))
+    files = FileReader(folder, check_files(folder, body.files))
     keys = files.json_list("keys.json")
     count = body.count
     if len(keys) != count or not all(isinstance(k, str) for k in keys) or len(set(keys)) != count:

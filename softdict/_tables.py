@@ -1,4 +1,5 @@
-"""Reading a table (CSV, JSON, JSON Lines) into the items of a store, losing nothing silently.
+"""Reading a table (CSV, JSON, JSON Lines) into the items of a store, and a file of queries,
+losing nothing silently.
 
 ``softdict build`` reads its input here, before the encoder loads, so a bad file fails in a
 moment with a message that names the line and column. CSV is read by the ``csv`` module with
@@ -19,11 +20,20 @@ import csv
 import io
 import json
 import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["InputError", "Table", "TableItems", "lines_of", "read_items", "read_table"]
+__all__ = [
+    "InputError",
+    "Table",
+    "TableItems",
+    "lines_of",
+    "read_items",
+    "read_queries",
+    "read_table",
+]
 
 FORMATS = {".csv": "csv", ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
@@ -66,12 +76,11 @@ def read_table(path: Path, fmt: str | None) -> Table:
             text = handle.read()
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc})") from None
-    if "\x00" in text:
-        line = text.count("\n", 0, text.index("\x00")) + 1
-        raise InputError(
-            f"{path}: line {line} holds a NUL byte, which no text table should; the file may be "
-            f"binary or damaged: re-export it as UTF-8 text"
-        )
+    _refuse_nul(
+        path,
+        text,
+        "which no text table should; the file may be binary or damaged: re-export it as UTF-8 text",
+    )
     if fmt == "csv":
         table = _read_csv(path, text)
     elif fmt == "json":
@@ -81,6 +90,34 @@ def read_table(path: Path, fmt: str | None) -> Table:
     if not table.rows:
         raise InputError(f"{path}: the file has no rows")
     return table
+
+
+def read_queries(source: str) -> list[str]:
+    """The queries in the file ``source`` (``-``: standard input), one per line, split at line
+    feeds only (``lines_of``); blank lines are skipped and a byte-order mark dropped."""
+    try:
+        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{source}: cannot read the queries ({exc})") from None
+    # A NUL would reach the encoder as part of a query; a UTF-16 file read as UTF-8 is full of
+    # them.
+    _refuse_nul(
+        source,
+        text,
+        "which no query should; the file may be binary, or UTF-16 text: save it as UTF-8, one "
+        "query per line",
+    )
+    texts = [line for line in lines_of(text.removeprefix("\ufeff")) if line.strip()]
+    if not texts:
+        raise InputError(f"{source}: no queries in it")
+    return texts
+
+
+def _refuse_nul(source: object, text: str, why: str) -> None:
+    """InputError naming the line of ``text``'s first NUL, if it holds one."""
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise InputError(f"{source}: line {line} holds a NUL byte, {why}")
 
 
 def _read_csv(path: Path, text: str) -> Table:

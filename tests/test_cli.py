@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -179,6 +180,54 @@ def test_info_refuses_a_store_whose_files_are_missing_or_cut(tmp_path: Path) -> 
     assert run("info", store, check=False).returncode == 1
 
 
+def test_build_replaces_a_store_only_with_force(tmp_path: Path) -> None:
+    """build -o onto a store replaced it without a word; now that is a usage error (exit 2)
+    unless --force is given, and the store stays as it was."""
+    _, store = build(tmp_path, "name,price\napple,10\nbanana,5\n")
+    result, _ = build(tmp_path, "name,price\nchair,2\n", check=False)
+    assert result.returncode == 2 and not result.stdout
+    assert f"{store} holds a store; pass --force to replace it" in result.stderr
+    assert list(SoftDict.load(store)) == ["apple", "banana"]
+    build(tmp_path, "name,price\nchair,2\n", "--force")
+    assert list(SoftDict.load(store)) == ["chair"]
+    Path(store, "manifest.json").unlink()  # no store: --force does not make save replace it
+    result, _ = build(tmp_path, "name,price\nchair,2\n", "--force", check=False)
+    assert result.returncode == 1 and "is not a softdict store" in result.stderr
+
+
+def cut_short_save(tmp_path: Path) -> tuple[str, Path, Path]:
+    """A store folder ``s`` whose save of chair and banana over apple was killed between its
+    renames: ``s`` missing, the old store and the new one whole beside it."""
+    csv = tmp_path / "new.csv"
+    csv.write_text("name,price\nchair,2\nbanana,5\n")
+    fresh = tmp_path / "fresh"
+    command = ["build", str(csv), "--key", "name", "--value", "price", "--encoder", "test-hashing"]
+    run(*command, "-o", str(fresh))
+    _, store = build(tmp_path, "name,price\napple,10\n")
+    old, new = tmp_path / ".s.old-aaaa", tmp_path / ".s.new-aaaa"
+    os.rename(store, old)  # the first rename happened...
+    os.rename(fresh, new)  # ...the second did not
+    return store, old, new
+
+
+def test_info_finishes_a_save_cut_short_as_a_load_does(tmp_path: Path) -> None:
+    """info said "no such store folder" of a store a load would have recovered."""
+    store, old, new = cut_short_save(tmp_path)
+    result = run("info", store)
+    assert "keys         2" in result.stdout and "finished a save" in result.stderr
+    assert not old.exists() and not new.exists()
+    assert list(SoftDict.load(store)) == ["chair", "banana"]
+
+
+def test_build_refuses_to_replace_a_store_a_save_left_in_its_swap_folders(tmp_path: Path) -> None:
+    """Without --force, build does not write over a store whose save was cut short: the store
+    is brought back, as a load would, and build refuses as for any store."""
+    store, _, _ = cut_short_save(tmp_path)
+    result, _ = build(tmp_path, "name,price\nplum,3\n", check=False)
+    assert result.returncode == 2 and "holds a store; pass --force" in result.stderr
+    assert list(SoftDict.load(store)) == ["chair", "banana"]
+
+
 def test_usage_errors_exit_2() -> None:
     assert run("build", check=False).returncode == 2
     assert run("frobnicate", check=False).returncode == 2
@@ -264,9 +313,8 @@ def test_repeated_keys_are_counted_and_resolved(tmp_path, option, kept, message)
     result, store = build(tmp_path, "name,price\napple,1\napple,2\npear,3\n", *option)
     assert "1 rows repeat a key" in result.stderr and "'apple' on lines 2 and 3" in result.stderr
     assert message in result.stderr and SoftDict.load(store)["apple"] == kept
-    result, _ = build(
-        tmp_path, "name,price\napple,1\napple,2\n", "--on-duplicate", "error", check=False
-    )
+    twice = "name,price\napple,1\napple,2\n"  # over the store built above: --force
+    result, _ = build(tmp_path, twice, "--on-duplicate", "error", "--force", check=False)
     assert result.returncode == 1 and "the key 'apple' on lines 2 and 3" in result.stderr
 
 
@@ -365,6 +413,21 @@ def test_a_query_file_is_split_at_line_feeds_only(
     monkeypatch.setattr("sys.stdin", io.StringIO("\ufeff" + "\n".join(texts)))
     answers = run("query", fruit_store, "--file", "-", "--json").stdout.split("\n")[:-1]
     assert [json.loads(line)["query"] for line in answers] == texts
+
+
+def test_a_nul_in_a_query_file_is_an_error_naming_its_line(
+    tmp_path: Path, fruit_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A NUL went to the encoder as part of a query; no query holds one (a UTF-16 file read as
+    UTF-8 is full of them): an error naming the line, as a table's NUL is, nothing answered."""
+    queries = tmp_path / "q.txt"
+    queries.write_bytes(b"apple pie\r\n\r\nwooden\x00chair\n")
+    result = run("query", fruit_store, "--file", str(queries), check=False)
+    assert result.returncode == 1 and not result.stdout
+    assert f"{queries}: line 3 holds a NUL byte, which no query should" in result.stderr
+    monkeypatch.setattr("sys.stdin", io.StringIO("apple\x00 pie\n"))
+    result = run("query", fruit_store, "--file", "-", check=False)
+    assert result.returncode == 1 and "-: line 1 holds a NUL byte" in result.stderr
 
 
 @pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "much"])
