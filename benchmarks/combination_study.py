@@ -1,7 +1,7 @@
 """Meaning and spelling combined by a model learned from data, against today's hand-set rule.
 
 Run:  pip install -e '.[bench]' && python benchmarks/combination_study.py [--queries 400]
-      [--on-the-rule]
+      [--on-the-rule [--strict-short-words]]
 
 A study for the learned combination (issue 26). Every task of ``benchmarks/matching.py`` with
 ``--extra`` (typos, aliases, codes, names cut short, a stray space): the model is fitted on the
@@ -28,7 +28,9 @@ With ``--on-the-rule`` (``rule-2``), only the marks' weights C are fitted: the s
 stays the hand-set rule's (one ramp from 0.4, weighing 4·(1/16 + (15/16)·u) with u the share of
 unknown words, now with letters and digits split: ``describe``) and meaning's factor stays 1, so
 a lookup spells as few keys as under the rule, and the rule's typo scores and no-match
-threshold hold where no mark is borne.
+threshold hold where no mark is borne. With ``--strict-short-words`` too (``rule-5``), the
+description is ``evidence.describe_strict_short``: a word of at most 3 letters counts as common
+only at Zipf 3.5.
 
 It prints, per task of the test half, top-1 / top-5 for today's rule and the learned one, and
 the meaning guard of ``matching_design.py`` (64 paraphrase queries over 192 category words:
@@ -56,8 +58,16 @@ from matching_design import ISSUE, cosine, library_spelling
 
 from softdict.encoders import resolve_encoder
 from softdict.spelling import spelling_form
-from softdict.spelling.combination import LEARNED_1, query_terms, ramps, rule_1
-from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, compact, describe, evidence_marks
+from softdict.spelling.combination import LEARNED_1, rule_1
+from softdict.spelling.evidence import (
+    DESCRIPTION,
+    EVIDENCE,
+    compact,
+    describe,
+    describe_strict_short,
+    evidence_marks,
+)
+from softdict.spelling.terms import query_terms, ramps
 
 TEMPERATURE = 0.05
 CANDIDATES = 50
@@ -66,6 +76,7 @@ KNOTS = np.array(LEARNED_1.knots)
 # --on-the-rule: the rule's knots and weights (rule_1 at lexical_known 1/16), fixed.
 RULE = rule_1(1 / 16)
 ON_THE_RULE = False  # set by main
+DESCRIBE = describe  # the query's description; set by main (--strict-short-words)
 # The description's parts that scale meaning (not "several words": fitted on names, a meaning
 # weight that moved with it flattened paraphrases' attention, the meaning guard).
 MEANING_PARTS = list(LEARNED_1.meaning_parts)
@@ -167,7 +178,7 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
         out.evidence.append(evidence_marks(form, [marked.forms[j] for j in ordered]))
         one = np.full(len(ordered), i)
         out.rule.append(rule.score(C[i, ordered], S[i, ordered], None, one))
-        xs.append(describe(query))
+        xs.append(DESCRIBE(query))
     out.x = np.array(xs)
     return out
 
@@ -217,7 +228,7 @@ def no_match_offset(encoder, theta: np.ndarray) -> np.ndarray:
     )
     S, _ = library_spelling(queries, countries)
     forms = [spelling_form(c) for c in countries]
-    X = np.array([describe(q) for q in queries])
+    X = np.array([DESCRIBE(q) for q in queries])
     best = np.array(
         [
             (C[i] + features(C[i], S[i], evidence_marks(spelling_form(q), forms),
@@ -380,10 +391,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--queries", type=int, default=400)
     parser.add_argument("--on-the-rule", action="store_true", help="fit the marks only (rule-2)")
+    parser.add_argument(
+        "--strict-short-words",
+        action="store_true",
+        help="with --on-the-rule: on rule-5's description (short words common only at Zipf 3.5)",
+    )
     args = parser.parse_args()
-    global KNOTS, ON_THE_RULE
+    global KNOTS, ON_THE_RULE, DESCRIBE
+    if args.strict_short_words and not args.on_the_rule:
+        parser.error("--strict-short-words fits rule-5's marks: give --on-the-rule too")
     if args.on_the_rule:
         KNOTS, ON_THE_RULE = np.array(RULE.knots), True
+    if args.strict_short_words:
+        DESCRIBE = describe_strict_short
     encoder = resolve_encoder(None, query_cache_size=0)
     train = [batch(encoder, t, True) for t in fitted_tasks("dev", args.queries)]
     theta = fit(train)
@@ -404,6 +424,8 @@ def main() -> None:
         print(f"meaning guard, {label}: log-likelihood {log_lik:.3f}, accuracy {acc:.3f}")
     print("the issue's queries:", issue_queries(encoder, theta))
     name = "RULE_2 (C)" if ON_THE_RULE else "LEARNED_1 (a, B, C)"
+    if args.strict_short_words:
+        name = "RULE_5 (C)"
     print(f"constants of {name}:\n" + constants(theta))
     print("its offset:", "(" + ", ".join(f"{v:.6g}" for v in offset) + ")")
 

@@ -45,7 +45,8 @@ class CombinationName(str, Enum):
     RULE_1 = "rule-1"  # the hand-set rule (store formats up to 3 load with it)
     RULE_2 = "rule-2"  # the rule's curve, letters and digits split, learned marks
     RULE_3 = "rule-3"  # rule-2, and a key spelled as the query gains the most
-    RULE_4 = "rule-4"  # the default: rule-3, and spelling reads the accents a query bears
+    RULE_4 = "rule-4"  # rule-3, and spelling reads the accents a query bears
+    RULE_5 = "rule-5"  # the default: rule-4, a short word common only when very frequent
     LEARNED_1 = "learned-1"  # learned from real names: opt-in until it keeps min_score's use
 
     @property
@@ -58,7 +59,7 @@ class CombinationName(str, Enum):
     def reads_accents(self) -> bool:
         """Whether spelling compares the texts' accents (``spelling.scores``), not only their
         letters."""
-        return self is CombinationName.RULE_4
+        return self in (CombinationName.RULE_4, CombinationName.RULE_5)
 
 
 class SoftDictConfig(BaseModel):
@@ -90,13 +91,14 @@ class SoftDictConfig(BaseModel):
     lexical: float = Field(default=1.0, ge=0.0, le=1000.0)
     lexical_known: float = Field(default=1 / 16, ge=0.0, le=1.0)
     # How meaning and spelling make one score (softdict.spelling.combination): the hand-set rule's
-    # curve with learned marks, under which a key spelled as the query gains the most, and
-    # spelling reads the accents a query bears (rule-4, the default); the same reading no
-    # accents (rule-3, the default before rule-4); without the "same" floor (rule-2), the rule
+    # curve with learned marks, under which a key spelled as the query gains the most, spelling
+    # reads the accents a query bears, and a short word is common only when very frequent
+    # (rule-5, the default); every short word of the list common (rule-4, the default before
+    # rule-5); the same reading no accents (rule-3); without the "same" floor (rule-2), the rule
     # alone (rule-1, the default before rule-2: a store records its combination, so one saved
     # with an earlier default keeps it), or the learned combination (learned-1, opt-in while it
     # tells a query with no key less well by its best score: README, Spelling).
-    combination: CombinationName = CombinationName.RULE_4
+    combination: CombinationName = CombinationName.RULE_5
 
     @field_validator("temperature")
     @classmethod

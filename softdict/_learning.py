@@ -23,7 +23,7 @@ from softdict._errors import KeyTypeError, NoMatchError
 from softdict._lookup import spelling_queries, terms_of
 from softdict._similarity import Similarity
 from softdict.index.base import require_vectors
-from softdict.spelling.combination import QueryTerms
+from softdict.spelling.terms import QueryTerms
 from softdict.store.base import Store
 
 __all__ = [

@@ -23,8 +23,9 @@ from softdict._retrieval import (
 from softdict._sampling import value_stderr
 from softdict._types import BatchValue, Mask, NoDefault, Value
 from softdict.spelling import SpellingQueries
-from softdict.spelling.combination import QueryTerms, combination_for, query_terms
+from softdict.spelling.combination import combination_for
 from softdict.spelling.evidence import EVIDENCE
+from softdict.spelling.terms import QueryTerms, query_terms
 from softdict.store.base import Store
 from softdict.values.base import LossKind, ValueColumn
 

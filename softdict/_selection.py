@@ -12,7 +12,7 @@ import numpy as np
 from softdict._attention import mass_interval, weight_error_bound
 from softdict._config import SoftDictConfig
 from softdict.index.base import Capabilities, ScoreErrors
-from softdict.spelling.combination import QueryTerms
+from softdict.spelling.terms import QueryTerms
 
 __all__ = ["RetrievalPolicy", "Route", "ScoreBounds", "Selection"]
 

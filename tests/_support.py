@@ -12,7 +12,11 @@ import pytest
 from rapidfuzz import fuzz
 from rapidfuzz.distance import OSA
 
+from softdict._config import CombinationName
+
 FAKE_DIM = 16
+# Every combination a store can name, in the enum's order ("rule-1" ... "learned-1").
+COMBINATIONS = [name.value for name in CombinationName]
 
 # -- comparing floats ---------------------------------------------------------------------------
 #
@@ -160,13 +164,21 @@ def library_measures(query: str, keys: list[str]) -> tuple[np.ndarray, np.ndarra
     return read, spelling_similarity(SpellingQueries.of([query]), columns)[0]
 
 
-def naive_description(text: str) -> list[float]:
-    """The learned combination's description of a query, as its docstring states it."""
+def naive_description(text: str, strict_short: bool = False) -> list[float]:
+    """The learned combination's description of a query, as its docstring states it; with
+    ``strict_short``, rule-5's (a word of at most 3 characters is common at Zipf 3.5, read from
+    wordfreq here)."""
     from softdict.spelling.text import common_words
 
     words = re.findall(r"[^\W\d_]+|\d+", unicodedata.normalize("NFC", text).casefold())
     letters = [w for w in words if not w.isdigit()]
-    unknown = sum(w not in common_words() for w in letters) / len(words) if words else 1.0
+
+    def common(word: str) -> bool:
+        if strict_short and len(word) <= 3:
+            return naive_zipf(word) >= 3.5
+        return word in common_words()
+
+    unknown = sum(not common(w) for w in letters) / len(words) if words else 1.0
     cased = [ch for ch in text if ch.isalpha()]
     return [
         1.0,
@@ -176,6 +188,20 @@ def naive_description(text: str) -> list[float]:
         float(len(text.split()) >= 2),
         float(len(cased) >= 2 and all(ch.isupper() for ch in cased)),
     ]
+
+
+def naive_zipf(word: str) -> float:
+    """``word``'s Zipf frequency in wordfreq's large English list (-inf where it has none):
+    log10 of its frequency per billion words."""
+    frequency = _english_frequencies().get(word, 0.0)
+    return float(np.log10(frequency) + 9) if frequency else -np.inf
+
+
+@functools.cache
+def _english_frequencies() -> dict[str, float]:
+    import wordfreq
+
+    return wordfreq.get_frequency_dict("en", wordlist="large")
 
 
 def naive_marks(query: str, key: str) -> list[float]:
@@ -236,24 +262,24 @@ def naive_combined(
     known: float = 1 / 16,
     spelled: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Each key's score under ``combination`` ("rule-1" to "rule-4", or "learned-1"),
+    """Each key's score under ``combination`` ("rule-1" to "rule-5", or "learned-1"),
     from the formula of softdict.spelling.combination's docstring, pair by pair (the learned
     constants are data: read from the package); ``spelled``: the spelling similarities, when
     already known."""
-    from softdict.spelling.combination import LEARNED_1, RULE_2_MARKS
+    from softdict.spelling.combination import LEARNED_1, RULE_2_MARKS, RULE_5_MARKS
     from softdict.spelling.text import unknown_share
 
     if spelled is None:
-        accents = combination == "rule-4"
+        accents = combination in ("rule-4", "rule-5")
         spelled = np.array([naive_spelling(query, key, accents) for key in keys])
     if combination == "rule-1":
         weight = 4.0 * (known + (1 - known) * unknown_share(query))
         return cosine + weight * np.maximum(spelled - 0.4, 0) / 0.6
-    x = np.array(naive_description(query))
-    if combination in ("rule-2", "rule-3", "rule-4"):  # rule-1's curve, unknown share, marks
+    x = np.array(naive_description(query, strict_short=combination == "rule-5"))
+    if combination != "learned-1":  # rule-2 to rule-5: rule-1's curve, unknown share, marks
         weight = 4.0 * (known + (1 - known) * x[1])
         rule = np.asarray(cosine) + weight * np.maximum(np.asarray(spelled) - 0.4, 0) / 0.6
-        mark_weights = np.array(RULE_2_MARKS) @ x
+        mark_weights = np.array(RULE_5_MARKS if combination == "rule-5" else RULE_2_MARKS) @ x
         if combination != "rule-2":  # "same" weighs at least the other four marks together
             mark_weights[0] = max(mark_weights[0], mark_weights[1:].sum())
         return rule + _naive_mark_rows(query, keys) @ mark_weights

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from _support import close, naive_combined
+from _support import COMBINATIONS, close, naive_combined
 
 from softdict import SoftDict
 from softdict._cli import main
@@ -473,7 +473,7 @@ def test_temperature_option_and_explain_shortens_long_keys(tmp_path: Path) -> No
     assert bad.returncode == 1 and "temperature" in bad.stderr
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "rule-3", "rule-4", "learned-1"])
+@pytest.mark.parametrize("combination", COMBINATIONS)
 def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path, combination: str) -> None:
     """Each key's meaning and spelling scores (and marks, where the combination weighs them),
     and how the combination makes its score of them; --lexical 0 turns spelling off for a

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _support import FakeEncoder
+from _support import COMBINATIONS, FakeEncoder
 
 from softdict import (
     ConfigError,
@@ -214,7 +214,7 @@ def test_a_projection_kept_through_clear_must_fit_the_new_keys() -> None:
     assert sd.lookup_embeddings(np.eye(4)[0]) < 1.5
 
 
-@pytest.mark.parametrize("combination", ["rule-1", "rule-2", "rule-3", "rule-4", "learned-1"])
+@pytest.mark.parametrize("combination", COMBINATIONS)
 def test_fit_scores_keys_as_a_lookup_does(combination: str) -> None:
     """fit's form of the combination (``SpellingInputs``: the torch loss's scores) equals the
     lookup's combined score for every key the lookup spelled, at the store's lexical and

@@ -133,10 +133,11 @@ def test_keys_a_mark_could_lift_are_proposed_as_in_memory(
     in order: neither shares a 3-gram with its key. Under a combination that weighs marks, the
     pair features (first character, character) find the keys that begin with the query's first
     character and hold its characters, and the candidates are the memory store's."""
-    from softdict.spelling.combination import combination_for, query_terms
+    from softdict.spelling.combination import combination_for
+    from softdict.spelling.terms import query_terms
 
     memory, milvus = twins(milvus_store_location)
-    assert milvus.combination == "rule-4" and milvus._store._rows.pairs
+    assert milvus.combination == "rule-5" and milvus._store._rows.pairs
     queries = SpellingQueries.of(CODES)
     served = milvus._store.spelling
     held = SpellingIndex()
@@ -169,7 +170,8 @@ def test_a_format_3_store_does_not_search_pair_features(
 
     from pymilvus import MilvusClient
 
-    from softdict.spelling.combination import combination_for, query_terms
+    from softdict.spelling.combination import combination_for
+    from softdict.spelling.terms import query_terms
 
     _, milvus = twins(milvus_store_location)
     collection = milvus._store._collection

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pycountry
 from _support import (
+    COMBINATIONS,
     FLOAT32_RTOL,
     FakeEncoder,
     assert_close,
@@ -317,7 +318,7 @@ def _typo(name: str, position: int, edit: int) -> str:
     position=st.integers(0, 40),
     edit=st.integers(0, 3),
     top_k=st.sampled_from([None, 1, 3]),
-    combination=st.sampled_from(["rule-1", "rule-2", "rule-3", "rule-4", "learned-1"]),
+    combination=st.sampled_from(COMBINATIONS),
 )
 @settings(max_examples=80, deadline=None)
 def test_spelling_scored_where_it_matters_answers_as_scoring_every_key(

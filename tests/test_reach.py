@@ -11,13 +11,13 @@ from __future__ import annotations
 import numpy as np
 import pycountry
 import pytest
-from _support import assert_close
+from _support import COMBINATIONS, assert_close
 
 from softdict.spelling import SpellingIndex, SpellingQueries
-from softdict.spelling.combination import QueryTerms, combination_for, query_terms
+from softdict.spelling.combination import combination_for
 from softdict.spelling.reach import best_by_gain
+from softdict.spelling.terms import QueryTerms, query_terms
 
-COMBINATIONS = ["rule-1", "rule-2", "rule-3", "rule-4", "learned-1"]
 N = 64
 
 

@@ -17,14 +17,17 @@ import numpy as np
 import pycountry
 import pytest
 from _support import (
+    COMBINATIONS,
     FakeEncoder,
     assert_close,
     close,
     library_measures,
     naive_combined,
+    naive_description,
     naive_form,
     naive_marks,
     naive_spelling,
+    naive_zipf,
 )
 from rapidfuzz import fuzz
 from rapidfuzz.distance import OSA
@@ -35,8 +38,6 @@ from softdict.index import Allow, Capabilities, register_backend
 from softdict.index.exact import ExactBackend
 from softdict.spelling import SpellingIndex, SpellingQueries, unknown_share
 from softdict.spelling.evidence import EVIDENCE
-
-COMBINATIONS = ["rule-1", "rule-2", "rule-3", "rule-4", "learned-1"]
 
 COUNTRIES = sorted(c.name for c in pycountry.countries)
 # The README's seven queries, each with the code of the country it means.
@@ -104,6 +105,7 @@ def naive_attention(sd: SoftDict, query: str, keys: list[str], combination: str)
         ("Bosnia and Herzegovna", 1 / 3),
         ("UK", 0.0),
         ("Switz", 1.0),
+        ("Gam", 0.0),  # a word to rule-1 to rule-4, not to rule-5 (Zipf 2.77 < 3.5)
     ],
 )
 def test_lookup_is_softmax_of_the_combined_score(
@@ -129,7 +131,7 @@ def test_lookup_is_softmax_of_the_combined_score(
     order = [column[key] for key in attention.keys]
     # Spelling is scored where it can matter (softdict.spelling.bounded): elsewhere the score is
     # the meaning part, the similarity NaN, and the weights are within the reported bound.
-    accents = combination == "rule-4"
+    accents = combination in ("rule-4", "rule-5")
     spelled = np.array([naive_spelling(query, key, accents) for key in attention.keys])
     scored = ~np.isnan(attention.spelling_scores)
     assert scored[0] and attention.keys[0] == COUNTRIES[int(np.argmax(combined))]
@@ -191,7 +193,8 @@ def test_rounds_sized_by_the_gains_keep_the_bound_in_fewer_rounds() -> None:
     gain (``bounded._needed``), take a few calls where doubling from 32 took seven, and the
     weights are within the bound of every key's exact score."""
     from softdict.spelling.bounded import _needed, bounded_scores
-    from softdict.spelling.combination import LEARNED_1, query_terms
+    from softdict.spelling.combination import LEARNED_1
+    from softdict.spelling.terms import query_terms
 
     rng = np.random.default_rng(7)
     n = 6000
@@ -450,7 +453,7 @@ def test_a_large_store_proposes_the_keys_a_mark_could_lift(english_words: list[s
     chosen = [found[0] for code, found in codes.items() if len(code) >= 4 and len(found) == 1]
     keys = english_words + [name for name in names if name not in set(english_words)]
     sd = SoftDict(dict.fromkeys(keys, 1.0), encoder=FakeEncoder(), index="flat", temperature=0.1)
-    assert sd.combination == "rule-4" and len(chosen) >= 30
+    assert sd.combination == "rule-5" and len(chosen) >= 30
     found_by_initials = []
     for name in chosen[:30]:
         query = initials(naive_form(name)).upper()
@@ -701,7 +704,7 @@ def test_a_store_saved_when_rule_1_was_the_default_keeps_it(
     default now answers otherwise; a new store of the same keys takes the default."""
     loaded, expected = loaded_with_the_rule("format4", capsys)
     fresh = SoftDict(dict(loaded.items()), encoder=FakeEncoder(), temperature=0.3)
-    assert fresh.combination == "rule-4"
+    assert fresh.combination == "rule-5"
     changed = [
         now.keys[0] != then["keys"][0]
         for now, then in zip(fresh.attend(expected["queries"]), expected["attend"])
@@ -728,7 +731,7 @@ def test_misspelt_country_names_find_their_country_and_aliases_still_do(bundled_
 
 
 def test_the_default_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder) -> None:
-    """``rule-4``, the default (``rule-2``'s curve and marks): a common word with a digit
+    """``rule-5``, the default (``rule-2``'s curve and marks): a common word with a digit
     ("Korea2") is a word and a number, not a misspelling (``rule-1`` weighs it as one, 4
     against 1/4, and the digit pulls it to whatever is spelled alike); the README's seven
     queries still find their country; a query that is a key's initials or its start bears that
@@ -736,7 +739,7 @@ def test_the_default_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder)
     countries = {c.name: c.alpha_2 for c in pycountry.countries}
     rule = SoftDict(countries, encoder=bundled_encoder, combination="rule-1")
     marked = SoftDict(countries, encoder=bundled_encoder)
-    assert marked.combination == "rule-4"
+    assert marked.combination == "rule-5"
     assert rule.attend("Korea2").spelling_weight == close(4.0)
     found = marked.attend("Korea2")
     assert found.spelling_weight == close(0.25) and "Korea" in found.keys[0]
@@ -746,6 +749,54 @@ def test_the_default_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder)
         attention = marked.attend(query)
         assert key in (attention.keys[0], marked[attention.keys[0]])
         assert attention.marks is not None and mark in attention.marks[0]
+
+
+@pytest.mark.integration
+def test_the_default_reads_a_rare_short_word_as_a_misspelling(bundled_encoder) -> None:
+    """``rule-5``, the default: wordfreq counts "gam" and "gon" as English words (Zipf 2.77,
+    3.34), so under ``rule-4`` spelling weighed 1/16 for them and meaning answered at random
+    among countries; under ``rule-5`` a word of at most 3 letters is common only at Zipf 3.5,
+    so they weigh spelling as misspellings and find Guam and Gabon. A short word common enough
+    ("owl", Zipf 3.87) keeps meaning's weight."""
+    countries = {c.name: c.alpha_2 for c in pycountry.countries}
+    sd = SoftDict(countries, encoder=bundled_encoder)
+    old = SoftDict(countries, encoder=bundled_encoder, combination="rule-4")
+    assert sd.combination == "rule-5"
+    for query, key in (("Gam", "Guam"), ("Gon", "Gabon")):
+        found, before = sd.attend(query), old.attend(query)
+        assert found.keys[0] == key and found.spelling_weight == close(4.0)
+        assert before.keys[0] != key and before.spelling_weight == close(0.25)
+    assert sd.attend("owl").spelling_weight == close(0.25)
+    assert sd.lookup(list(README_QUERIES)) == list(README_QUERIES.values())
+
+
+def test_rule_5s_common_words_are_wordfreqs_short_words_at_zipf_3_5() -> None:
+    """``text.common_words_strict_short`` against wordfreq's frequencies read here, and
+    ``evidence.describe_strict_short`` against the description computed naively, on queries
+    of short words, codes, digits and accents."""
+    from softdict.spelling.evidence import describe, describe_strict_short
+    from softdict.spelling.text import common_words, common_words_strict_short
+
+    expected = frozenset(w for w in common_words() if len(w) > 3 or naive_zipf(w) >= 3.5)
+    assert common_words_strict_short() == expected
+    assert {"gam", "gon", "hun", "kor"}.isdisjoint(expected) and {"owl", "cat", "the"} <= expected
+    assert 1_000 < len(common_words() - expected) < 5_000
+    queries = [
+        "Gam",
+        "gon 2",
+        "Hun Sen",
+        "owl",
+        "USD",
+        "Guam",
+        "kor-3",
+        "Éire",
+        "fao ASM",
+        "",
+        "42",
+    ]
+    for query in queries:
+        assert describe_strict_short(query).tolist() == naive_description(query, True), query
+        assert describe(query).tolist() == naive_description(query), query
 
 
 def _starts_of_longer_words(words: list[str], limit: int) -> list[str]:
@@ -761,14 +812,14 @@ def _starts_of_longer_words(words: list[str], limit: int) -> list[str]:
 
 @pytest.mark.parametrize("large", [False, True])
 def test_a_key_queried_by_its_own_text_comes_first(english_words: list[str], large: bool) -> None:
-    """Under ``rule-3`` and ``rule-4``, the default, no key gains more from spelling and marks
+    """Under ``rule-3`` to ``rule-5``, the default, no key gains more from spelling and marks
     than a key
     spelled as the query, whose meaning is the best too when the text is the same: so a key's
     own text finds it first, over every key and past the exact size (where it must be among
     the spelling candidates). wordfreq's words that start a longer word, which bears marks."""
     words = english_words if large else english_words[:1500]
     sd = SoftDict(dict.fromkeys(words, 1.0), encoder=FakeEncoder(), temperature=0.1)
-    assert sd.combination == "rule-4"
+    assert sd.combination == "rule-5"
     chosen = _starts_of_longer_words(words, 150)
     assert len(chosen) >= 100
     for word, found in zip(chosen, sd.nearest(chosen, 2)):
@@ -805,7 +856,7 @@ def test_a_word_finds_itself_before_longer_words_in_any_case(
     assert [found[0][0] for found in loaded.nearest(missed, 1)] == [
         found[0][0] for q, found in zip(queries, answers) if q in set(missed)
     ]
-    loaded.combination = "rule-4"
+    loaded.combination = "rule-5"
     assert [found[0][0] for found in loaded.nearest(missed, 1)] == [q.lower() for q in missed]
 
 
@@ -887,7 +938,7 @@ def test_the_common_words_are_wordfreqs_and_kept_in_the_cache(
         text.common_words.cache_clear()
 
 
-# -- accents (rule-4) ------------------------------------------------------------------------
+# -- accents (rule-4, rule-5) ------------------------------------------------------------------
 
 
 def test_an_accented_form_strips_back_to_the_form_letter_by_letter() -> None:
@@ -961,17 +1012,17 @@ def _accent_twins() -> list[tuple[str, str]]:
 def test_a_query_typed_with_accents_prefers_the_key_that_bears_them(
     english_words: list[str], store: str
 ) -> None:
-    """Under ``rule-4`` a query that bore accents prefers, of two keys spelled alike but for
-    accents (pycountry's subdivisions: "Huíla" and "Huila"), the one that bears them, typed as
-    it is or with a letter added; ``rule-3`` scores both alike. A query without accents may have
-    left them out: it scores the two alike under either. Over every key, and past the exact
-    size (the union of candidates)."""
+    """Under ``rule-4`` and ``rule-5`` a query that bore accents prefers, of two keys spelled alike
+    but for accents (pycountry's subdivisions: "Huíla" and "Huila"), the one that bears them, typed
+    as it is or with a letter added; ``rule-3`` scores both alike. A query without accents may have
+    left them out: it scores the two alike under either. Over every key, and past the exact size
+    (the union of candidates)."""
     twins = _accent_twins()
     assert len(twins) >= 5
     names = sorted({s.name for s in pycountry.subdivisions})
     keys = names + (english_words if store == "large" else [])
     sd = SoftDict(dict.fromkeys(keys, 1.0), encoder=FakeEncoder(), temperature=0.1)
-    assert sd.combination == "rule-4" and (store == "exact") == (len(sd) <= EXACT_MAX_KEYS)
+    assert sd.combination == "rule-5" and (store == "exact") == (len(sd) <= EXACT_MAX_KEYS)
     rule_3 = sd.copy()
     rule_3.combination = "rule-3"
     for accented, plain in twins:

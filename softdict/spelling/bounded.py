@@ -45,7 +45,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict._attention import exponentials
-from softdict.spelling.combination import QueryTerms
+from softdict.spelling.terms import QueryTerms
 
 __all__ = [
     "FIRST_ROUND",

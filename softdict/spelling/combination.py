@@ -14,7 +14,7 @@ has not spelled (``bounded``). Meaning's factor is never negative. d·x is an of
 key of a query gets alike: it changes no weight and no ranking (a softmax does not see it), only
 the level of the best score, which ``min_score`` compares across queries.
 
-Five combinations exist, named in a store's config (``combination``) so that a store answers as
+Six combinations exist, named in a store's config (``combination``) so that a store answers as
 it did when saved:
 
 * ``rule-1``, the hand-set rule (the default until ``rule-2``; store formats up to 3 load with
@@ -39,13 +39,19 @@ it did when saved:
   accents, and punctuation where it stands for a space) has similarity 1, the most the curve
   gives: so no key gains more from spelling and marks than it, and it comes first wherever its
   meaning is the best too (the same text, or a text an uncased encoder embeds alike).
-* ``rule-4``, the default: ``rule-3``'s terms, with spelling reading the accents a query bears
-  (``scores``): the similarity of a query typed with accents is the mean of the measure on the
-  forms and on the accented forms, so of two keys spelled alike but for accents ("Kolar",
-  "Kolār") the one that bears the query's accents scores higher, where ``rule-3`` tied them
-  (and the bundled encoders, which strip accents, embed them alike). A query typed without
+* ``rule-4`` (the default before ``rule-5``): ``rule-3``'s terms, with spelling reading the accents
+  a query bears (``scores``): the similarity of a query typed with accents is the mean of the
+  measure on the forms and on the accented forms, so of two keys spelled alike but for accents
+  ("Kolar", "Kolār") the one that bears the query's accents scores higher, where ``rule-3`` tied
+  them (and the bundled encoders, which strip accents, embed them alike). A query typed without
   accents spells as under ``rule-3``. The marks and the bounds stay on the forms: the accented
   similarity is at most the forms', so everything that bounds ``rule-3``'s scores bounds these.
+* ``rule-5``, the default: ``rule-4``, on ``evidence.describe_strict_short``'s x, where a word of at
+  most 3 letters is a common word only at Zipf 3.5 (``text.common_words_strict_short``): wordfreq's
+  list at 2.5 counts "gam", "gon", "hun" as words, so such a typo or code weighed spelling 1/16 and
+  meaning answered it ("Gam" -> Georgia for Guam). The marks' weights were fitted again on that
+  description (``combination_study.py --on-the-rule --strict-short-words``): on the old ones, codes,
+  now read as unknown words, lost to typos of other keys.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
@@ -63,24 +69,21 @@ it did when saved:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from softdict._config import CombinationName
-from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, SAME, describe, markable
+from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, describe, describe_strict_short
 from softdict.spelling.text import unknown_share
 
 __all__ = [
     "LEARNED_1",
     "RULE_2_MARKS",
+    "RULE_5_MARKS",
     "Combination",
-    "QueryTerms",
     "combination_for",
-    "query_terms",
-    "ramps",
 ]
 
 UNKNOWN_WORD_WEIGHT = 4.0  # the rule's weight of a query of unknown words, in cosine units
@@ -137,17 +140,37 @@ RULE_2_MARKS = (
 )
 
 
+# rule-5's marks: fitted as RULE_2_MARKS, on describe_strict_short's x, by
+# benchmarks/combination_study.py --on-the-rule --strict-short-words.
+RULE_5_MARKS = (
+    (0, 0, 1.48109e-16, 0, 0.543052, 8.2407e-10),
+    (0.127331, 0.974407, 0, 0, 0.221505, 0.037636),
+    (0, 0.783063, 0, 0, 0.00741575, 0),
+    (0.0503158, 0.69105, 0, 0.0503158, 0, 0.109339),
+    (0.076479, 0, 0.000759722, 0, 0.0352242, 0.83504),
+)
+
+
 def rule_2(
     known: float, *, same_outweighs: bool = False, name: CombinationName | None = None
 ) -> Combination:
     """The hand-set rule's curve on ``describe``'s unknown share, with ``known``
     (``lexical_known``) the share of the weight that common words keep, and the fitted marks;
-    with ``same_outweighs``, ``rule-3`` (or ``name``: ``rule-4``, whose terms are rule-3's)."""
+    with ``same_outweighs``, ``rule-3`` (or ``name``: ``rule-4``, whose terms are rule-3's, or
+    ``rule-5``, which describes a query and weighs marks its own way)."""
     ramp = _rule_ramp(known) + (0.0,) * (len(DESCRIPTION) - 2)
     if name is None:
         name = CombinationName.RULE_3 if same_outweighs else CombinationName.RULE_2
+    strict = name is CombinationName.RULE_5
     return Combination(
-        name, describe, _RULE_KNOTS, (), (), (ramp,), RULE_2_MARKS, same_outweighs=same_outweighs
+        name,
+        describe_strict_short if strict else describe,
+        _RULE_KNOTS,
+        (),
+        (),
+        (ramp,),
+        RULE_5_MARKS if strict else RULE_2_MARKS,
+        same_outweighs=same_outweighs,
     )
 
 
@@ -176,11 +199,18 @@ LEARNED_1 = Combination(
     (0, 0.254485, 0, 0.267603, 0.245478, 0),
 )
 assert len(LEARNED_1.ramps[0]) == len(DESCRIPTION) and len(LEARNED_1.marks) == len(EVIDENCE)
-assert all(len(row) == len(DESCRIPTION) for row in RULE_2_MARKS) and len(RULE_2_MARKS) == len(
-    EVIDENCE
+assert all(
+    len(row) == len(DESCRIPTION) and len(marks) == len(EVIDENCE)
+    for marks in (RULE_2_MARKS, RULE_5_MARKS)
+    for row in marks
 )
 # Every bound on unscored keys (``QueryTerms.most_gain``) needs the weights B, C >= 0.
-assert all(w >= 0 for c in (LEARNED_1, rule_2(0.0)) for row in (*c.ramps, *c.marks) for w in row)
+assert all(
+    w >= 0
+    for c in (LEARNED_1, rule_2(0.0), rule_2(0.0, name=CombinationName.RULE_5))
+    for row in (*c.ramps, *c.marks)
+    for w in row
+)
 
 
 def combination_for(name: CombinationName | str, known: float) -> Combination:
@@ -190,236 +220,6 @@ def combination_for(name: CombinationName | str, known: float) -> Combination:
         return rule_1(known)
     if name is CombinationName.RULE_2:
         return rule_2(known)
-    if name in (CombinationName.RULE_3, CombinationName.RULE_4):
+    if name in (CombinationName.RULE_3, CombinationName.RULE_4, CombinationName.RULE_5):
         return rule_2(known, same_outweighs=True, name=name)
     return LEARNED_1
-
-
-def ramps(similarity: np.ndarray, knots: np.ndarray) -> np.ndarray:
-    """(..., J): each similarity's part between consecutive knots, from 0 to 1."""
-    low, high = knots[:-1], knots[1:]
-    s = np.asarray(similarity, dtype=np.float64)[..., None]
-    return np.clip((s - low) / (high - low), 0.0, 1.0)
-
-
-@dataclass(frozen=True)
-class QueryTerms:
-    """A batch's combination, query by query, in score units (module docstring).
-
-    Attributes:
-        knots: (J + 1,) the ramps' knots.
-        scale: (m,) meaning's factor.
-        offset: (m,) what every key's score gets alike (softmax does not see it).
-        slopes: (m, J) each ramp's weight (>= 0).
-        marks: (m, E) each mark's weight (>= 0).
-        same_outweighs: whether ``same`` weighs at least every other mark together
-            (``rule-3``), which makes it the most marks can add to a key (``most_gain``).
-    """
-
-    knots: np.ndarray
-    scale: np.ndarray
-    slopes: np.ndarray
-    marks: np.ndarray
-    offset: np.ndarray
-    same_outweighs: bool = False
-
-    @property
-    def floor(self) -> float:
-        """Spelling at or below this adds nothing."""
-        return float(self.knots[0])
-
-    @property
-    def weight(self) -> np.ndarray:
-        """(m,) the most spelling alone can add to a score (an exact spelling match)."""
-        return self.slopes.sum(axis=1)
-
-    @property
-    def weighs_marks(self) -> bool:
-        """Whether the combination weighs marks (``evidence``): else none need be made."""
-        return self.marks.shape[1] > 0
-
-    def marks_count_for(self, form: str) -> bool:
-        """Whether a mark could add to any key's score for a query of this spelling form: the
-        combination weighs marks and the query is long enough to bear one."""
-        return self.weighs_marks and markable(form)
-
-    def could_gain(self, ceiling: np.ndarray, could_mark: np.ndarray | None) -> np.ndarray:
-        """Which keys spelling or marks could add to, of any shape: a spelling ``ceiling`` above
-        the first knot (at or below it spelling adds nothing), or a possible mark (``could_mark``;
-        None: none). The others' scores are exactly their meaning part."""
-        opened = ceiling > self.floor
-        if could_mark is not None:
-            opened |= could_mark
-        return opened
-
-    def subset(self, rows: np.ndarray) -> QueryTerms:
-        """The terms of the queries ``rows``, in that order (the terms themselves when that is
-        every query: a lookup of one query takes its batch's terms query by query)."""
-        if len(rows) == len(self.scale) == 1 and rows[0] == 0:
-            return self
-        part = QueryTerms(
-            self.knots,
-            self.scale[rows],
-            self.slopes[rows],
-            self.marks[rows],
-            self.offset[rows],
-            self.same_outweighs,
-        )
-        # What the batch's terms derived already holds for these queries.
-        part.__dict__["_heights"] = self._heights[rows]
-        if self._meaning_alone:
-            part.__dict__["_meaning_alone"] = True
-        return part
-
-    def meaning_part(self, meaning: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
-        """Meaning's part of the score, with the query's offset: (m, c) scores of the batch, or
-        (p,) scores of the queries ``rows`` (p,). Where every scale is 1 and every offset 0 (the
-        hand-set rule) it is ``meaning`` itself as float64, not a copy."""
-        meaning = np.asarray(meaning, dtype=np.float64)
-        if self._meaning_alone:  # the hand-set rule's terms: meaning itself (no pass over it)
-            return meaning
-        scale = self.scale[:, None] if rows is None else self.scale[rows]
-        offset = self.offset[:, None] if rows is None else self.offset[rows]
-        if np.all(self.scale > 0):  # padding (-inf) stays -inf by itself
-            return meaning * scale + offset
-        # Where meaning weighs nothing, padding must still be -inf (0 · -inf is NaN).
-        with np.errstate(invalid="ignore"):
-            return np.where(meaning == -np.inf, -np.inf, meaning * scale + offset)
-
-    @functools.cached_property
-    def _meaning_alone(self) -> bool:
-        """Whether meaning's part is meaning itself: every scale 1, every offset 0."""
-        return bool(np.all(self.scale == 1.0) and not np.any(self.offset))
-
-    @functools.cached_property
-    def _heights(self) -> np.ndarray:
-        """(m, J + 1): each query's spelling part at each knot, the ramps' weights summed."""
-        return np.concatenate([np.zeros((len(self.slopes), 1)), self.slopes.cumsum(axis=1)], 1)
-
-    def spelling_part(
-        self, similarity: np.ndarray, rows: np.ndarray | int | None = None
-    ) -> np.ndarray:
-        """What spelling adds: (m, c) similarities of the batch, or (p,) of queries ``rows``
-        (an int: every one of query ``rows``). NaN (a similarity not known) counts as 0 here:
-        callers bound it separately.
-
-        The sum of the ramps is the piecewise-linear curve through each knot's height (0 below
-        the first knot, every weight above the last), which np.interp reads in one pass per
-        query: on 10^4 keys as fast as the (c, J) ramps for the rule's one ramp, 10x faster for
-        the learned combination's five."""
-        found = np.asarray(similarity, dtype=np.float64)
-        found = np.where(np.isnan(found), 0.0, found)
-        heights = self._heights
-        if len(heights) == 1 or isinstance(rows, int):  # one query's: in one pass
-            return np.interp(found, self.knots, heights[0 if len(heights) == 1 else rows])
-        if rows is None:
-            return np.array(
-                [np.interp(row, self.knots, height) for row, height in zip(found, heights)]
-            ).reshape(found.shape)
-        rows = np.asarray(rows)
-        part = np.empty(found.shape)
-        if not len(rows):
-            return part
-        # One np.interp per query, over its keys: rows grouped by query (a batch's pairs come
-        # so) are split where the query changes, any other order is sorted first.
-        order = None if np.all(rows[:-1] <= rows[1:]) else np.argsort(rows, kind="stable")
-        grouped = rows if order is None else rows[order]
-        spans = np.split(
-            np.arange(len(rows)) if order is None else order,
-            np.flatnonzero(grouped[1:] != grouped[:-1]) + 1,
-        )
-        for span in spans:
-            part[span] = np.interp(found[span], self.knots, heights[rows[span[0]]])
-        return part
-
-    def marks_part(
-        self, marks: np.ndarray | None, rows: np.ndarray | int | None = None
-    ) -> np.ndarray:
-        """What the marks add: ``marks`` (m, c, E) of the batch, or (p, E) of queries ``rows``
-        (an int: every one of query ``rows``); None: no marks (0)."""
-        if marks is None or not self.weighs_marks:
-            return np.zeros(0 if marks is None else marks.shape[:-1])
-        weights = self.marks[:, None, :] if rows is None else self.marks[rows]
-        return (marks * weights).sum(axis=-1)
-
-    def score(
-        self,
-        meaning: np.ndarray,
-        similarity: np.ndarray,
-        marks: np.ndarray | None = None,
-        rows: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """The combined score (module docstring); padding (meaning -inf) stays -inf."""
-        return self.meaning_part(meaning, rows) + self.gain(similarity, marks, rows)
-
-    def gain(
-        self,
-        similarity: np.ndarray,
-        marks: np.ndarray | None,
-        rows: np.ndarray | int | None = None,
-    ) -> np.ndarray:
-        """What spelling and ``marks`` (None: none) add to a score, beyond its meaning part."""
-        total = self.spelling_part(similarity, rows)
-        if marks is not None and self.weighs_marks:
-            total = total + self.marks_part(marks, rows)
-        return total
-
-    def upper(
-        self,
-        meaning: np.ndarray,
-        ceiling: np.ndarray,
-        could_mark: np.ndarray | None,
-        rows: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """The most a key can score, (m, c) for the batch or (p,) for queries ``rows``, whose
-        similarity is at most ``ceiling`` and which bears a mark only where ``could_mark``
-        (None: nowhere): its meaning part and ``most_gain``."""
-        return self.meaning_part(meaning, rows) + self.most_gain(ceiling, could_mark, rows)
-
-    def most_gain(
-        self,
-        ceiling: np.ndarray,
-        could_mark: np.ndarray | None,
-        rows: np.ndarray | int | None = None,
-    ) -> np.ndarray:
-        """The most spelling and marks can add to a key's score (``gain``), (m, c) for the batch
-        or (p,) for queries ``rows`` (an int: every one of query ``rows``), where its similarity
-        is at most ``ceiling`` and it bears a mark only where ``could_mark`` (None: nowhere):
-        the spelling part grows with s, and every mark weighs at least 0. A key bears ``same``
-        or the others, never both, so where ``same`` outweighs them together it is the most
-        (every mark's sum, elsewhere: a looser bound, which ``rule-2`` keeps so that its stores
-        spell the keys they did and answer as they did)."""
-        total = self.spelling_part(ceiling, rows)
-        if could_mark is not None and self.weighs_marks:
-            most = self.marks[:, SAME] if self.same_outweighs else self.marks.sum(axis=1)
-            total = total + np.where(could_mark, most[:, None] if rows is None else most[rows], 0)
-        return total
-
-
-def query_terms(
-    combination: Combination, texts: list[str], lexical: float, unit: float
-) -> QueryTerms:
-    """The terms of ``texts`` under ``combination``, with the store's ``lexical`` and ``unit``
-    (one cosine in its similarity)."""
-    knots = np.asarray(combination.knots, dtype=np.float64)
-    width = len(combination.ramps[0])
-    x = np.array([combination.describe(text) for text in texts], dtype=np.float64)
-    x = x.reshape(len(texts), width)
-    scale = np.ones(len(texts))
-    if combination.meaning_parts:
-        factor = np.maximum(0.0, 1.0 + x[:, list(combination.meaning_parts)] @ combination.meaning)
-        scale = np.maximum(0.0, 1.0 + lexical * (factor - 1.0))
-    slopes = lexical * unit * (x @ np.asarray(combination.ramps, dtype=np.float64).T)
-    marks = np.zeros((len(texts), 0))
-    if combination.marks:
-        marks = lexical * unit * (x @ np.asarray(combination.marks, dtype=np.float64).T)
-        if combination.same_outweighs:
-            others = np.delete(marks, SAME, axis=1).sum(axis=1)
-            marks[:, SAME] = np.maximum(marks[:, SAME], others)
-    offset = np.zeros(len(texts))
-    if combination.offset:
-        offset = lexical * unit * (x @ np.asarray(combination.offset, dtype=np.float64))
-    terms = QueryTerms(knots, scale, slopes, marks, offset, combination.same_outweighs)
-    if not combination.meaning_parts and not combination.offset:  # known without a pass
-        terms.__dict__["_meaning_alone"] = True
-    return terms

@@ -29,7 +29,7 @@ import unicodedata
 
 import numpy as np
 
-from softdict.spelling.text import common_words
+from softdict.spelling.text import common_words, common_words_strict_short
 
 __all__ = [
     "DESCRIPTION",
@@ -38,6 +38,7 @@ __all__ = [
     "WORD_START",
     "compact",
     "describe",
+    "describe_strict_short",
     "evidence_marks",
     "initials",
     "markable",
@@ -65,19 +66,20 @@ def tokens(text: str) -> list[str]:
     return _TOKEN.findall(unicodedata.normalize("NFC", text).casefold())
 
 
-def describe(text: str) -> np.ndarray:
+def describe(text: str, *, strict_short: bool = False) -> np.ndarray:
     """The query's description (``DESCRIPTION``), float64 (6,): 1; the share of its letter
-    words that are not common English words (numbers are not counted as unknown; 1 when it has
-    no word); whether it holds a digit; whether it is at most ``SHORT`` characters long (spaces
-    and punctuation aside); whether it has several words apart by spaces; whether its letters
-    are all capitals.
+    words that are not common English words (``text.common_words``; with ``strict_short``,
+    ``text.common_words_strict_short``, where a word of at most 3 letters is common only when
+    very frequent; numbers are not counted as unknown; 1 when it has no word); whether it holds
+    a digit; whether it is at most ``SHORT`` characters long (spaces and punctuation aside);
+    whether it has several words apart by spaces; whether its letters are all capitals.
 
     >>> describe("clock2").tolist(), describe("USD").tolist()
     ([1.0, 0.0, 1.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0, 0.0, 1.0])
     """
     words = tokens(text)
     letters = [word for word in words if not word.isdigit()]
-    common = common_words()
+    common = common_words_strict_short() if strict_short else common_words()
     unknown = sum(word not in common for word in letters) / len(words) if words else 1.0
     cased = [ch for ch in text if ch.isalpha()]
     capitals = len(cased) >= 2 and all(ch.isupper() for ch in cased)
@@ -91,6 +93,15 @@ def describe(text: str) -> np.ndarray:
             float(capitals),
         ]
     )
+
+
+def describe_strict_short(text: str) -> np.ndarray:
+    """``rule-5``'s description: ``describe`` with ``strict_short``.
+
+    >>> [float(f("Gam")[1]) for f in (describe, describe_strict_short)]
+    [0.0, 1.0]
+    """
+    return describe(text, strict_short=True)
 
 
 def compact(form: str) -> str:

@@ -29,9 +29,9 @@ from softdict._attention import softmax, tail_mass_bound, top_of_scores
 from softdict._head import INITIAL_K, adaptive_top_k, valid_bound
 from softdict._selection import RetrievalPolicy, Route, Selection
 from softdict.index.base import Allow, IndexBackend, is_in
-from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import EVIDENCE
 from softdict.spelling.source import SpellingSource
+from softdict.spelling.terms import QueryTerms
 from softdict.spelling.text import SpellingQueries
 
 __all__ = [

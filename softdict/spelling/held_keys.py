@@ -16,7 +16,6 @@ import numpy as np
 
 from softdict.spelling.bounded import BoundedBatch, bounded_batch, bounded_scores
 from softdict.spelling.bounds import ceiling_and_could
-from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import EVIDENCE
 from softdict.spelling.scores import (
     KeyForms,
@@ -24,6 +23,7 @@ from softdict.spelling.scores import (
     paired_similarity,
     spelling_similarity,
 )
+from softdict.spelling.terms import QueryTerms
 from softdict.spelling.text import SpellingQueries
 
 __all__ = ["HeldKeys", "score_held_keys"]

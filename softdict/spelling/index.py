@@ -24,7 +24,6 @@ from softdict.index._ids import IdRows
 from softdict.index.base import Allow, sorted_unique
 from softdict.spelling.bounded import BoundedBatch
 from softdict.spelling.bounds import BUCKETS, character_counts, could_mark
-from softdict.spelling.combination import QueryTerms
 from softdict.spelling.evidence import (
     EVIDENCE,
     WORD_START,
@@ -38,6 +37,7 @@ from softdict.spelling.ngrams import NgramCandidates
 from softdict.spelling.prepared import PreparedKeys, accented_columns
 from softdict.spelling.reach import best_by_gain, reach
 from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
+from softdict.spelling.terms import QueryTerms
 from softdict.spelling.text import SpellingQueries, spelled
 
 __all__ = ["CANDIDATE_POOL", "SpellingIndex", "no_candidates"]

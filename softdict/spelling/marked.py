@@ -27,8 +27,8 @@ from __future__ import annotations
 import numpy as np
 
 from softdict.spelling.bounds import could_mark
-from softdict.spelling.combination import QueryTerms
 from softdict.spelling.reach import reach
+from softdict.spelling.terms import QueryTerms
 from softdict.spelling.text import SpellingQueries
 
 __all__ = ["SHORT_QUERY", "RowsByFirst", "proposed_outside", "short_neighbours", "short_query"]

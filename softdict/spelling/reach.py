@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from softdict.spelling.bounds import ceiling_and_could
-from softdict.spelling.combination import QueryTerms
+from softdict.spelling.terms import QueryTerms
 from softdict.spelling.text import SpellingQueries
 
 __all__ = ["FIRST_SPELLED", "Reach", "best_by_gain", "reach"]

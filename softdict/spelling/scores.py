@@ -4,8 +4,8 @@
   forms, the Indel one (what ``fuzz.ratio`` computes; the better of the forms and the
   token-sorted forms) and the optimal-string-alignment one (a swap of two letters is one edit).
   A query or key with an empty form (punctuation only) is alike to nothing: 0.
-* Under a combination that reads accents (``rule-4``), the similarity of a query that bore
-  accents is the mean of the above on the forms and on the accented forms
+* Under a combination that reads accents (``rule-4``, ``rule-5``), the similarity of a query
+  that bore accents is the mean of the above on the forms and on the accented forms
   (``text.accented_form``: the forms with the accents the texts bore), so one typed with a
   key's accents ("Kolāf" where "Kolar" and "Kolār" are keys) prefers the key that bears them,
   while one in another language's spelling ("México" for a key "Mexico") loses only half of

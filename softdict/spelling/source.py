@@ -10,7 +10,7 @@ import numpy as np
 
 from softdict.index.base import Allow
 from softdict.spelling.bounded import BoundedBatch
-from softdict.spelling.combination import QueryTerms
+from softdict.spelling.terms import QueryTerms
 from softdict.spelling.text import SpellingQueries
 
 __all__ = ["SpellingSource"]

@@ -26,9 +26,9 @@ import numpy as np
 
 from softdict.index.base import Allow, sorted_unique
 from softdict.spelling.bounded import BoundedBatch
-from softdict.spelling.combination import QueryTerms
 from softdict.spelling.index import CANDIDATE_POOL, SpellingIndex, no_candidates
 from softdict.spelling.prepared import PreparedKeys
+from softdict.spelling.terms import QueryTerms
 from softdict.spelling.text import Spelled, SpellingQueries, spelled
 from softdict.store.milvus._collection import KeyRows
 from softdict.store.milvus._grams import mark_vector, neighbour_vector, query_vectors
