@@ -204,6 +204,9 @@ class WrongEncoder:
         (lambda texts: np.zeros((len(texts), 0)), "one row per text"),
         (lambda texts: np.full((len(texts), 4), np.nan), "NaN"),
         (lambda texts: [["a"] * 4 for _ in texts], "not a numeric array"),
+        # float32 would drop the imaginary part, or a time's unit, without a word.
+        (lambda texts: np.full((len(texts), 4), 1 + 2j), "complex"),
+        (lambda texts: np.ones((len(texts), 4), "timedelta64[s]"), "times"),
         (lambda texts: 1 / 0, "ZeroDivisionError"),
     ],
 )
