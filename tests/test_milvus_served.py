@@ -38,7 +38,7 @@ pytestmark = pytest.mark.milvus
 LARGE_AT = 50
 NAMES = sorted(country.name for country in pycountry.countries)[:150]
 ITEMS = {name: float(i) for i, name in enumerate(NAMES)}
-# The last two bear accents, which the default combination (rule-4) reads.
+# The last two bear accents, which the default combination (rule-5, as rule-4) reads.
 TYPOS = [
     "Grmany",
     "Brazl",

@@ -813,10 +813,10 @@ def _starts_of_longer_words(words: list[str], limit: int) -> list[str]:
 @pytest.mark.parametrize("large", [False, True])
 def test_a_key_queried_by_its_own_text_comes_first(english_words: list[str], large: bool) -> None:
     """Under ``rule-3`` to ``rule-5``, the default, no key gains more from spelling and marks
-    than a key
-    spelled as the query, whose meaning is the best too when the text is the same: so a key's
-    own text finds it first, over every key and past the exact size (where it must be among
-    the spelling candidates). wordfreq's words that start a longer word, which bears marks."""
+    than a key spelled as the query, whose meaning is the best too when the text is the same:
+    so a key's own text finds it first, over every key and past the exact size (where it must be
+    among the spelling candidates). wordfreq's words that start a longer word, which bears
+    marks."""
     words = english_words if large else english_words[:1500]
     sd = SoftDict(dict.fromkeys(words, 1.0), encoder=FakeEncoder(), temperature=0.1)
     assert sd.combination == "rule-5"

@@ -92,16 +92,13 @@ class TextEncoder:
 
     def _checked(self, raw: Any, n_texts: int) -> np.ndarray:
         try:
-            kind = np.asarray(raw).dtype.kind
-        except (TypeError, ValueError):
-            kind = "O"  # objects, or a ragged list: the conversion below says what is wrong
-        if kind in "cmM":  # float32 would drop the imaginary part, or a time's unit, silently
-            raise EncoderError(
-                f"encoder {self.name!r} returned complex numbers or times, not real embeddings; "
-                ".encode(list[str]) must return an (n, d) array of real numbers"
-            )
-        try:
-            embeddings = np.asarray(raw, dtype=np.float32)
+            array = np.asarray(raw)
+            if array.dtype.kind in "cmM":  # float32 would drop the imaginary part or the unit
+                raise EncoderError(
+                    f"encoder {self.name!r} returned complex numbers or times, not real "
+                    "embeddings; .encode(list[str]) must return an (n, d) array of real numbers"
+                )
+            embeddings = array.astype(np.float32, copy=False)
         except (TypeError, ValueError) as exc:
             raise EncoderError(
                 f"encoder {self.name!r} returned {type(raw).__name__}, which is not a numeric "

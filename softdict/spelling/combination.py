@@ -154,10 +154,11 @@ RULE_5_MARKS = (
 def rule_2(
     known: float, *, same_outweighs: bool = False, name: CombinationName | None = None
 ) -> Combination:
-    """The hand-set rule's curve on ``describe``'s unknown share, with ``known``
-    (``lexical_known``) the share of the weight that common words keep, and the fitted marks;
-    with ``same_outweighs``, ``rule-3`` (or ``name``: ``rule-4``, whose terms are rule-3's, or
-    ``rule-5``, which describes a query and weighs marks its own way)."""
+    """The hand-set rule's curve on the unknown share of the query's description (``describe``;
+    ``describe_strict_short`` for ``rule-5``), with ``known`` (``lexical_known``) the share of
+    the weight that common words keep, and the fitted marks; with ``same_outweighs``, ``rule-3``
+    (or ``name``: ``rule-4``, whose terms are rule-3's, or ``rule-5``, which describes a query
+    and weighs marks its own way)."""
     ramp = _rule_ramp(known) + (0.0,) * (len(DESCRIPTION) - 2)
     if name is None:
         name = CombinationName.RULE_3 if same_outweighs else CombinationName.RULE_2
