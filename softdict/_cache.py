@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
@@ -31,7 +32,10 @@ def cache_root() -> Path:
 def write_whole(path: Path, text: str) -> None:
     """Write ``path`` so that no reader ever sees part of it (raises ``OSError``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+    # A partial file of this thread's own: two threads of one process writing the same file
+    # (the first lookups of two threads) would otherwise write into one partial file, one of
+    # them moving it into place while the other still wrote.
+    partial = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.partial")
     try:
         partial.write_text(text, encoding="utf-8")
         os.replace(partial, path)

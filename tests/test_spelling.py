@@ -938,6 +938,35 @@ def test_the_common_words_are_wordfreqs_and_kept_in_the_cache(
         text.common_words.cache_clear()
 
 
+def test_threads_writing_one_cache_file_each_write_it_whole(tmp_path: Path) -> None:
+    """The first lookups of several threads may write the same word list at once: each write
+    succeeds and the file holds one writer's text whole (each thread writes a partial file of
+    its own; with one per process, a thread moved another's unfinished file into place and its
+    own move then failed)."""
+    import threading
+
+    from softdict._cache import write_whole
+
+    path = tmp_path / "words.txt"
+    texts = [f"{i}\n" * 20_000 for i in range(8)]
+    failures: list[BaseException] = []
+
+    def write(i: int) -> None:
+        for _ in range(30):
+            try:
+                write_whole(path, texts[i])
+            except OSError as exc:
+                failures.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(len(texts))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == [] and path.read_text() in texts
+    assert [p.name for p in tmp_path.iterdir()] == ["words.txt"]
+
+
 # -- accents (rule-4, rule-5) ------------------------------------------------------------------
 
 
