@@ -8,10 +8,12 @@ States"), which finds keys whose words come in another order.
 
 A query's *unknown share* is the fraction of its words that are not common English words
 (wordfreq's English list, Zipf frequency >= 2.5, about 54,000 words; a word with a digit is never
-common). The spelling channel trusts spelling for the unknown share and meaning for the rest:
-"Germny" and "Brazl" are no words, so spelling decides; "tool" is one, so it is not pulled to a
-key "stool". Measured on the dev half of ``benchmarks/matching.py`` (the README's table): without
-this, every weight of the spelling channel that found typos also broke what embeddings get right.
+common; under ``rule-5`` a word of at most 3 characters only at Zipf 3.5,
+``common_words_strict_short``). The spelling channel trusts spelling for the unknown share and
+meaning for the rest: "Germny" and "Brazl" are no words, so spelling decides; "tool" is one, so
+it is not pulled to a key "stool". Measured on the dev half of ``benchmarks/matching.py`` (the
+README's table): without this, every weight of the spelling channel that found typos also broke
+what embeddings get right.
 """
 
 from __future__ import annotations
