@@ -312,6 +312,12 @@ BAD_VALUES: dict[str, list[tuple[object, type[SoftDictError]]]] = {
         ({1: "a"}, ValueKindError),
         ({"outer": [{"x": {None: 2}}]}, ValueKindError),
         ((True, {2.5: "b"}), ValueKindError),
+        # Past 64 bits: a Milvus store could not hold it (its JSON reader refused it with an
+        # error of an unreachable server); past Python's 4,300 digits, json.dumps cannot write it.
+        (2**64, ValueKindError),
+        (-(2**63) - 1, ValueKindError),
+        ({"n": [1, 2**64]}, ValueKindError),
+        (10**5000, ValueKindError),
     ],
     "boolean": [(1, ValueKindError), ("true", ValueKindError), (None, ValueKindError)],
 }
@@ -374,6 +380,45 @@ def test_a_dict_label_with_keys_json_would_change_is_refused_with_what_to_do(
     with pytest.raises(ValueKindError, match="string keys"):
         sd.update({"j": "fine", "k": [{"x": {2: 0}}]})
     assert list(sd) == ["k"] and sd["k"] == {"1": "a"}
+
+
+def test_a_label_of_64_bit_integers_is_kept_and_a_larger_one_refused(fake_encoder) -> None:
+    """The largest and smallest 64-bit integers are labels as any number is; one past them is
+    refused saying to store it as a string, and the store is unchanged."""
+    sd = SoftDict(encoder=fake_encoder, value_kind="categorical")
+    sd.update({"max": 2**63 - 1, "min": -(2**63), "nested": {"id": [2**63 - 1]}})
+    assert sd["max"] == 2**63 - 1 and sd["min"] == -(2**63) and sd["nested"] == {"id": [2**63 - 1]}
+    with pytest.raises(ValueKindError, match=r"'big'.*65 bits.*as a string"):
+        sd.update({"ok": 1, "big": 2**64})
+    assert list(sd) == ["max", "min", "nested"]
+
+
+def test_a_label_saved_in_an_earlier_form_shares_its_code_with_the_same_label_written_now(
+    tmp_path: Path, fake_encoder
+) -> None:
+    """An earlier version wrote a dict with int keys in numeric order ('{"9": "b", "10": "a"}');
+    today's writes sort the keys as strings. Loaded, the label read back and written again
+    under other keys is one label: it wins the blend with every key's weight, and the
+    distribution lists it once. A saved label that is not JSON softdict writes (NaN) is refused."""
+    from test_persistence import resign
+
+    label = {"10": "a", "9": "b"}
+    sd = SoftDict(encoder=fake_encoder, temperature=1e6)
+    sd.update({"old 1": label, "old 2": label, "x": "z"})
+    sd.save(tmp_path / "s")
+    resign(tmp_path / "s", "labels.json", json.dumps(['{"9": "b", "10": "a"}', '"z"']).encode())
+    loaded = SoftDict.load(tmp_path / "s", encoder=fake_encoder)
+    assert loaded["old 1"] == label
+    loaded.update({"new 1": loaded["old 1"], "new 2": label, "y 1": "z", "y 2": "z"})
+    assert loaded._store._column.table_size == 2  # one entry each: the dict and "z"
+    assert loaded.lookup("old 1") == label  # 4 keys of 7 at equal weights, not 2 and 2
+    distribution = loaded.attend("old 1").distribution
+    assert distribution is not None and len(distribution) == 2
+    # At T = 1e6 cosines (within 2 of each other) move a weight by at most 2e-6 of itself.
+    assert distribution[label] == close(4 / 7, rel=1e-5)
+    resign(tmp_path / "s", "labels.json", b'["NaN", "\\"z\\""]')
+    with pytest.raises(StoreFormatError, match=r"labels\.json"):
+        SoftDict.load(tmp_path / "s", encoder=fake_encoder)
 
 
 def test_a_label_no_slot_holds_leaves_the_table() -> None:

@@ -90,7 +90,10 @@ def number_hint(value: object) -> str:
 
 def describe_value(value: object) -> str:
     """The type and a short repr of ``value`` for a message (reprlib: safe however deep)."""
-    text = reprlib.repr(value)
+    try:
+        text = reprlib.repr(value)
+    except Exception:  # a message must not fail: an int past Python's 4,300-digit str limit
+        text = "..."
     if len(text) > 60:
         text = text[:57] + "..."
     return f"a {type(value).__name__} ({text})"

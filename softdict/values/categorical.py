@@ -57,19 +57,34 @@ def _label_id(text: str) -> int:
     )
 
 
-def _first_non_string_key(value: object) -> list[object]:
-    """A dict key anywhere in ``value`` that is not a str (in a list, as it may be None), or []."""
+# A label's integers must fit in 64 bits: most JSON readers, Milvus's among them, hold no more.
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _label_fault(value: object) -> str | None:
+    """What in a label JSON would not give back as it is, or None: a dict key that is not a str
+    (JSON makes it one) or an integer past 64 bits (a Milvus store cannot hold it)."""
     pending = [value]
     while pending:  # a loop, not recursion: json.dumps took the label, however deep
         item = pending.pop()
         if isinstance(item, dict):
             for key, inner in item.items():
                 if not isinstance(key, str):
-                    return [key]
+                    back = json.dumps(str(key) if key is not None else None)
+                    return (
+                        f"holds a dict with the key {key!r} ({type(key).__name__}); JSON keeps "
+                        f"only string keys, so it would come back as {back}: use string keys "
+                        "in dict labels"
+                    )
                 pending.append(inner)
         elif isinstance(item, (list, tuple)):
             pending.extend(item)
-    return []
+        elif isinstance(item, int) and not _INT64[0] <= item <= _INT64[1]:
+            return (
+                f"holds an integer of {item.bit_length()} bits, more than the 64 bits JSON "
+                "readers (Milvus's among them) hold: store it as a string"
+            )
+    return None
 
 
 class CategoricalColumn(ValueColumn[list[str]]):
@@ -113,14 +128,13 @@ class CategoricalColumn(ValueColumn[list[str]]):
                     f"value for key {key!r} is {describe_value(value)}, which is not a number, a "
                     f"vector or a JSON-serialisable label ({exc}); convert it to one of those"
                 ) from None
-            if text[0] in "[{":
-                for bad in _first_non_string_key(value):
-                    raise ValueKindError(
-                        f"the label of key {key!r} holds a dict with the key {bad!r} "
-                        f"({type(bad).__name__}); JSON keeps only string keys, so it would come "
-                        f"back as {json.dumps(str(bad) if bad is not None else None)}: use "
-                        f"string keys in dict labels"
-                    )
+            # Only a container or a number of 19 characters or more can hold a fault: the walk
+            # is skipped for every other label (an int of up to 18 characters fits in 64 bits).
+            long_number = (text[0] == "-" or text[0].isdigit()) and len(text) > 18
+            if text[0] in "[{" or long_number:
+                fault = _label_fault(value)
+                if fault is not None:
+                    raise ValueKindError(f"the label of key {key!r} {fault}")
             check_unicode(text, f"the label of key {key!r}")  # any string inside the label
             staged.append(text)
         return staged
@@ -271,12 +285,16 @@ class CategoricalColumn(ValueColumn[list[str]]):
             n and (codes.min() < 0 or codes.max() >= len(labels))
         ):
             raise files.error("label_codes.npy", "does not match labels.json")
+        # Each text as a write makes it today (canonical_json): an earlier version wrote a dict
+        # with int keys in numeric order, and a label read back and written again must share
+        # its code, not take a second one.
+        canonical = []
         for text in labels:
             try:
-                json.loads(text)
-            except (json.JSONDecodeError, RecursionError):
+                canonical.append(canonical_json(json.loads(text)))
+            except (json.JSONDecodeError, RecursionError, ValueError):
                 raise files.error("labels.json", "holds a label that is not JSON") from None
         column = cls()
         # Through the table: a label listed twice gets one code, one no key holds none.
-        column.append([labels[code] for code in codes.tolist()])
+        column.append([canonical[code] for code in codes.tolist()])
         return column
