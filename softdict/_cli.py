@@ -69,8 +69,8 @@ def _build(args: argparse.Namespace) -> int:
             f"{args.collection!r}; build into a new collection"
         )
     sd.update(read.items)
-    if not remote:
-        sd.save(args.output)
+    if not remote:  # without --force, a store saved at -o while this ran is not replaced either
+        sd.save(args.output, replace=args.force)
     kind = sd.value_kind
     kind_name = kind.value if isinstance(kind, ValueKind) else kind  # a plug-in kind is a str
     print(

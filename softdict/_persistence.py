@@ -149,7 +149,11 @@ def _siblings(path: Path, tag: str) -> list[Path]:
         for entry in path.parent.iterdir()
         if entry.name.startswith(prefix) and _TOKEN.fullmatch(entry.name[len(prefix) :])
     ]
-    return sorted(found, key=lambda p: p.stat().st_mtime)
+    dated = []
+    for entry in found:
+        with suppress(FileNotFoundError):  # renamed or removed meanwhile by another's save
+            dated.append((entry.stat().st_mtime, entry))
+    return [entry for _, entry in sorted(dated, key=lambda pair: pair[0])]
 
 
 # -- saving ------------------------------------------------------------------------------------
@@ -167,9 +171,10 @@ def save_store(
     encoder: TextEncoder,
     path: str | os.PathLike[str],
     timeout: float = LOCK_TIMEOUT,
+    replace: bool = True,
 ) -> None:
     """Write ``store`` (embedded by ``encoder``) to the folder ``path`` atomically, holding the
-    store's lock (see ``_locked``)."""
+    store's lock (see ``_locked``); with ``replace`` False, refusing a store already there."""
     target = _store_folder(path)
     if not target.parent.is_dir():
         raise StoreFormatError(
@@ -179,6 +184,10 @@ def save_store(
     state, part_files = store.snapshot()
     identity = dataclasses.asdict(encoder.identity())
     with _locked(target, timeout, writing=True):
+        # Under the lock: a store another process saved here since the caller looked stays.
+        if not replace and (target / MANIFEST).is_file():
+            raise StoreFormatError(f"cannot save to {target}: it holds a store and replace=False "
+                                   f"(the command line's --force replaces it)")  # fmt: skip
         _save_locked(target, state, part_files, identity)
 
 

@@ -20,21 +20,26 @@ S = TypeVar("S", bound="Saving")
 class Saving(Facade):
     """Saving a ``SoftDict`` and getting one back."""
 
-    def save(self, path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT) -> None:
+    def save(
+        self, path: str | os.PathLike[str], *, timeout: float = LOCK_TIMEOUT, replace: bool = True
+    ) -> None:
         """Save the store to the folder ``path``, atomically: a crash leaves the old or the new.
 
         The folder holds JSON and .npy files (never pickle), a manifest with checksums, and the
-        encoder's identity. An existing folder at ``path`` is replaced only if it is a store.
+        encoder's identity. An existing folder at ``path`` is replaced only if it is a store, and
+        with ``replace=False`` not even then (checked under the lock, so a store another process
+        saved there meanwhile is kept).
         Saves and loads of one path, from any process, take turns: each holds an advisory lock
         (the file ``.NAME.lock`` beside the folder), waiting up to ``timeout`` seconds for it.
 
         Raises:
-            StoreFormatError: ``path`` is not writable as a store.
+            StoreFormatError: ``path`` is not writable as a store, or holds one and ``replace``
+                is False.
             StoreBusyError: another process held the lock for longer than ``timeout``.
         """
         check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
         with self._lock:
-            save_store(self._store, self._encoder, path, float(timeout))
+            save_store(self._store, self._encoder, path, float(timeout), replace=bool(replace))
 
     @classmethod
     def open(

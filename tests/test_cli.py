@@ -228,6 +228,50 @@ def test_build_refuses_to_replace_a_store_a_save_left_in_its_swap_folders(tmp_pa
     assert list(SoftDict.load(store)) == ["chair", "banana"]
 
 
+def test_build_keeps_a_store_saved_at_its_output_while_it_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """build looks for a store at -o before it reads its table, which can take minutes; a store
+    another process saves there meanwhile is not replaced without --force either (the save
+    checks again, under the store's lock)."""
+    import softdict._cli as cli
+
+    store = str(tmp_path / "s")
+    reading = cli.read_table
+
+    def read_after_another_save(*args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        SoftDict({"precious": 9.0}, encoder="test-hashing").save(store)
+        return reading(*args, **kwargs)
+
+    monkeypatch.setattr(cli, "read_table", read_after_another_save)
+    result, _ = build(tmp_path, "name,price\napple,10\n", check=False)
+    assert result.returncode == 1 and "holds a store and replace=False" in result.stderr
+    assert "--force" in result.stderr
+    assert dict(SoftDict.load(store).items()) == {"precious": 9.0}
+
+
+def test_info_reads_a_store_whose_leftover_swap_folder_vanishes_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A save in another process removes its ``.s.old-T`` between info's listing of the folder
+    and its look at each entry: info exited 1 with "No such file or directory" about a
+    healthy store. An entry that vanishes is treated as absent."""
+    _, store = build(tmp_path, "name,price\napple,10\n")
+    leftover = tmp_path / ".s.old-0123456789ab"
+    leftover.mkdir()
+    looking = Path.stat
+
+    def gone(self: Path, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        if self.name == leftover.name:
+            raise FileNotFoundError(2, "No such file or directory", str(self))
+        return looking(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", gone)
+    result = run("info", store, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "keys         1" in result.stdout
+
+
 def test_usage_errors_exit_2() -> None:
     assert run("build", check=False).returncode == 2
     assert run("frobnicate", check=False).returncode == 2

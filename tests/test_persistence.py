@@ -620,6 +620,20 @@ def test_a_lock_held_too_long_is_a_store_busy_error(tmp_path: Path) -> None:
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
 
 
+def test_a_save_told_not_to_replace_a_store_keeps_it(tmp_path: Path) -> None:
+    """save(replace=False) refuses a store already at the path (a StoreFormatError that says
+    so), leaves it as it was, and saves where no store is."""
+    SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(tmp_path / "s")
+    other = SoftDict({"chair": 2.0}, encoder=FakeEncoder())
+    with pytest.raises(StoreFormatError, match="holds a store and replace=False"):
+        other.save(tmp_path / "s", replace=False)
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
+    other.save(tmp_path / "t", replace=False)
+    assert list(SoftDict.load(tmp_path / "t", encoder=FakeEncoder())) == ["chair"]
+    other.save(tmp_path / "s")  # the default replaces it, as before
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
+
+
 def resign(folder: Path, name: str, data: bytes) -> None:
     """Replace a store file and re-sign the manifest for it, as a deliberate edit would: the
     checksums then pass, and only the checks behind them can refuse the file."""
