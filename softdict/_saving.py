@@ -8,6 +8,7 @@ from typing import TypeVar
 
 from softdict._config import SoftDictConfig, check_number
 from softdict._encoder_match import store_encoder
+from softdict._errors import ConfigError
 from softdict._facade import Facade
 from softdict._persistence import LOCK_TIMEOUT, load_store, save_store
 from softdict.store import open_store
@@ -36,10 +37,13 @@ class Saving(Facade):
             StoreFormatError: ``path`` is not writable as a store, or holds one and ``replace``
                 is False.
             StoreBusyError: another process held the lock for longer than ``timeout``.
+            ConfigError: ``timeout`` is not a number >= 0, or ``replace`` not True or False.
         """
         check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
+        if not isinstance(replace, bool):  # "no" is truthy: it would replace
+            raise ConfigError(f"replace must be True or False, got {replace!r}")
         with self._lock:
-            save_store(self._store, self._encoder, path, float(timeout), replace=bool(replace))
+            save_store(self._store, self._encoder, path, float(timeout), replace=replace)
 
     @classmethod
     def open(

@@ -630,6 +630,9 @@ def test_a_save_told_not_to_replace_a_store_keeps_it(tmp_path: Path) -> None:
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
     other.save(tmp_path / "t", replace=False)
     assert list(SoftDict.load(tmp_path / "t", encoder=FakeEncoder())) == ["chair"]
+    with pytest.raises(ConfigError, match="replace must be True or False"):
+        other.save(tmp_path / "s", replace="no")  # type: ignore[arg-type]  # truthy
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
     other.save(tmp_path / "s")  # the default replaces it, as before
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
 
