@@ -155,7 +155,10 @@ class CategoricalColumn(ValueColumn[list[str]]):
                 self._ranks = None
             codes[i] = code
         if len(self._holders) < len(self._label_json):
-            grown = np.zeros(len(self._label_json), np.int64)
+            # Doubled, not grown to fit: one key at a time with a new label each would copy the
+            # whole array on every write (10^5 such writes: quadratic). Codes past the table
+            # count 0, as free ones do.
+            grown = np.zeros(max(len(self._label_json), 2 * len(self._holders)), np.int64)
             grown[: len(self._holders)] = self._holders
             self._holders = grown
         return codes
