@@ -152,26 +152,33 @@ RULE_5_MARKS = (
 
 
 def rule_2(
-    known: float, *, same_outweighs: bool = False, name: CombinationName | None = None
+    known: float,
+    *,
+    same_outweighs: bool = False,
+    name: CombinationName | None = None,
+    description: Callable[[str], np.ndarray] = describe,
+    marks: tuple[tuple[float, ...], ...] = RULE_2_MARKS,
 ) -> Combination:
-    """The hand-set rule's curve on the unknown share of the query's description (``describe``;
-    ``describe_strict_short`` for ``rule-5``), with ``known`` (``lexical_known``) the share of
-    the weight that common words keep, and the fitted marks; with ``same_outweighs``, ``rule-3``
-    (or ``name``: ``rule-4``, whose terms are rule-3's, or ``rule-5``, which describes a query
-    and weighs marks its own way)."""
+    """The hand-set rule's curve on the unknown share of the query's ``description``, with
+    ``known`` (``lexical_known``) the share of the weight that common words keep, and the
+    fitted ``marks``; with ``same_outweighs``, ``rule-3`` (or ``name``: ``rule-4``, whose terms
+    are rule-3's; ``rule-5`` passes its own description and marks)."""
     ramp = _rule_ramp(known) + (0.0,) * (len(DESCRIPTION) - 2)
     if name is None:
         name = CombinationName.RULE_3 if same_outweighs else CombinationName.RULE_2
-    strict = name is CombinationName.RULE_5
     return Combination(
-        name,
-        describe_strict_short if strict else describe,
-        _RULE_KNOTS,
-        (),
-        (),
-        (ramp,),
-        RULE_5_MARKS if strict else RULE_2_MARKS,
-        same_outweighs=same_outweighs,
+        name, description, _RULE_KNOTS, (), (), (ramp,), marks, same_outweighs=same_outweighs
+    )
+
+
+def rule_5(known: float) -> Combination:
+    """``rule-4`` on ``describe_strict_short``'s description, with the marks fitted on it."""
+    return rule_2(
+        known,
+        same_outweighs=True,
+        name=CombinationName.RULE_5,
+        description=describe_strict_short,
+        marks=RULE_5_MARKS,
     )
 
 
@@ -208,7 +215,7 @@ assert all(
 # Every bound on unscored keys (``QueryTerms.most_gain``) needs the weights B, C >= 0.
 assert all(
     w >= 0
-    for c in (LEARNED_1, rule_2(0.0), rule_2(0.0, name=CombinationName.RULE_5))
+    for c in (LEARNED_1, rule_2(0.0), rule_5(0.0))
     for row in (*c.ramps, *c.marks)
     for w in row
 )
@@ -221,6 +228,8 @@ def combination_for(name: CombinationName | str, known: float) -> Combination:
         return rule_1(known)
     if name is CombinationName.RULE_2:
         return rule_2(known)
-    if name in (CombinationName.RULE_3, CombinationName.RULE_4, CombinationName.RULE_5):
+    if name in (CombinationName.RULE_3, CombinationName.RULE_4):
         return rule_2(known, same_outweighs=True, name=name)
+    if name is CombinationName.RULE_5:
+        return rule_5(known)
     return LEARNED_1
