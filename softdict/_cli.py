@@ -54,11 +54,12 @@ def _build(args: argparse.Namespace) -> int:
     if not read.items:
         raise InputError(f"{path}: every row was left out ({read.skipped[0]}); nothing to build")
     remote = _remote(args.output, args.collection)
+    # Only the options typed: an existing (empty) collection keeps its others.
+    typed = {"index": args.index, "combination": args.combination}
     sd = SoftDict(
         encoder=args.encoder,
-        index=args.index,
+        **{name: value for name, value in typed.items() if value is not None},
         value_kind=args.value_kind,
-        combination=args.combination,
         progress=True if sys.stderr.isatty() else None,
         store=remote.get("store", "memory"),
         collection=remote.get("collection"),
@@ -342,12 +343,13 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="model name or path, or bundled-int8 (default: the bundled model)",
     )
-    build.add_argument("--index", default="auto")
+    build.add_argument("--index", default=None, help="default: auto")
     build.add_argument(
         "--combination",
         choices=[name.value for name in CombinationName],
-        default=SoftDictConfig().combination.value,
-        help="how meaning and spelling make one score (default: %(default)s)",
+        default=None,
+        help="how meaning and spelling make one score "
+        f"(default: {SoftDictConfig().combination.value})",
     )
     build.add_argument("--value-kind", choices=["scalar", "vector", "categorical"], default=None)
     build.add_argument(

@@ -10,9 +10,10 @@ store resolves them, so a registered plug-in is a valid option without changes h
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import Enum
 from typing import Any, get_args
 
@@ -22,7 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from softdict._errors import ConfigError
 from softdict._similarity import Similarity
 
-__all__ = ["EXACT_MAX_KEYS", "CombinationName", "SoftDictConfig", "ValueKind", "check_number"]
+__all__ = [
+    "EXACT_MAX_KEYS",
+    "CombinationName",
+    "SoftDictConfig",
+    "ValueKind",
+    "check_number",
+    "noting_named_options",
+]
 
 # With top_k=None, a lookup attends exactly to every key while it may attend to at most this
 # many; index="auto" keeps its keys in exact numpy search up to the same size. The benchmark's
@@ -129,6 +137,14 @@ class SoftDictConfig(BaseModel):
             )
             raise ConfigError(f"invalid SoftDict option: {problems}") from None
 
+    def naming(self, names: Iterable[str]) -> SoftDictConfig:
+        """These options, with ``names`` (those of its fields among them) as the ones a caller
+        named (pydantic's ``model_fields_set``): opening an existing store overrides its options
+        with those alone (``store.milvus``), where comparing with the defaults could not tell
+        ``combination="rule-5"`` named from the default left alone."""
+        named = set(names) & set(SoftDictConfig.model_fields)
+        return SoftDictConfig.model_construct(_fields_set=named, **dict(self))
+
     def replace(self, **changes: object) -> SoftDictConfig:
         """A copy with ``changes``, validated like the original."""
         return SoftDictConfig.build(**{**self.model_dump(), **changes})
@@ -138,6 +154,19 @@ class SoftDictConfig(BaseModel):
         if self.temperature is not None:
             return self.temperature
         return self.similarity.default_temperature(dim)
+
+
+def noting_named_options(init: Callable[..., None]) -> Callable[..., None]:
+    """Wraps a constructor whose options are keyword-only with defaults (``SoftDict``): it sees
+    every option, the default filled in where the caller named none, so this notes which the
+    caller named, in ``self._named_options``, before it runs (``SoftDictConfig.naming``)."""
+
+    @functools.wraps(init)
+    def init_noting(self: Any, *args: Any, **options: Any) -> None:
+        self._named_options = frozenset(options)
+        init(self, *args, **options)
+
+    return init_noting
 
 
 def check_number(

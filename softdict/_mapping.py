@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from softdict._arguments import check_key, update_items
-from softdict._config import SoftDictConfig, ValueKind
+from softdict._config import SoftDictConfig, ValueKind, noting_named_options
 from softdict._encoder_match import store_encoder
 from softdict._errors import ConfigError, EncoderError, KeyTypeError, ValueShapeError
 from softdict._files import StoreFiles
@@ -113,8 +113,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             server or cluster), or "scheme:location" for a store registered with
             ``softdict.store.register_store``.
         collection: the collection of a store that holds several (``store="milvus:..."``). If it
-            exists, it is opened with its own options and encoder: options given here apply to
-            this SoftDict, except similarity, index and value_kind, which must be the store's.
+            exists, it is opened with its own options and encoder: options named here (not None)
+            apply to this SoftDict, but similarity, index and value_kind must be the store's.
             Otherwise it is made with these options.
 
     Raises:
@@ -125,6 +125,9 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         StoreUnavailableError: the store's server cannot be reached.
     """
 
+    _named_options: frozenset[str]  # the options the caller named (noting_named_options)
+
+    @noting_named_options
     def __init__(
         self,
         data: Mapping[str, object] | Iterable[tuple[str, object]] | None = None,
@@ -155,6 +158,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         # more for editors and help(), and tests/test_options.py checks the two agree.
         given = locals()
         config = SoftDictConfig.build(**{name: given[name] for name in SoftDictConfig.model_fields})
+        # An existing store (Milvus) keeps its options but for those named here, None aside.
+        config = config.naming(n for n in self._named_options if given.get(n) is not None)
         # ConfigError for an unknown store, index or value kind, before the encoder loads.
         opened = open_store(store, config, collection=collection)
         self._attach(opened, store_encoder(opened, encoder, query_cache_size))
@@ -288,7 +293,9 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             StoreUnavailableError: the target's server cannot be reached.
         """
         with self._lock:
-            target = open_store(store, self._store.config, collection=collection)
+            config = self._store.config  # every option set, named: a collection must agree
+            named = config.naming(name for name, value in config if value is not None)
+            target = open_store(store, named, collection=collection)
             if len(target):
                 raise ConfigError(
                     f"copy_to writes into an empty store, and {store!r}"

@@ -33,6 +33,7 @@ from softdict import (
     StoreUnavailableError,
 )
 from softdict._cli import main
+from softdict._config import SoftDictConfig
 from softdict.store.milvus import _client, _collection, _directory, _ids, backend
 
 pytestmark = pytest.mark.milvus
@@ -240,6 +241,46 @@ def test_reopening_sees_the_store_with_its_options(milvus_store_location: str) -
         SoftDict(
             encoder=encoder, store=milvus_store_location, collection=collection, similarity="dot"
         )
+
+
+def test_an_option_named_at_its_default_overrides_the_stored_one(
+    milvus_store_location: str,
+) -> None:
+    """Opening a store made under an earlier default combination with ``combination="rule-5"``
+    (the default, named) uses rule-5 in this process: a named option could not be told from the
+    default left alone, and the store's own was kept silently. Leaving it out keeps the store's;
+    an option named as None (top_k) leaves the store's too."""
+    encoder = FakeEncoder()
+    collection = fresh_collection()
+    SoftDict(
+        {"apple": 1.0},
+        encoder=encoder,
+        store=milvus_store_location,
+        collection=collection,
+        combination="rule-4",
+        lexical=0.25,
+        top_k=8,
+    )
+    default = SoftDictConfig()
+    named = SoftDict(
+        encoder=encoder,
+        store=milvus_store_location,
+        collection=collection,
+        combination=default.combination.value,
+        lexical=default.lexical,
+        top_k=None,
+    )
+    assert named.combination == default.combination.value and named.lexical == default.lexical
+    assert named.top_k == 8
+    kept = SoftDict(encoder=encoder, store=milvus_store_location, collection=collection)
+    assert (kept.combination, kept.lexical, kept.top_k) == ("rule-4", 0.25, 8)
+    # A fixed option named at its default must be the store's, as any other value must.
+    flat = fresh_collection()
+    SoftDict(encoder=encoder, store=milvus_store_location, collection=flat, index="flat")
+    with pytest.raises(ConfigError, match="index='auto'"):
+        SoftDict(encoder=encoder, store=milvus_store_location, collection=flat, index="auto")
+    reopened = SoftDict(encoder=encoder, store=milvus_store_location, collection=flat)
+    assert reopened._store.config.index == "flat"
 
 
 def test_a_store_of_format_1_keeps_the_hand_set_rule(milvus_store_location: str) -> None:

@@ -329,15 +329,14 @@ def new_writer(uuid_hex: str) -> str:
 def adopted_config(
     stored: SoftDictConfig, given: SoftDictConfig, collection: str
 ) -> SoftDictConfig:
-    """The options of an existing store opened with ``given``: its own, and those ``given``
-    sets to another value than their default, for this process. ``FIXED_OPTIONS`` decide how
-    the rows were written: one given must be the store's (ConfigError)."""
-    defaults = SoftDictConfig()
+    """The options of an existing store opened with ``given``: its own, and those the caller
+    named (``SoftDictConfig.naming``: ``given.model_fields_set``) at another value, for this
+    process. ``FIXED_OPTIONS`` decide how the rows were written: one named must be the store's
+    (ConfigError)."""
     changed = {
         name: getattr(given, name)
-        for name in SoftDictConfig.model_fields
-        if getattr(given, name) != getattr(defaults, name)
-        and getattr(given, name) != getattr(stored, name)
+        for name in given.model_fields_set
+        if getattr(given, name) != getattr(stored, name)
     }
     conflicts = [
         f"{name}={changed[name]!r} (it has {getattr(stored, name)!r})"
