@@ -54,7 +54,8 @@ class CombinationName(str, Enum):
     RULE_2 = "rule-2"  # the rule's curve, letters and digits split, learned marks
     RULE_3 = "rule-3"  # rule-2, and a key spelled as the query gains the most
     RULE_4 = "rule-4"  # rule-3, and spelling reads the accents a query bears
-    RULE_5 = "rule-5"  # the default: rule-4, a short word common only when very frequent
+    RULE_5 = "rule-5"  # rule-4, a short word common only when very frequent
+    RULE_6 = "rule-6"  # the default: rule-5, and both edit measures read words in any order
     LEARNED_1 = "learned-1"  # learned from real names: opt-in until it keeps min_score's use
 
     @property
@@ -67,7 +68,13 @@ class CombinationName(str, Enum):
     def reads_accents(self) -> bool:
         """Whether spelling compares the texts' accents (``spelling.scores``), not only their
         letters."""
-        return self in (CombinationName.RULE_4, CombinationName.RULE_5)
+        return self in (CombinationName.RULE_4, CombinationName.RULE_5, CombinationName.RULE_6)
+
+    @property
+    def edits_sorted(self) -> bool:
+        """Whether spelling's edit measure (OSA) compares the texts' words sorted too, as its
+        Indel measure always did (``spelling.scores``): the order of words is free."""
+        return self is CombinationName.RULE_6
 
 
 class SoftDictConfig(BaseModel):
@@ -100,13 +107,14 @@ class SoftDictConfig(BaseModel):
     lexical_known: float = Field(default=1 / 16, ge=0.0, le=1.0)
     # How meaning and spelling make one score (softdict.spelling.combination): the hand-set rule's
     # curve with learned marks, under which a key spelled as the query gains the most, spelling
-    # reads the accents a query bears, and a short word is common only when very frequent
-    # (rule-5, the default); every short word of the list common (rule-4, the default before
-    # rule-5); the same reading no accents (rule-3); without the "same" floor (rule-2), the rule
-    # alone (rule-1, the default before rule-2: a store records its combination, so one saved
-    # with an earlier default keeps it), or the learned combination (learned-1, opt-in while it
-    # tells a query with no key less well by its best score: README, Spelling).
-    combination: CombinationName = CombinationName.RULE_5
+    # reads the accents a query bears and words in any order, and a short word is common only
+    # when very frequent (rule-6, the default); the edit measure in the typed order (rule-5,
+    # the default before rule-6); every short word of the list common (rule-4); the same
+    # reading no accents (rule-3); without the "same" floor (rule-2), the rule alone (rule-1,
+    # the default before rule-2: a store records its combination, so one saved with an earlier
+    # default keeps it), or the learned combination (learned-1, opt-in while it tells a query
+    # with no key less well by its best score: README, Spelling).
+    combination: CombinationName = CombinationName.RULE_6
 
     @field_validator("temperature")
     @classmethod
@@ -141,7 +149,7 @@ class SoftDictConfig(BaseModel):
         """These options, with ``names`` (those of its fields among them) as the ones a caller
         named (pydantic's ``model_fields_set``): opening an existing store overrides its options
         with those alone (``store.milvus``), where comparing with the defaults could not tell
-        ``combination="rule-5"`` named from the default left alone."""
+        ``combination="rule-6"`` named from the default left alone."""
         named = set(names) & set(SoftDictConfig.model_fields)
         return SoftDictConfig.model_construct(_fields_set=named, **dict(self))
 

@@ -95,8 +95,11 @@ def spelling_terms(store: Store, texts: list[str]) -> tuple[SpellingQueries, Que
 
 def spelling_queries(store: Store, texts: list[str]) -> SpellingQueries:
     """``texts`` as the store's combination spells them (with their accents, where it reads
-    them)."""
-    return SpellingQueries.of(texts, accents=store.config.combination.reads_accents)
+    them; compared in any order of words by both measures, where it does)."""
+    combination = store.config.combination
+    return SpellingQueries.of(
+        texts, accents=combination.reads_accents, edits_sorted=combination.edits_sorted
+    )
 
 
 def terms_of(

@@ -82,21 +82,23 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         lexical: the weight of spelling against meaning in a text lookup (the spelling channel,
             ``softdict.spelling``): 1, the measured default, lets a misspelt name find its key;
             0 scores keys by meaning alone, as softdict did before the channel existed.
-        combination: how meaning and spelling make one score: "rule-5" (the default: the
+        combination: how meaning and spelling make one score: "rule-6" (the default: the
             hand-set rule's spelling curve with letters and digits split, and the weights of
             exact marks, prefixes, initials and the like, fitted on real names: far better than
             the rule on codes and short forms, as good on typos and aliases, at about its
             no-match threshold and speed; a key spelled as the query gains the most; a query
             typed with accents prefers the keys that bear them; a word of at most 3 letters
-            that is not very common, "gam" or "hun", weighs spelling as a misspelling), "rule-4"
-            (the same counting every short word of wordfreq's list as common, the default
-            before rule-5), "rule-3" (the same reading no accents), "rule-2" (without the floor
+            that is not very common, "gam" or "hun", weighs spelling as a misspelling; words
+            match in any order, "Îles Cook" Cook Islands), "rule-5" (the same with the edit
+            measure in the typed order, the default before rule-6), "rule-4" (the same
+            counting every short word of wordfreq's list as common), "rule-3" (the same reading
+            no accents), "rule-2" (without the floor
             under which a key spelled as the query gains the most: a longer key that starts
             with the query could outrank the key itself), "rule-1" (the hand-set rule alone, the
             default before rule-2) or "learned-1" (every weight fitted on typos, aliases, codes
             and names cut short of real names: better on codes, slower, and its best score
             tells a query with no key less well).
-        lexical_known: under "rule-1" to "rule-5", the share of the spelling weight
+        lexical_known: under "rule-1" to "rule-6", the share of the spelling weight
             a query's common English words keep (1/16 by default): meaning, not spelling,
             decides what a real word means.
         index: "auto" (exact up to 10,000 keys, then HNSW), "flat" (exact), "hnsw", "ivf",
@@ -144,7 +146,7 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         max_sample: int = 4096,
         seed: int = 0,
         lexical: float = 1.0,
-        combination: str = "rule-5",
+        combination: str = "rule-6",
         lexical_known: float = 1 / 16,
         index: str = "auto",
         value_kind: ValueKind | str | None = None,

@@ -124,28 +124,45 @@ def _in_form_order(form: str, kept: str) -> str:
     return " ".join(word for _, word in sorted(zip(form.split(), kept.split())))
 
 
-def _naive_measure(q: str, k: str, q_form: str | None = None, k_form: str | None = None) -> float:
+def _naive_measure(
+    q: str, k: str, q_form: str | None = None, k_form: str | None = None, sort_edits: bool = False
+) -> float:
     """The measure of two texts, their words sorted in the order of their forms' words (the
-    texts themselves where None: forms)."""
+    texts themselves where None: forms); with ``sort_edits``, OSA's the better of both orders
+    too."""
     if not q or not k:
         return 0.0
     q_sorted = _in_form_order(q_form if q_form is not None else q, q)
     k_sorted = _in_form_order(k_form if k_form is not None else k, k)
     indel = max(fuzz.ratio(q, k), fuzz.ratio(q_sorted, k_sorted))
-    return (indel / 100 + OSA.normalized_similarity(q, k)) / 2
+    edits = OSA.normalized_similarity(q, k)
+    if sort_edits:
+        edits = max(edits, OSA.normalized_similarity(q_sorted, k_sorted))
+    return (indel / 100 + edits) / 2
 
 
-def naive_spelling(query: str, key: str, accents: bool = False) -> float:
+def naive_spelling(query: str, key: str, accents: bool = False, sort_edits: bool = False) -> float:
     """(the better Indel similarity of the forms and their sorted words + OSA similarity) / 2,
     pair by pair with rapidfuzz's plain scorers; 0 when either form is empty. With ``accents``
     (``rule-4``), for a query that bore accents: the mean of that and the same on the accented
-    forms, whose words are sorted in the order of the forms' words."""
+    forms, whose words are sorted in the order of the forms' words. With ``sort_edits``
+    (``rule-6``), OSA too is the better of the forms and their sorted words."""
     q, k = naive_form(query), naive_form(key)
-    found = _naive_measure(q, k)
+    found = _naive_measure(q, k, sort_edits=sort_edits)
     kept = naive_accented_form(query)
     if accents and kept != q:
-        return (found + _naive_measure(kept, naive_accented_form(key), q, k)) / 2
+        accented = _naive_measure(kept, naive_accented_form(key), q, k, sort_edits)
+        return (found + accented) / 2
     return found
+
+
+def spelling_reads(combination: str) -> dict[str, bool]:
+    """How ``combination`` spells, as ``naive_spelling``'s options: whether it reads accents
+    (``rule-4`` on) and sorts words for the edit measure too (``rule-6``)."""
+    return {
+        "accents": combination in ("rule-4", "rule-5", "rule-6"),
+        "sort_edits": combination == "rule-6",
+    }
 
 
 def library_measures(query: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -262,7 +279,7 @@ def naive_combined(
     known: float = 1 / 16,
     spelled: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Each key's score under ``combination`` ("rule-1" to "rule-5", or "learned-1"),
+    """Each key's score under ``combination`` ("rule-1" to "rule-6", or "learned-1"),
     from the formula of softdict.spelling.combination's docstring, pair by pair (the learned
     constants are data: read from the package); ``spelled``: the spelling similarities, when
     already known."""
@@ -270,16 +287,18 @@ def naive_combined(
     from softdict.spelling.text import unknown_share
 
     if spelled is None:
-        accents = combination in ("rule-4", "rule-5")
-        spelled = np.array([naive_spelling(query, key, accents) for key in keys])
+        reads = spelling_reads(combination)
+        spelled = np.array([naive_spelling(query, key, **reads) for key in keys])
     if combination == "rule-1":
         weight = 4.0 * (known + (1 - known) * unknown_share(query))
         return cosine + weight * np.maximum(spelled - 0.4, 0) / 0.6
-    x = np.array(naive_description(query, strict_short=combination == "rule-5"))
-    if combination != "learned-1":  # rule-2 to rule-5: rule-1's curve, unknown share, marks
+    # rule-6's terms are rule-5's: its description and marks.
+    strict_short = combination in ("rule-5", "rule-6")
+    x = np.array(naive_description(query, strict_short=strict_short))
+    if combination != "learned-1":  # rule-2 to rule-6: rule-1's curve, unknown share, marks
         weight = 4.0 * (known + (1 - known) * x[1])
         rule = np.asarray(cosine) + weight * np.maximum(np.asarray(spelled) - 0.4, 0) / 0.6
-        mark_weights = np.array(RULE_5_MARKS if combination == "rule-5" else RULE_2_MARKS) @ x
+        mark_weights = np.array(RULE_5_MARKS if strict_short else RULE_2_MARKS) @ x
         if combination != "rule-2":  # "same" weighs at least the other four marks together
             mark_weights[0] = max(mark_weights[0], mark_weights[1:].sum())
         return rule + _naive_mark_rows(query, keys) @ mark_weights

@@ -38,7 +38,7 @@ pytestmark = pytest.mark.milvus
 LARGE_AT = 50
 NAMES = sorted(country.name for country in pycountry.countries)[:150]
 ITEMS = {name: float(i) for i, name in enumerate(NAMES)}
-# The last two bear accents, which the default combination (rule-5, as rule-4) reads.
+# The last two bear accents, which the default combination (rule-6, as rule-4) reads.
 TYPOS = [
     "Grmany",
     "Brazl",
@@ -137,7 +137,7 @@ def test_keys_a_mark_could_lift_are_proposed_as_in_memory(
     from softdict.spelling.terms import query_terms
 
     memory, milvus = twins(milvus_store_location)
-    assert milvus.combination == "rule-5" and milvus._store._rows.pairs
+    assert milvus.combination == "rule-6" and milvus._store._rows.pairs
     queries = SpellingQueries.of(CODES)
     served = milvus._store.spelling
     held = SpellingIndex()

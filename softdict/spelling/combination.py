@@ -14,7 +14,7 @@ has not spelled (``bounded``). Meaning's factor is never negative. d·x is an of
 key of a query gets alike: it changes no weight and no ranking (a softmax does not see it), only
 the level of the best score, which ``min_score`` compares across queries.
 
-Six combinations exist, named in a store's config (``combination``) so that a store answers as
+Seven combinations exist, named in a store's config (``combination``) so that a store answers as
 it did when saved:
 
 * ``rule-1``, the hand-set rule (the default until ``rule-2``; store formats up to 3 load with
@@ -39,19 +39,27 @@ it did when saved:
   accents, and punctuation where it stands for a space) has similarity 1, the most the curve
   gives: so no key gains more from spelling and marks than it, and it comes first wherever its
   meaning is the best too (the same text, or a text an uncased encoder embeds alike).
-* ``rule-4`` (the default before ``rule-5``): ``rule-3``'s terms, with spelling reading the accents
+* ``rule-4``: ``rule-3``'s terms, with spelling reading the accents
   a query bears (``scores``): the similarity of a query typed with accents is the mean of the
   measure on the forms and on the accented forms, so of two keys spelled alike but for accents
   ("Kolar", "Kolār") the one that bears the query's accents scores higher, where ``rule-3`` tied
   them (and the bundled encoders, which strip accents, embed them alike). A query typed without
   accents spells as under ``rule-3``. The marks and the bounds stay on the forms: the accented
   similarity is at most the forms', so everything that bounds ``rule-3``'s scores bounds these.
-* ``rule-5``, the default: ``rule-4``, on ``evidence.describe_strict_short``'s x, where a word of at
-  most 3 letters is a common word only at Zipf 3.5 (``text.common_words_strict_short``): wordfreq's
-  list at 2.5 counts "gam", "gon", "hun" as words, so such a typo or code weighed spelling 1/16 and
-  meaning answered it ("Gam" -> Georgia for Guam). The marks' weights were fitted again on that
-  description (``combination_study.py --on-the-rule --strict-short-words``): on the old ones, codes,
-  now read as unknown words, lost to typos of other keys.
+* ``rule-5`` (the default before ``rule-6``): ``rule-4``, on ``evidence.describe_strict_short``'s
+  x, where a word of at most 3 letters is a common word only at Zipf 3.5
+  (``text.common_words_strict_short``): wordfreq's list at 2.5 counts "gam", "gon", "hun" as
+  words, so such a typo or code weighed spelling 1/16 and meaning answered it ("Gam" ->
+  Georgia for Guam). The marks' weights were fitted again on that description
+  (``combination_study.py --on-the-rule --strict-short-words``): on the old ones, codes, now
+  read as unknown words, lost to typos of other keys.
+* ``rule-6``, the default: ``rule-5``'s terms, with spelling's edit measure (OSA) taking the
+  better of the texts' words in their order and sorted, as its Indel measure always did
+  (``scores``): a name in another language puts its words in another order ("Îles Cook" for
+  Cook Islands, "Guayana Francesa" for French Guiana), and under ``rule-5`` OSA scored the
+  words in the typed order, so a key spelled alike in that order (Lesotho) overtook the
+  one meaning ranked first. The constants are ``rule-5``'s; sorted forms hold the same
+  characters, so the bounds on unscored keys hold.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
@@ -171,12 +179,13 @@ def rule_2(
     )
 
 
-def rule_5(known: float) -> Combination:
-    """``rule-4`` on ``describe_strict_short``'s description, with the marks fitted on it."""
+def rule_5(known: float, name: CombinationName = CombinationName.RULE_5) -> Combination:
+    """``rule-4`` on ``describe_strict_short``'s description, with the marks fitted on it (also
+    ``rule-6``'s terms: it differs in the spelling measure, ``CombinationName.edits_sorted``)."""
     return rule_2(
         known,
         same_outweighs=True,
-        name=CombinationName.RULE_5,
+        name=name,
         description=describe_strict_short,
         marks=RULE_5_MARKS,
     )
@@ -230,6 +239,6 @@ def combination_for(name: CombinationName | str, known: float) -> Combination:
         return rule_2(known)
     if name in (CombinationName.RULE_3, CombinationName.RULE_4):
         return rule_2(known, same_outweighs=True, name=name)
-    if name is CombinationName.RULE_5:
-        return rule_5(known)
+    if name in (CombinationName.RULE_5, CombinationName.RULE_6):
+        return rule_5(known, name)
     return LEARNED_1

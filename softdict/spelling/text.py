@@ -228,16 +228,22 @@ class SpellingQueries:
         counts: (m, 64) each form's character counts (``bounds.character_counts``).
         accented: each query's ``accented_form``, and its words in its form's sorted order
             (``sorted_like``), where the combination reads accents (``scores``); else None.
+        edits_sorted: whether the edit measure compares sorted words too (``scores``; the
+            combination's ``edits_sorted``).
     """
 
     forms: list[str]
     sorted_forms: list[str]
     counts: np.ndarray
     accented: tuple[list[str], list[str]] | None = None
+    edits_sorted: bool = False
 
     @classmethod
-    def of(cls, texts: list[str], *, accents: bool = False) -> SpellingQueries:
-        """``texts`` as spelling compares them; with ``accents``, their accented forms too."""
+    def of(
+        cls, texts: list[str], *, accents: bool = False, edits_sorted: bool = False
+    ) -> SpellingQueries:
+        """``texts`` as spelling compares them; with ``accents``, their accented forms too; with
+        ``edits_sorted``, compared by both measures in any order of their words."""
         forms = [spelling_form(text) for text in texts]
         accented = None
         if accents:
@@ -248,6 +254,7 @@ class SpellingQueries:
             [token_sorted(form) for form in forms],
             character_counts(forms),
             accented,
+            edits_sorted,
         )
 
     def __len__(self) -> int:
@@ -282,4 +289,5 @@ class SpellingQueries:
             [self.sorted_forms[i] for i in picked],
             self.counts[picked],
             accented,
+            self.edits_sorted,
         )
