@@ -13,7 +13,8 @@ keys of every query:
   ``"rule-1"`` (the hand-set rule), ``"rule-2"`` (the rule with learned marks), ``"rule-3"``
   (``rule-2`` under which a key spelled as the query gains the most), ``"rule-4"`` (``rule-3``
   reading the accents a query bears), ``"rule-5"`` (``rule-4`` reading a short word as a word
-  only when it is common, the default) and ``"learned-1"``;
+  only when it is common), ``"rule-6"`` (``rule-5`` whose edit measure reads the words in any
+  order, the default) and ``"learned-1"``;
 * softdict, dense only: the same store with ``lexical=0``, by the bundled encoder's cosine;
 * rapidfuzz: ``process.cdist`` with each scorer (``utils.default_process`` on both sides); the
   table shows the scorer that did best on the ``dev`` half, applied to the half reported;
