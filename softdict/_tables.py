@@ -16,6 +16,7 @@ Unicode line separator inside a cell stays in the cell. Nothing is guessed quiet
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -70,12 +71,7 @@ def read_table(path: Path, fmt: str | None) -> Table:
     fmt = fmt or FORMATS.get(path.suffix.lower())
     if fmt is None:
         raise InputError(f"{path}: unknown format; name it .csv, .json or .jsonl, or pass --format")
-    try:
-        # newline="": line ends reach the parsers as they are (a quoted CSV cell keeps "\r\n").
-        with open(path, encoding="utf-8-sig", newline="") as handle:
-            text = handle.read()
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc})") from None
+    text = read_text(path)
     _refuse_nul(
         path,
         text,
@@ -92,20 +88,54 @@ def read_table(path: Path, fmt: str | None) -> Table:
     return table
 
 
+# The byte-order marks a text file may open with, and the codec that reads past each (UTF-32's
+# before UTF-16's, whose little-endian mark starts UTF-32's): Windows editors and PowerShell's
+# ">" write UTF-16 with a mark. A file without one is read as UTF-8.
+_MARKED_CODECS = (
+    (codecs.BOM_UTF8, "utf-8-sig"),
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def read_text(path: str | Path) -> str:
+    """The text of the file ``path``, in the encoding its byte-order mark names (the mark
+    dropped), else UTF-8; line ends as they are (a quoted CSV cell keeps "\r\n"). InputError
+    where it cannot be read or decoded."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    codec = next((name for mark, name in _MARKED_CODECS if data.startswith(mark)), "utf-8")
+    try:
+        return data.decode(codec)
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: not {codec.removesuffix('-sig').upper()} text ({exc.reason} at byte "
+            f"{exc.start}); save it as UTF-8"
+        ) from None
+
+
 def read_queries(source: str) -> list[str]:
     """The queries in the file ``source`` (``-``: standard input), one per line, split at line
-    feeds only (``lines_of``); blank lines are skipped and a byte-order mark dropped."""
-    try:
-        text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{source}: cannot read the queries ({exc})") from None
-    # A NUL would reach the encoder as part of a query; a UTF-16 file read as UTF-8 is full of
-    # them.
+    feeds only (``lines_of``); blank lines are skipped and a byte-order mark dropped (a file's
+    names its encoding: ``read_text``)."""
+    if source == "-":
+        try:
+            text = sys.stdin.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{source}: cannot read the queries ({exc})") from None
+    else:
+        text = read_text(source)
+    # A NUL would reach the encoder as part of a query; a UTF-16 file without its byte-order
+    # mark, read as UTF-8, is full of them.
     _refuse_nul(
         source,
         text,
-        "which no query should; the file may be binary, or UTF-16 text: save it as UTF-8, one "
-        "query per line",
+        "which no query should; the file may be binary, or UTF-16 text without a byte-order "
+        "mark: save it as UTF-8, one query per line",
     )
     texts = [line for line in lines_of(text.removeprefix("\ufeff")) if line.strip()]
     if not texts:

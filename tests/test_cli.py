@@ -474,6 +474,43 @@ def test_a_nul_in_a_query_file_is_an_error_naming_its_line(
     assert result.returncode == 1 and "-: line 1 holds a NUL byte" in result.stderr
 
 
+@pytest.mark.parametrize("codec", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-8-sig"])
+def test_files_in_the_encoding_their_byte_order_mark_names_are_read(
+    tmp_path: Path, fruit_store: str, codec: str
+) -> None:
+    """Windows editors and PowerShell's ">" write UTF-16 with a byte-order mark: such a query
+    file or table is read in the encoding its mark names (it was an error full of NULs, or "not
+    UTF-8"), with its lines as a UTF-8 file's. A file with no mark must be UTF-8, and one that
+    is not gets an error that says to save it as UTF-8."""
+    mark = "" if codec in ("utf-16", "utf-32", "utf-8-sig") else "\ufeff"
+    texts = ["apple pie", "wooden chair"]
+    queries = tmp_path / "q.txt"
+    queries.write_bytes((mark + "\r\n".join(texts) + "\r\n").encode(codec))
+    answers = run("query", fruit_store, "--file", str(queries), "--json").stdout.split("\n")[:-1]
+    assert [json.loads(line)["query"] for line in answers] == texts
+    table = tmp_path / "t.csv"
+    table.write_bytes((mark + 'name,price\n"apple\r\npie",10\nwooden chair,2\n').encode(codec))
+    store = str(tmp_path / "s2")
+    command = ["build", str(table), "--key", "name", "--value", "price", "-o", store]
+    assert "2 keys" in run(*command, "--encoder", "test-hashing").stdout
+    assert dict(SoftDict.load(store)) == {"apple\r\npie": 10.0, "wooden chair": 2.0}
+
+
+def test_a_file_that_is_not_utf_8_says_to_save_it_as_utf_8(
+    tmp_path: Path, fruit_store: str
+) -> None:
+    latin = tmp_path / "q.txt"
+    latin.write_bytes("café\n".encode("latin-1"))
+    result = run("query", fruit_store, "--file", str(latin), check=False)
+    assert result.returncode == 1 and not result.stdout
+    assert f"{latin}: not UTF-8 text" in result.stderr and "save it as UTF-8" in result.stderr
+    table = tmp_path / "latin.csv"
+    table.write_bytes("name,price\ncafé,1\n".encode("latin-1"))
+    command = ["build", str(table), "--key", "name", "--value", "price", "-o", str(tmp_path / "x")]
+    result = run(*command, "--encoder", "test-hashing", check=False)
+    assert result.returncode == 1 and "not UTF-8 text" in result.stderr
+
+
 @pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "much"])
 def test_min_score_must_be_a_finite_number(fruit_store: str, bad: str) -> None:
     result = run("query", fruit_store, "apple", "--min-score", bad, "--json", check=False)
