@@ -133,6 +133,16 @@ class SoftDictConfig(BaseModel):
             raise ValueError("must be a number, not True or False")
         return value
 
+    @field_validator("progress", mode="before")
+    @classmethod
+    def _progress_true_false_or_none(cls, value: object) -> object:
+        # pydantic's bool takes 1, "yes" and "off" as well: progress="no" would have drawn bars.
+        if isinstance(value, np.bool_):
+            return bool(value)
+        if value is not None and not isinstance(value, bool):
+            raise ValueError("must be True, False or None")
+        return value
+
     @classmethod
     def build(cls, **options: object) -> SoftDictConfig:
         """Validate ``options``, raising ``ConfigError`` with one line per bad option."""

@@ -119,6 +119,14 @@ def test_number_options_set_later_refuse_true_and_false_and_progress_takes_them(
     assert sd._store.config.progress is True
 
 
+@pytest.mark.parametrize("bad", [1, 0, "no", "yes", 1.0])
+def test_progress_takes_only_true_false_or_none(bad: object) -> None:
+    """pydantic's bool took 1, "yes" and "no" (which drew no bar, or a bar, by its spelling)."""
+    with pytest.raises(ConfigError, match=r"progress=.*must be True, False or None"):
+        SoftDict(encoder=FakeEncoder(), progress=bad)  # type: ignore[arg-type]
+    assert SoftDict(encoder=FakeEncoder(), progress=np.False_)._store.config.progress is False
+
+
 def test_the_retrieval_policy_takes_its_defaults_and_values_from_the_config() -> None:
     config = SoftDictConfig()
     policy = RetrievalPolicy.from_config(config, dim=384)
