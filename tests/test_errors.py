@@ -203,10 +203,12 @@ class WrongEncoder:
         (lambda texts: np.zeros(len(texts)), "one row per text"),
         (lambda texts: np.zeros((len(texts), 0)), "one row per text"),
         (lambda texts: np.full((len(texts), 4), np.nan), "NaN"),
-        (lambda texts: [["a"] * 4 for _ in texts], "not a numeric array"),
+        (lambda texts: [["a"] * 4 for _ in texts], "dtype <U1 \\(text\\)"),
+        (lambda texts: [[1.0] * (i + 1) for i in range(len(texts))], "cannot be read as numbers"),
         # float32 would drop the imaginary part, or a time's unit, without a word.
         (lambda texts: np.full((len(texts), 4), 1 + 2j), "complex"),
-        (lambda texts: np.ones((len(texts), 4), "timedelta64[s]"), "times"),
+        (lambda texts: np.ones((len(texts), 4), "timedelta64[s]"), "durations"),
+        (lambda texts: np.ones((len(texts), 4), "datetime64[s]"), "times: convert"),
         (lambda texts: 1 / 0, "ZeroDivisionError"),
     ],
 )

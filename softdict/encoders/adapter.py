@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from softdict._errors import EncoderError
+from softdict._arguments import embedding_array
+from softdict._errors import EncoderError, ValueShapeError
 from softdict.encoders.base import PROBE_TEXT, Encoder, EncoderIdentity
 
 __all__ = ["TextEncoder"]
@@ -91,19 +92,12 @@ class TextEncoder:
         return self._checked(raw, len(texts))
 
     def _checked(self, raw: Any, n_texts: int) -> np.ndarray:
+        # The check of embeddings given directly: text, a ragged list, and what float32 would
+        # take without a word but is no embedding (complex numbers, durations, times).
         try:
-            array = np.asarray(raw)
-            if array.dtype.kind in "cmM":  # float32 would drop the imaginary part or the unit
-                raise EncoderError(
-                    f"encoder {self.name!r} returned complex numbers or times, not real "
-                    "embeddings; .encode(list[str]) must return an (n, d) array of real numbers"
-                )
-            embeddings = array.astype(np.float32, copy=False)
-        except (TypeError, ValueError) as exc:
-            raise EncoderError(
-                f"encoder {self.name!r} returned {type(raw).__name__}, which is not a numeric "
-                f"array ({exc}); .encode(list[str]) must return an (n, d) array"
-            ) from None
+            embeddings = embedding_array(raw, f"the embeddings of encoder {self.name!r}")
+        except ValueShapeError as exc:
+            raise EncoderError(f"{exc}; .encode(list[str]) must return such an array") from None
         if embeddings.ndim != 2 or embeddings.shape[0] != n_texts or embeddings.shape[1] == 0:
             raise EncoderError(
                 f"encoder {self.name!r} returned shape {embeddings.shape} for {n_texts} text(s); "
