@@ -77,6 +77,10 @@ class CombinationName(str, Enum):
         return self is CombinationName.RULE_6
 
 
+# What changes how this process works, not what a store answers (``check_same_answers``).
+_PROCESS_OPTIONS = ("query_cache_size", "batch_size", "progress")
+
+
 class SoftDictConfig(BaseModel):
     """Validated, immutable options of one SoftDict."""
 
@@ -162,6 +166,25 @@ class SoftDictConfig(BaseModel):
         ``combination="rule-6"`` named from the default left alone."""
         named = set(names) & set(SoftDictConfig.model_fields)
         return SoftDictConfig.model_construct(_fields_set=named, **dict(self))
+
+    def check_same_answers(self, other: SoftDictConfig, where: str) -> None:
+        """ConfigError unless ``other`` (the store at ``where``) has these options, but for
+        this process's own (cache, batch size, progress bars): ``copy_to`` an existing empty
+        collection, which keeps its options, makes a faithful copy only then."""
+
+        def shown(value: object) -> str:
+            return repr(value.value if isinstance(value, Enum) else value)
+
+        differ = [
+            f"{name}={shown(getattr(other, name))} (the copy's {shown(getattr(self, name))})"
+            for name in SoftDictConfig.model_fields
+            if name not in _PROCESS_OPTIONS and getattr(self, name) != getattr(other, name)
+        ]
+        if differ:
+            raise ConfigError(
+                f"{where} holds an empty store made with other options: {', '.join(differ)}; "
+                "copy into a new collection"
+            )
 
     def replace(self, **changes: object) -> SoftDictConfig:
         """A copy with ``changes``, validated like the original."""

@@ -287,7 +287,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         ``store`` and ``collection`` are as for ``SoftDict(...)``: ``copy_to("milvus:./p.db",
         collection="prices")`` moves an in-memory store into Milvus, and ``copy_to()`` brings a
         Milvus store back into memory (then ``save`` it to a folder). The target must hold no
-        keys; an existing collection must have been made with the same options and encoder.
+        keys; an existing collection must have been made with the same options (but for
+        ``query_cache_size``, ``batch_size`` and ``progress``) and encoder.
 
         Raises:
             ConfigError: the target holds keys, or was made with other options.
@@ -295,15 +296,16 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             StoreUnavailableError: the target's server cannot be reached.
         """
         with self._lock:
-            config = self._store.config  # every option set, named: a collection must agree
-            named = config.naming(name for name, value in config if value is not None)
-            target = open_store(store, named, collection=collection)
+            config, where = self._store.config, repr(store)
+            where += f" (collection {collection!r})" if collection else ""
+            # Nothing named: an existing collection opens with its options, which must be these.
+            target = open_store(store, config.naming(()), collection=collection)
             if len(target):
                 raise ConfigError(
-                    f"copy_to writes into an empty store, and {store!r}"
-                    + (f" (collection {collection!r})" if collection else "")
-                    + f" holds {len(target):,} keys; choose a new collection, or clear it first"
+                    f"copy_to writes into an empty store, and {where} holds {len(target):,} "
+                    "keys; choose a new collection, or clear it first"
                 )
+            config.check_same_answers(target.config, where)
             encoder = store_encoder(target, self._encoder, self._store.config.query_cache_size)
             copy_into(self._store, target)
             return type(self)._from_store(target, encoder)

@@ -213,6 +213,31 @@ def test_copy_to_milvus_and_back_keeps_everything(milvus_store_location: str) ->
         memory.copy_to(milvus_store_location, collection=collection)
 
 
+def test_copy_to_an_empty_collection_needs_the_copys_options(milvus_store_location: str) -> None:
+    """An existing empty collection keeps its options: a copy into one made with others would
+    answer otherwise in every other process (and with top_k or temperature left as None in the
+    copy, in this one too). It is refused, naming them; one made with the same options but for
+    this process's own (batch_size) takes the copy."""
+    encoder = FakeEncoder()
+    memory = SoftDict(items_of("scalar"), encoder=encoder, temperature=0.1)
+    for name, value in (("combination", "rule-4"), ("top_k", 8), ("temperature", 0.3)):
+        made = fresh_collection()
+        options = {"temperature": 0.1, name: value}
+        SoftDict(encoder=encoder, store=milvus_store_location, collection=made, **options)
+        with pytest.raises(ConfigError, match=f"other options: {name}={value!r} "):
+            memory.copy_to(milvus_store_location, collection=made)
+        reopened = SoftDict.open(milvus_store_location, collection=made, encoder=encoder)
+        assert len(reopened) == 0
+    alike = fresh_collection()
+    SoftDict(
+        encoder=encoder, store=milvus_store_location, collection=alike, temperature=0.1,
+        batch_size=7,
+    )  # fmt: skip
+    copied = memory.copy_to(milvus_store_location, collection=alike)
+    again = SoftDict.open(milvus_store_location, collection=alike, encoder=encoder)
+    assert dict(again) == dict(memory) and again.temperature == copied.temperature == 0.1
+
+
 def test_reopening_sees_the_store_with_its_options(milvus_store_location: str) -> None:
     encoder = FakeEncoder()
     collection = fresh_collection()
@@ -246,10 +271,10 @@ def test_reopening_sees_the_store_with_its_options(milvus_store_location: str) -
 def test_an_option_named_at_its_default_overrides_the_stored_one(
     milvus_store_location: str,
 ) -> None:
-    """Opening a store made under an earlier default combination with ``combination="rule-5"``
-    (the default, named) uses rule-5 in this process: a named option could not be told from the
-    default left alone, and the store's own was kept silently. Leaving it out keeps the store's;
-    an option named as None (top_k) leaves the store's too."""
+    """Opening a store made under an earlier default combination with the default combination
+    named uses the default in this process: a named option could not be told from the default
+    left alone, and the store's own was kept silently. Leaving it out keeps the store's; an
+    option named as None (top_k) leaves the store's too."""
     encoder = FakeEncoder()
     collection = fresh_collection()
     SoftDict(
