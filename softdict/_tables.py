@@ -108,12 +108,17 @@ def read_text(path: str | Path) -> str:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise InputError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    return _decoded(data, path)
+
+
+def _decoded(data: bytes, source: object) -> str:
+    """``data`` in the encoding its byte-order mark names, else UTF-8 (``read_text``)."""
     codec = next((name for mark, name in _MARKED_CODECS if data.startswith(mark)), "utf-8")
     try:
         return data.decode(codec)
     except UnicodeDecodeError as exc:
         raise InputError(
-            f"{path}: not {codec.removesuffix('-sig').upper()} text ({exc.reason} at byte "
+            f"{source}: not {codec.removesuffix('-sig').upper()} text ({exc.reason} at byte "
             f"{exc.start}); save it as UTF-8"
         ) from None
 
@@ -123,8 +128,11 @@ def read_queries(source: str) -> list[str]:
     feeds only (``lines_of``); blank lines are skipped and a byte-order mark dropped (a file's
     names its encoding: ``read_text``)."""
     if source == "-":
+        # Its bytes where it has them, read as a file's (the locale's codec would take Latin-1
+        # bytes as escapes, and a UTF-16 pipe as NULs); a text stream (a test's) as it is.
+        raw = getattr(sys.stdin, "buffer", None)
         try:
-            text = sys.stdin.read()
+            text = _decoded(raw.read(), source) if raw is not None else sys.stdin.read()
         except (OSError, UnicodeDecodeError) as exc:
             raise InputError(f"{source}: cannot read the queries ({exc})") from None
     else:

@@ -165,9 +165,12 @@ def spelling_reads(combination: str) -> dict[str, bool]:
     }
 
 
-def library_measures(query: str, keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
+def library_measures(
+    query: str, keys: list[str], sort_edits: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
     """The spelling similarity of ``query`` with each key from the library's own columns, as
-    rule-4 reads it (accents) and on the forms alone (rule-3)."""
+    rule-4 reads it (accents) and on the forms alone (rule-3); with ``sort_edits``, as rule-6
+    reads them (OSA on sorted words too)."""
     from softdict.spelling.prepared import PreparedKeys, accented_columns
     from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
     from softdict.spelling.text import SpellingQueries, spelled
@@ -177,8 +180,9 @@ def library_measures(query: str, keys: list[str]) -> tuple[np.ndarray, np.ndarra
     columns = KeyForms(
         object_column(forms), object_column(prepared.sorted_forms), None, accented_columns(prepared)
     )
-    read = spelling_similarity(SpellingQueries.of([query], accents=True), columns)[0]
-    return read, spelling_similarity(SpellingQueries.of([query]), columns)[0]
+    options = {"edits_sorted": sort_edits}
+    read = spelling_similarity(SpellingQueries.of([query], accents=True, **options), columns)[0]
+    return read, spelling_similarity(SpellingQueries.of([query], **options), columns)[0]
 
 
 def naive_description(text: str, strict_short: bool = False) -> list[float]:

@@ -496,6 +496,28 @@ def test_files_in_the_encoding_their_byte_order_mark_names_are_read(
     assert dict(SoftDict.load(store)) == {"apple\r\npie": 10.0, "wooden chair": 2.0}
 
 
+def test_standard_input_is_read_as_a_file_is(
+    tmp_path: Path, fruit_store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--file -`` reads the bytes piped in as a file's: UTF-16 with its byte-order mark (a
+    PowerShell pipe) is read, and bytes that are not UTF-8 are an error, where the locale's
+    codec took them as escapes that reached the encoder. A lone carriage return stays in its
+    query, as in a file: lines end at a line feed."""
+    texts = ["apple pie", "wooden chair"]
+
+    def piped(data: bytes) -> list[str]:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data), encoding="ascii"))
+        result = run("query", fruit_store, "--file", "-", "--json", check=False)
+        assert result.returncode == 0 or not result.stdout
+        return [json.loads(line)["query"] for line in result.stdout.split("\n")[:-1]]
+
+    assert piped("\r\n".join(texts).encode("utf-16")) == texts
+    assert piped(b"apple\rpie\nwooden chair\n") == ["apple\rpie", "wooden chair"]
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO("café\n".encode("latin-1"))))
+    result = run("query", fruit_store, "--file", "-", check=False)
+    assert result.returncode == 1 and "-: not UTF-8 text" in result.stderr
+
+
 def test_a_file_that_is_not_utf_8_says_to_save_it_as_utf_8(
     tmp_path: Path, fruit_store: str
 ) -> None:

@@ -254,8 +254,11 @@ def test_the_character_count_ceiling_bounds_the_spelling_similarity(
     lengths = np.array([len(form) for form in forms], dtype=np.float32)
     ceiling = similarity_ceiling(query_counts, len(query_form), key_counts, lengths)
     exact = np.array([naive_spelling(query, key) for key in keys])
-    # A query that bore accents, under rule-4: the mean with the measure on accented forms.
-    exact = np.maximum(exact, [naive_spelling(query, key, accents=True) for key in keys])
+    # A query that bore accents, under rule-4: the mean with the measure on accented forms; and
+    # under rule-6, OSA on sorted words too.
+    for accents, sort_edits in ((True, False), (False, True), (True, True)):
+        found = [naive_spelling(query, key, accents, sort_edits) for key in keys]
+        exact = np.maximum(exact, found)
     # Both from one gather are each alone; only a key that could bear a mark bears one.
     both, could = ceiling_and_could(query_counts, len(query_form), key_counts, lengths)
     np.testing.assert_array_equal(both, ceiling)
@@ -288,14 +291,17 @@ _ACCENTED_WORDS = st.lists(
 )
 @settings(max_examples=300, deadline=None)
 def test_accents_read_never_raise_the_spelling_similarity(query: str, keys: list[str]) -> None:
-    """Under rule-4 a query's similarity with a key, accents read, is at most the forms' (the
-    character-count ceilings of unspelled keys are computed on the forms), whatever the words'
-    order, and it is the naive statement's."""
-    read, plain = library_measures(query, keys)
-    # Exact, not within a tolerance: each measure is an integer distance over a length, and a
-    # mean of two float32 values is at most the larger.
-    assert np.all(read <= plain), (query, keys, read, plain)
-    assert_close(read, [naive_spelling(query, key, accents=True) for key in keys])
+    """Under rule-4 (and rule-6, OSA on sorted words too) a query's similarity with a key,
+    accents read, is at most the forms' (the character-count ceilings of unspelled keys are
+    computed on the forms), whatever the words' order, and it is the naive statement's."""
+    for sort_edits in (False, True):
+        read, plain = library_measures(query, keys, sort_edits)
+        # Exact, not within a tolerance: each measure is an integer distance over a length,
+        # and a mean of two float32 values is at most the larger.
+        assert np.all(read <= plain), (query, keys, read, plain)
+        naive = [naive_spelling(query, key, accents=True, sort_edits=sort_edits) for key in keys]
+        assert_close(read, naive)
+        assert_close(plain, [naive_spelling(query, key, sort_edits=sort_edits) for key in keys])
 
 
 _NAMES = sorted(c.name for c in pycountry.countries)
