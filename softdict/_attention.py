@@ -20,6 +20,7 @@ __all__ = [
     "mass_interval",
     "softmax",
     "tail_mass_bound",
+    "top_columns",
     "top_of_scores",
     "weight_error_bound",
 ]
@@ -119,17 +120,31 @@ def tail_mass_bound(
     return np.where(omitted > 0, np.nan_to_num(bound, nan=1.0), 0.0)
 
 
+def top_columns(scores: np.ndarray, take: int) -> np.ndarray:
+    """The columns (m, take) of the ``take`` best entries of each row of ``scores`` (m, n),
+    ``take`` < n, in column order: of entries tied at the cut, those of the lowest columns.
+    ``argpartition`` takes any of them, so ``nearest(q, 1)`` could name one of two keys with the
+    same score (accent twins the encoder embeds alike) and ``nearest(q, 5)`` the other first; a
+    stable sort of these by score then orders every tie by column (the keys' order)."""
+    part = np.sort(np.argpartition(-scores, take - 1, axis=1)[:, :take], axis=1)
+    cut = np.take_along_axis(scores, part, axis=1).min(axis=1, keepdims=True)
+    tied = scores == cut
+    across = tied.sum(axis=1) > np.take_along_axis(tied, part, axis=1).sum(axis=1)
+    for i in np.flatnonzero(across):  # ties across the cut: rare, and settled row by row
+        above = np.flatnonzero(scores[i] > cut[i])
+        part[i] = np.sort(np.concatenate([above, np.flatnonzero(tied[i])[: take - len(above)]]))
+    return part
+
+
 def top_of_scores(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` best entries of each row of a score matrix (m, n), best first: scores and
-    columns (m, k). Entries scored -inf, and the tail where n < k, are padded with column -1."""
+    """The ``k`` best entries of each row of a score matrix (m, n), best first (ties by
+    column): scores and columns (m, k). Entries scored -inf, and the tail where n < k, are
+    padded with column -1."""
     m, n = scores.shape
     take = min(k, n)
     if take == 0:
         return np.full((m, k), -np.inf), np.full((m, k), -1, dtype=np.int64)
-    if take < n:
-        part = np.argpartition(-scores, take - 1, axis=1)[:, :take]
-    else:
-        part = np.broadcast_to(np.arange(n), (m, n))
+    part = top_columns(scores, take) if take < n else np.broadcast_to(np.arange(n), (m, n))
     part_scores = np.take_along_axis(scores, part, axis=1)
     order = np.argsort(-part_scores, axis=1, kind="stable")
     columns = np.take_along_axis(part, order, axis=1)

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from softdict._attention import mass_interval
+from softdict._attention import mass_interval, top_columns
 from softdict._config import EXACT_MAX_KEYS
 from softdict._errors import NoMatchError
 from softdict._results import Attention
@@ -332,10 +332,10 @@ def _marks(store: Store, query: SpellingQueries, ids: np.ndarray) -> tuple[tuple
 
 
 def _best_first(scores: np.ndarray, limit: int | None) -> np.ndarray:
-    """Positions in ``scores``, best first: every one, or the ``limit`` best."""
+    """Positions in ``scores``, best first (ties in order): every one, or the ``limit`` best."""
     if limit is None or limit >= len(scores):
         return np.argsort(-scores, kind="stable")
-    best = np.argpartition(-scores, limit - 1)[:limit]
+    best = top_columns(scores[None], limit)[0]
     return best[np.argsort(-scores[best], kind="stable")]
 
 

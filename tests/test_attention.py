@@ -120,6 +120,30 @@ def test_top_of_scores_sorts_pads_and_skips_minus_infinity() -> None:
     assert columns.tolist() == [[1, 3], [0, 1]]
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_top_of_scores_orders_ties_by_column_whatever_k(seed: int) -> None:
+    """Scores with many ties (few distinct values), -inf among them: for every k the columns
+    are the first k of a stable sort of every column by score, so ties go in column order (the
+    keys' order) and the best k are the first k of the best k + 1. argpartition took any of the
+    entries tied at the cut: ``nearest(q, 1)`` named one accent twin, ``nearest(q, 5)`` the
+    other first."""
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 4, size=(6, 50)).astype(np.float64)
+    scores[rng.random(scores.shape) < 0.2] = -np.inf
+    full = np.argsort(-scores, axis=1, kind="stable")
+    for k in range(1, 55):
+        best, columns = top_of_scores(scores, k)
+        expected = full[:, :k]
+        found = np.take_along_axis(scores, expected, axis=1)
+        expected = np.where(np.isfinite(found), expected, -1)
+        if k > 50:
+            expected = np.pad(expected, ((0, 0), (0, k - 50)), constant_values=-1)
+        assert columns.tolist() == expected.tolist(), k
+        assert np.array_equal(
+            best[columns >= 0], scores[np.nonzero(columns >= 0)[0], columns[columns >= 0]]
+        )
+
+
 def test_softmax_is_the_naive_softmax_to_float32_precision() -> None:
     """The exponentials run in float32 (``exponentials``): the naive float64 softmax within
     float32's rounding at a small temperature too, every weight finite and the rows summing

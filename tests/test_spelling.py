@@ -1038,6 +1038,29 @@ def _accent_twins() -> list[tuple[str, str]]:
     return twins
 
 
+@pytest.mark.integration
+def test_accent_twins_tied_come_in_the_keys_order_whatever_k(bundled_encoder) -> None:
+    """A query typed without accents scores two keys spelled alike but for accents (pycountry's
+    subdivisions, "Huíla" and "Huila") the same on both channels (the bundled encoder strips
+    accents): ``nearest(q, 1)`` named one and ``nearest(q, 5)`` the other first, by how
+    argpartition fell. Ties now go in the keys' order, so the best k are the first k of more."""
+    twins = _accent_twins()
+    names = sorted({s.name for s in pycountry.subdivisions})
+    sd = SoftDict(dict.fromkeys(names, 1.0), encoder=bundled_encoder)
+    position = {name: i for i, name in enumerate(names)}
+    queries = [plain + "x" for _, plain in twins]
+    ones, fives = sd.nearest(queries, 1), sd.nearest(queries, 5)
+    tied = 0
+    for (accented, plain), one, five in zip(twins, ones, fives):
+        assert one == five[:1]
+        top = dict(five)
+        if top.get(accented) == top.get(plain) is not None:  # a tie: the earlier key first
+            tied += 1
+            first = next(key for key, _ in five if key in (accented, plain))
+            assert position[first] < position[({accented, plain} - {first}).pop()]
+    assert tied >= 5
+
+
 @pytest.mark.parametrize("store", ["exact", "large"])
 def test_a_query_typed_with_accents_prefers_the_key_that_bears_them(
     english_words: list[str], store: str
