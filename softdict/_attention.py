@@ -126,14 +126,14 @@ def top_columns(scores: np.ndarray, take: int) -> np.ndarray:
     ``argpartition`` takes any of them, so ``nearest(q, 1)`` could name one of two keys with the
     same score (accent twins the encoder embeds alike) and ``nearest(q, 5)`` the other first; a
     stable sort of these by score then orders every tie by column (the keys' order)."""
-    part = np.sort(np.argpartition(-scores, take - 1, axis=1)[:, :take], axis=1)
-    cut = np.take_along_axis(scores, part, axis=1).min(axis=1, keepdims=True)
-    tied = scores == cut
-    across = tied.sum(axis=1) > np.take_along_axis(tied, part, axis=1).sum(axis=1)
-    for i in np.flatnonzero(across):  # ties across the cut: rare, and settled row by row
-        above = np.flatnonzero(scores[i] > cut[i])
-        part[i] = np.sort(np.concatenate([above, np.flatnonzero(tied[i])[: take - len(above)]]))
-    return part
+    part = np.argpartition(-scores, take - 1, axis=1)[:, :take]
+    for i, (row, taken) in enumerate(zip(scores, part)):  # row by row: 1-D calls are cheaper
+        cut = row[taken].min()
+        # More entries at or above the cut than taken: some tied at the cut were left out.
+        if np.count_nonzero(row >= cut) > take:
+            above = np.flatnonzero(row > cut)
+            part[i] = np.concatenate([above, np.flatnonzero(row == cut)[: take - len(above)]])
+    return np.sort(part, axis=1)
 
 
 def top_of_scores(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
