@@ -184,7 +184,12 @@ def test_adaptive_k_in_one_search_equals_adaptive_k_in_rounds() -> None:
     # float32 products over batches of other sizes differ in the last bits.
     np.testing.assert_allclose(a.tail_bound, b.tail_bound, rtol=1e-4)
     for i in range(30):
-        np.testing.assert_array_equal(a.ids[i, : a.k[i]], b.ids[i, : b.k[i]])
+        ids_a, ids_b = a.ids[i, : a.k[i]], b.ids[i, : b.k[i]]
+        # The same keys; two whose scores differ in float32's last bits may trade places
+        # (generic kernels round the two batches' products differently).
+        assert set(ids_a.tolist()) == set(ids_b.tolist())
+        moved = ids_a != ids_b
+        assert_close(a.scores[i, : a.k[i]][moved], b.scores[i, : b.k[i]][moved])
         assert_close(a.weights[i, : a.k[i]], b.weights[i, : b.k[i]], atol=1e-6)
 
 
