@@ -92,15 +92,14 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             match in any order, "Îles Cook" Cook Islands), "rule-5" (the same with the edit
             measure in the typed order, the default before rule-6), "rule-4" (the same
             counting every short word of wordfreq's list as common), "rule-3" (the same reading
-            no accents), "rule-2" (without the floor
-            under which a key spelled as the query gains the most: a longer key that starts
-            with the query could outrank the key itself), "rule-1" (the hand-set rule alone, the
-            default before rule-2) or "learned-1" (every weight fitted on typos, aliases, codes
-            and names cut short of real names: better on codes, slower, and its best score
-            tells a query with no key less well).
-        lexical_known: under "rule-1" to "rule-6", the share of the spelling weight
-            a query's common English words keep (1/16 by default): meaning, not spelling,
-            decides what a real word means.
+            no accents), "rule-2" (without the floor under which a key spelled as the query
+            gains the most: a longer key that starts with the query could outrank the key
+            itself), "rule-1" (the hand-set rule alone, the default before rule-2) or
+            "learned-1" (every weight fitted on typos, aliases, codes and names cut short of
+            real names: better on codes, slower, and its best score tells a query with no key
+            less well).
+        lexical_known: under "rule-1" to "rule-6", the share of the spelling weight a query's
+            common English words keep (1/16 by default): meaning decides what a real word means.
         index: "auto" (exact up to 10,000 keys, then HNSW), "flat" (exact), "hnsw", "ivf",
             "ivf_sq8" (compressed, 1 byte per dimension), a FAISS index_factory string, or a
             name registered with ``softdict.index.register_backend``.
