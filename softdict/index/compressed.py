@@ -96,7 +96,10 @@ class CompressedBackend(ExactBackend):
         float64 (m, c); their ids (c,), increasing; and the bound on each score's error
         (``softdict.index._codes``; 0 where a key was scored exactly)."""
         scores, errors, rows = self._approximate(queries, allow)
-        return scores, self._rows.ids[rows], errors
+        ids = self._rows.ids
+        if len(rows) == len(ids) and allow is None:  # every row, in order (as ``score_rows``)
+            return scores, ids, errors
+        return scores, ids[rows], errors
 
     def _approximate(
         self, queries: np.ndarray, allow: Allow | None
