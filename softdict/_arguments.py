@@ -26,6 +26,8 @@ __all__ = [
 # What numpy would cast to float32 but is no embedding, by dtype kind, and what to do instead:
 # a cast drops a complex number's imaginary part and a time's unit without a word.
 _NOT_REAL = {
+    # A mask passed where embeddings go would cast to 0/1 and be scored.
+    "b": "booleans: pass .astype(float) if vectors of 0 and 1 are meant",
     "c": "complex numbers, whose imaginary part a cast would drop: pass .real if that is meant",
     "m": "durations: convert them to floats, such as seconds",
     "M": "times: convert them to floats, such as seconds since the epoch",

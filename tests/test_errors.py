@@ -209,6 +209,7 @@ class WrongEncoder:
         (lambda texts: np.full((len(texts), 4), 1 + 2j), "complex"),
         (lambda texts: np.ones((len(texts), 4), "timedelta64[s]"), "durations"),
         (lambda texts: np.ones((len(texts), 4), "datetime64[s]"), "times: convert"),
+        (lambda texts: np.ones((len(texts), 4), bool), "booleans"),
         (lambda texts: 1 / 0, "ZeroDivisionError"),
     ],
 )
@@ -277,15 +278,17 @@ def test_add_embeddings_errors(scalar_store: SoftDict) -> None:
         (np.full((1, FAKE_DIM), 1 + 1j), "complex128 .*imaginary part"),
         (np.ones((1, FAKE_DIM), dtype="m8[s]"), "timedelta64.*durations"),
         (np.ones((1, FAKE_DIM), dtype="M8[s]"), "datetime64.*times"),
+        (np.ones((1, FAKE_DIM), dtype=bool), r"dtype bool \(booleans: pass .astype\(float\)"),
     ],
-    ids=["str", "text", "ragged", "dicts", "complex", "timedelta64", "datetime64"],
+    ids=["str", "text", "ragged", "dicts", "complex", "timedelta64", "datetime64", "bool"],
 )
 def test_embeddings_that_are_not_real_numbers_are_refused(
     scalar_store: SoftDict, embeddings: object, message: str
 ) -> None:
     """Text, a ragged list or objects are no embeddings: a ValueShapeError saying what an
-    embedding is, where numpy's ValueError or TypeError escaped; complex numbers and times,
-    which numpy casts (dropping the imaginary part or the unit), are refused the same way."""
+    embedding is, where numpy's ValueError or TypeError escaped; complex numbers, times and
+    booleans, which numpy casts (dropping the imaginary part or the unit, or making a mask 0
+    and 1), are refused the same way."""
     before = snapshot(scalar_store)
     expected = f"{message}.*real numbers in one array: \\(n, d\\)"
     with pytest.raises(ValueShapeError, match=f"^embeddings .*{expected}"):
