@@ -48,7 +48,6 @@ def softmax(scores: np.ndarray, temperature: float) -> np.ndarray:
 # here, against 0.04), which a gap of 87·T reaches (4.35 at T = 0.05: a spelling match over
 # meaning alone). Exponents at or below it are set to it, and their weights to 0 after the exp.
 _LOWEST_EXPONENT = np.float32(-87.0)
-_FLOOR_WEIGHT = float(np.exp(_LOWEST_EXPONENT))
 
 
 def _shifted(scores: np.ndarray, temperature: float) -> np.ndarray:
@@ -82,15 +81,14 @@ def exponentials(scores: np.ndarray, temperature: float) -> np.ndarray:
     # A gap beyond float32's range casts to -inf, which the floor then holds.
     with np.errstate(over="ignore"):
         exponents = _shifted(scores, temperature).astype(np.float32)
-    floored = bool(exponents.size) and exponents.min() < _LOWEST_EXPONENT
-    if floored:
-        np.maximum(exponents, _LOWEST_EXPONENT, out=exponents)
-    weights = np.exp(exponents, out=exponents).astype(np.float64)
-    if floored:
-        # The floor's weight taken from every weight, in float64: those at the floor become 0
-        # exactly, and no other weight moves by more than 1.7e-38. (In place, with no mask:
-        # a masked assignment, or another temporary array, cost more than the exp here.)
-        weights -= _FLOOR_WEIGHT
+    if not exponents.size or exponents.min() >= _LOWEST_EXPONENT:
+        return np.exp(exponents, out=exponents).astype(np.float64)
+    np.maximum(exponents, _LOWEST_EXPONENT, out=exponents)
+    # The weights array first holds which exponents are above the floor (1.0 or 0.0), then
+    # their exponentials times that: those at the floor are 0 exactly, the others untouched.
+    # (A masked assignment took 8x the exp's time here, with the mask's values mixed.)
+    weights = np.greater(exponents, _LOWEST_EXPONENT, out=np.empty(exponents.shape))
+    weights *= np.exp(exponents, out=exponents)
     return weights
 
 

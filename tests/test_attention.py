@@ -147,18 +147,25 @@ def test_top_of_scores_orders_ties_by_column_whatever_k(seed: int) -> None:
 def test_softmax_is_the_naive_softmax_to_float32_precision() -> None:
     """The exponentials run in float32 (``exponentials``): the naive float64 softmax within
     float32's rounding at a small temperature too, every weight finite and the rows summing
-    to 1."""
+    to 1. At T = 0.01 most gaps pass float32's normal range (87·T): those weights are 0, and
+    no weight is negative."""
     rng = np.random.default_rng(3)
     scores = rng.uniform(-1, 1, size=(5, 40))
     scores[0, :3] = -np.inf
-    for temperature in (1.0, 0.05):
+    for temperature in (1.0, 0.05, 0.01):
         weights = softmax(scores, temperature)
         for row, got in zip(scores, weights):
             finite = np.isfinite(row)
             want = naive_softmax(list(row[finite] / temperature))
             assert_close(got[finite], want, rtol=1e-6, atol=1e-12)
             assert np.all(got[~finite] == 0)
+        assert np.all(weights >= 0)
         assert_close(weights.sum(axis=1), 1.0)
+    # Past the floor: exactly 0; within it, the naive weight to float32's rounding of the
+    # exponent (80 · 6e-8 of it, relative).
+    weights = softmax(np.array([[0.0, -0.8, -0.9, -2.0]]), 0.01)[0]
+    assert weights[2:].tolist() == [0.0, 0.0]
+    assert_close(weights[:2], naive_softmax([0.0, -80.0]), rtol=1e-5, atol=0)
 
 
 @pytest.mark.parametrize("seed", range(20))
