@@ -138,8 +138,9 @@ def tail_mass_bound(
         kth = np.take_along_axis(scores, np.maximum(found - 1, 0)[:, None], axis=1)[:, 0]
     else:
         kth = np.asarray(ceiling, dtype=np.float64)
-    top_sum = np.exp((scores - best) / temperature).sum(axis=1)
+    # A tiny temperature divides a gap to -inf (weight 0), without a word.
     with np.errstate(over="ignore"):
+        top_sum = np.exp((scores - best) / temperature).sum(axis=1)
         omitted_each = np.exp((kth - best[:, 0]) / temperature)
     with np.errstate(invalid="ignore"):
         bound = omitted * omitted_each / (top_sum + omitted * omitted_each)

@@ -92,7 +92,7 @@ def estimate_tail(
     and the error is 0."""
     scores = np.concatenate([head_scores, sample_scores]).astype(np.float64)
     top = scores.max() if len(scores) else 0.0
-    with np.errstate(under="ignore"):
+    with np.errstate(under="ignore", over="ignore"):  # a tiny T: a gap divides to -inf
         w = np.exp((scores - top) / temperature)
     head_w, sample_w = w[: len(head_scores)], w[len(head_scores) :]
     if factors is not None:

@@ -203,3 +203,28 @@ def test_a_saved_store_answers_the_same_after_loading(tmp_path) -> None:  # type
         assert one.tail_mass == close(other.tail_mass)
     drawn = loaded._store.backend._cells  # type: ignore[attr-defined]
     assert drawn is not None and drawn.trained
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.usefixtures("without_scan")
+@pytest.mark.parametrize("temperature", [1e-50, 1e-300, 1e-320])
+def test_a_tiny_temperature_draws_by_a_proposal_and_answers_the_best_key(
+    backend: HNSWBackend, temperature: float
+) -> None:
+    """Every temperature the options take (finite, > 0) works: the cells' gaps, divided by a
+    tiny temperature in float32, were 0/0 (NaN) and an estimated lookup raised ValueError. The
+    proposal stays a probability (the nearest cell takes what is not mixed in uniformly), and
+    the lookup is the best key's value, with no warning."""
+    from _support import FakeEncoder
+
+    from softdict import SoftDict
+
+    query = clustered(1, seed=5)[0]
+    _, probability = backend.sample_near(query, 50, np.random.default_rng(0), None, temperature)
+    assert np.all(np.isfinite(probability)) and np.all(probability > 0)
+    X = clustered(N)
+    sd = SoftDict(encoder=FakeEncoder(), index="hnsw", temperature=temperature, max_k=32)
+    sd.add_embeddings([f"k{i}" for i in range(N)], X, np.arange(N, dtype=float))
+    attention = sd.attend_embeddings(X[7])
+    assert attention.sampled > 0
+    assert attention.value == close(float(np.argmax(X @ X[7])))

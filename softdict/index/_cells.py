@@ -159,12 +159,14 @@ class CellSampler:
         if self._last_proposal is not None and self._last_proposal[0] == key:
             return self._last_proposal[1]
         assert self.centroids is not None
-        centroid_scores = self.centroids @ query.astype(np.float32)
+        # In float64: divided by a tiny temperature in float32 (1e-50 rounds to 0), the gaps
+        # made the proposal NaN.
+        centroid_scores = (self.centroids @ query.astype(np.float32)).astype(np.float64)
         if self.metric is Metric.L2:
             # −‖q − c‖² up to −‖q‖², which every cell shares.
-            squared = np.einsum("ij,ij->i", self.centroids, self.centroids)
+            squared = np.einsum("ij,ij->i", self.centroids, self.centroids, dtype=np.float64)
             centroid_scores = 2 * centroid_scores - squared
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", over="ignore"):
             logits = np.log(sizes) + (centroid_scores - centroid_scores.max()) / (
                 SHARPNESS * temperature
             )
