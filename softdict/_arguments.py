@@ -6,6 +6,7 @@ or changed.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -134,11 +135,27 @@ def embedding_array(embeddings: object, what: str) -> np.ndarray:
     try:
         array = np.asarray(embeddings)
         if array.dtype.kind == "O":  # Python objects: numbers (Decimal, Fraction) convert
+            _check_objects(array, what, expected)
             array = array.astype(np.float32)
     except (TypeError, ValueError) as exc:  # a ragged list, or objects that are no numbers
         raise ValueShapeError(f"{what} cannot be read as numbers ({exc}); {expected}") from None
+    except OverflowError:  # an int that no float holds (10**400)
+        raise InvalidValueError(
+            f"{what} contain a number beyond float32 range; embeddings must be finite"
+        ) from None
     if array.dtype.kind in _NOT_REAL:
         raise ValueShapeError(
             f"{what} have dtype {array.dtype} ({_NOT_REAL[array.dtype.kind]}); {expected}"
         )
     return array.astype(np.float32, copy=False)
+
+
+def _check_objects(array: np.ndarray, what: str, expected: str) -> None:
+    """ValueShapeError where an object array holds what a cast to float32 would take as a
+    number without being one: a bool (1.0), a str ("1.5" parses), None (NaN)."""
+    kinds = set(map(type, array.flat))
+    if any(issubclass(kind, (bool, np.bool_)) for kind in kinds):
+        raise ValueShapeError(f"{what} hold {_NOT_REAL['b']}; {expected}")
+    others = sorted(kind.__name__ for kind in kinds if not issubclass(kind, numbers.Number))
+    if others:
+        raise ValueShapeError(f"{what} hold {others[0]} objects, which are no numbers; {expected}")

@@ -279,8 +279,23 @@ def test_add_embeddings_errors(scalar_store: SoftDict) -> None:
         (np.ones((1, FAKE_DIM), dtype="m8[s]"), "timedelta64.*durations"),
         (np.ones((1, FAKE_DIM), dtype="M8[s]"), "datetime64.*times"),
         (np.ones((1, FAKE_DIM), dtype=bool), r"dtype bool \(booleans: pass .astype\(float\)"),
+        (np.full((1, FAKE_DIM), True, dtype=object), r"hold booleans: pass .astype\(float\)"),
+        (np.full((1, FAKE_DIM), "1.5", dtype=object), "hold str objects, which are no numbers"),
+        (np.full((1, FAKE_DIM), None, dtype=object), "hold NoneType objects"),
     ],
-    ids=["str", "text", "ragged", "dicts", "complex", "timedelta64", "datetime64", "bool"],
+    ids=[
+        "str",
+        "text",
+        "ragged",
+        "dicts",
+        "complex",
+        "timedelta64",
+        "datetime64",
+        "bool",
+        "object bools",
+        "object strs",
+        "object Nones",
+    ],
 )
 def test_embeddings_that_are_not_real_numbers_are_refused(
     scalar_store: SoftDict, embeddings: object, message: str
@@ -297,6 +312,21 @@ def test_embeddings_that_are_not_real_numbers_are_refused(
         scalar_store.lookup_embeddings(embeddings)  # type: ignore[arg-type]
     with pytest.raises(ValueShapeError, match=f"^query embeddings .*{expected}"):
         scalar_store.attend_embeddings(embeddings)  # type: ignore[arg-type]
+    assert_unchanged(scalar_store, before)
+
+
+def test_embeddings_with_an_int_beyond_float32_are_refused(scalar_store: SoftDict) -> None:
+    """A Python int that no float holds (10**400) raised OverflowError from numpy's cast; it is
+    refused as a value out of range, as 1e39 is, and nothing changes."""
+    before = snapshot(scalar_store)
+    huge = [[10**400] * FAKE_DIM]
+    for call in (
+        lambda: scalar_store.add_embeddings(["pear"], huge, [1.0]),
+        lambda: scalar_store.lookup_embeddings(huge),
+        lambda: scalar_store.attend_embeddings(huge),
+    ):
+        with pytest.raises(InvalidValueError, match=r"beyond float32 range.*must be finite"):
+            call()
     assert_unchanged(scalar_store, before)
 
 
