@@ -20,6 +20,7 @@ __all__ = [
     "check_min_score",
     "check_unicode",
     "embedding_array",
+    "embedding_items",
     "query_texts",
     "update_items",
 ]
@@ -49,6 +50,23 @@ def check_key(key: object, position: str = "", what: str = "key") -> str:
         )
     check_unicode(key, f"{what}{position}")
     return str(key)  # a str subclass (numpy.str_) is stored as a plain str
+
+
+def embedding_items(keys: object, values: object) -> tuple[list[str], list[object]]:
+    """``add_embeddings``' keys (each checked by ``check_key``) and values as lists: one str
+    for the keys would be read as its characters, one str or number for the values as its
+    characters or not at all, so those are refused (KeyTypeError, ValueShapeError)."""
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
+        raise KeyTypeError(
+            f"add_embeddings takes a sequence of keys, got {type(keys).__name__} "
+            f"({keys!r:.60}); pass a list, [key] for one"
+        )
+    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+        raise ValueShapeError(
+            f"add_embeddings takes one value per key, got {type(values).__name__} "
+            f"({values!r:.60}); pass a list of values, [value] for one"
+        )
+    return [check_key(key, f" (item #{i})") for i, key in enumerate(keys)], list(values)
 
 
 def check_unicode(text: str, what: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar, overload
 import numpy as np
 import numpy.typing as npt
 
-from softdict._arguments import check_key, update_items
+from softdict._arguments import check_key, embedding_items, update_items
 from softdict._config import SoftDictConfig, ValueKind, noting_named_options
 from softdict._encoder_match import store_encoder
 from softdict._errors import ConfigError, EncoderError, KeyTypeError, ValueShapeError
@@ -424,12 +424,12 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             values: n values.
 
         Raises:
-            ValueShapeError: lengths differ, or the embeddings have the wrong shape or are not
-                real numbers (text, a ragged list, complex numbers, times).
+            KeyTypeError: a key is no str, or ``keys`` is one str (not a list of keys).
+            ValueShapeError: lengths differ, ``values`` is one value, or the embeddings have the
+                wrong shape or are not real numbers (text, a ragged list, complex numbers, times).
             InvalidValueError: an embedding or value is NaN or infinite.
         """
-        checked_keys = [check_key(key, f" (item #{i})") for i, key in enumerate(keys)]
-        value_list = list(values)
+        checked_keys, value_list = embedding_items(keys, values)
         with self._lock:
             array = self._store.checked_embeddings(embeddings, "embeddings")
         if not len(checked_keys) == len(value_list) == len(array):

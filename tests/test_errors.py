@@ -330,6 +330,28 @@ def test_embeddings_with_an_int_beyond_float32_are_refused(scalar_store: SoftDic
     assert_unchanged(scalar_store, before)
 
 
+@pytest.mark.parametrize(
+    ("keys", "values", "error", "message"),
+    [
+        ("ab", [1.0, 2.0], KeyTypeError, r"a sequence of keys, got str \('ab'\); pass a list"),
+        (7, [1.0], KeyTypeError, r"a sequence of keys, got int \(7\)"),
+        (["pear"], 1.0, ValueShapeError, r"one value per key, got float \(1\.0\)"),
+        (["p", "q"], "xy", ValueShapeError, r"one value per key, got str \('xy'\)"),
+    ],
+    ids=["keys str", "keys int", "values float", "values str"],
+)
+def test_add_embeddings_refuses_one_key_or_one_value_for_a_list(
+    scalar_store: SoftDict, keys: object, values: object, error: type, message: str
+) -> None:
+    """A str where the keys go was read as its characters (two keys "a" and "b"), a str where
+    the values go as its characters, and a number raised a raw TypeError; each is refused and
+    nothing changes."""
+    before = snapshot(scalar_store)
+    with pytest.raises(error, match=f"^add_embeddings takes {message}"):
+        scalar_store.add_embeddings(keys, np.ones((2, FAKE_DIM)), values)  # type: ignore[arg-type]
+    assert_unchanged(scalar_store, before)
+
+
 # What each refusal of a complex number or a time says to do instead.
 IMAGINARY, SECONDS, NOT_NUMBERS = "imaginary part", "float of seconds", "times are not numbers"
 
