@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -113,6 +114,26 @@ def test_vector_of_another_length_or_with_nan_is_refused() -> None:
     with pytest.raises(ValueKindError):
         sd["pear"] = np.array(["a", "b"])
     assert_unchanged(sd, before)
+
+
+def test_a_label_nested_too_deep_for_json_is_refused_on_a_new_store_too() -> None:
+    """json.dumps raises RecursionError on a label nested some thousand lists deep: a store
+    holding labels refused it, but the first insert, which infers the kind, let it escape."""
+    deep: list[object] = []
+    innermost = deep
+    for _ in range(sys.getrecursionlimit()):
+        innermost.append([])
+        innermost = innermost[0]  # type: ignore[assignment]
+    with pytest.raises(ValueKindError, match=r"key 'a' is a list .*JSON-serialisable label"):
+        SoftDict({"a": deep, "b": "y"}, encoder=FakeEncoder())
+    sd = SoftDict(encoder=FakeEncoder())
+    with pytest.raises(ValueKindError, match="JSON-serialisable label"):
+        sd["a"] = deep
+    assert len(sd) == 0
+    sd["b"] = "y"
+    with pytest.raises(ValueKindError, match="JSON-serialisable label"):
+        sd["a"] = deep
+    assert list(sd.items()) == [("b", "y")]
 
 
 def test_numbers_in_an_inferred_label_store_are_refused() -> None:

@@ -105,7 +105,7 @@ class CategoricalColumn(ValueColumn[list[str]]):
     def accepts(cls, value: object) -> bool:
         try:
             canonical_json(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):  # RecursionError: a label nested too deep
             return False
         return True
 
