@@ -373,6 +373,28 @@ def test_add_embeddings_refuses_one_key_or_one_value_for_a_list(
     assert_unchanged(scalar_store, before)
 
 
+@pytest.mark.parametrize(
+    ("mask", "message"),
+    [
+        ("apple", r"iterable of keys or a predicate key -> bool, got str; .*pass \[key\]"),
+        (5, "iterable of keys or a predicate key -> bool, got int"),
+        (np.array([True, False]), r"mask items must be keys \(str\), got bool_? \(.*predicate"),
+        (["apple", 3], r"mask items must be keys \(str\), got int \(3\)"),
+    ],
+    ids=["str", "int", "bool array", "an int among keys"],
+)
+def test_a_mask_that_is_no_keys_or_predicate_is_refused(
+    scalar_store: SoftDict, mask: object, message: str
+) -> None:
+    """A boolean array (a row filter from numpy or pandas) passed as a mask was read as an
+    iterable of keys whose items, being no str, were dropped: "allows none of the keys"."""
+    for call in (scalar_store.lookup, scalar_store.attend):
+        with pytest.raises(KeyTypeError, match=message):
+            call("apple", mask=mask)  # type: ignore[arg-type]
+    keys = np.array(["apple", "chair"])  # numpy str items are keys
+    assert scalar_store.attend("apple", mask=keys).keys == ("apple", "chair")
+
+
 # What each refusal of a complex number or a time says to do instead.
 IMAGINARY, SECONDS, NOT_NUMBERS = "imaginary part", "float of seconds", "times are not numbers"
 

@@ -231,7 +231,8 @@ class Store(ABC):
         """The ids a mask lets a lookup attend to; None for no mask.
 
         Raises:
-            KeyTypeError: the mask is neither an iterable of keys nor a predicate.
+            KeyTypeError: the mask is neither an iterable of keys nor a predicate, or holds an
+                item that is no str.
             EmptyStoreError: the mask allows no stored key.
         """
         if mask is None:
@@ -244,7 +245,16 @@ class Store(ABC):
                 f"{type(mask).__name__}; to allow one key, pass [key]"
             )
         else:
-            ids = self._ids_of([key for key in mask if isinstance(key, str)])
+            keys = list(mask)
+            # A non-str item is no key: a boolean array passed as a mask allowed none, silently.
+            odd = [key for key in keys if not isinstance(key, str)]
+            if odd:
+                raise KeyTypeError(
+                    f"mask items must be keys (str), got {type(odd[0]).__name__} "
+                    f"({odd[0]!r:.60}); "
+                    "to allow the keys a condition holds for, pass a predicate key -> bool"
+                )
+            ids = self._ids_of(keys)
         if not len(ids):
             raise EmptyStoreError(
                 f"the mask allows none of the {len(self)} stored keys; a soft lookup needs at "
