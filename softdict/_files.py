@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeAlias, Union
@@ -20,6 +21,9 @@ from softdict._errors import StoreFormatError
 __all__ = ["FileReader", "StoreFiles", "encode_file"]
 
 StoreFiles: TypeAlias = dict[str, Union[np.ndarray, list[Any], bytes]]  # noqa: UP007
+
+# A JSON escape of a surrogate ("\ud83d"): half of a pair, or a lone one no text can hold.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def canonical_json(obj: Any) -> bytes:
@@ -118,6 +122,11 @@ class FileReader:
             raise self.error(name, "is JSON nested too deeply to be a store's") from None
         if not isinstance(value, list):
             raise self.error(name, "should hold a JSON list")
+        if _SURROGATE_ESCAPE.search(content):  # type: ignore[arg-type]  # bytes (loaded above)
+            try:  # an escape of half a pair ("\ud800" alone): no text, and no save could write it
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise self.error(name, "holds text that is not valid Unicode") from None
         return value
 
     def _need(self, name: str) -> bytes | np.ndarray | list[Any]:

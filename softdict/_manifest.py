@@ -150,7 +150,7 @@ class FormatTwoBody(_Body):
     adds the spelling channel: its options in ``config``, its postings among the files; format 4
     the ``combination`` option in ``config``.)"""
 
-    next_id: int = Field(ge=0)
+    next_id: int = Field(ge=0, lt=2**63)  # ids are int64
     index: dict[str, Any] | None
     replaces_store: bool
 

@@ -229,6 +229,25 @@ def test_ids_that_do_not_match_the_index_are_refused(tmp_path: Path) -> None:
         SoftDict.load(folder, encoder=FakeEncoder())
 
 
+def test_a_key_that_is_no_unicode_text_is_refused_on_load(tmp_path: Path) -> None:
+    """keys.json written with a lone surrogate's escape ("\\ud800"), its checksum made to
+    match: the key loaded, and the next save raised a raw UnicodeEncodeError."""
+    folder = saved_store(tmp_path)
+    keys = json.loads((folder / "keys.json").read_text())
+    keys[0] = "\ud800"
+    data = json.dumps(keys).encode()  # ensure_ascii: the lone surrogate as an escape
+    assert b"\\ud800" in data
+    (folder / "keys.json").write_bytes(data)
+
+    def change(manifest: dict) -> None:
+        entry = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        manifest["body"]["files"]["keys.json"] = entry
+
+    rewrite_manifest(folder, change)
+    with pytest.raises(StoreFormatError, match=r"keys\.json holds text that is not valid Unicode"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
 @pytest.mark.parametrize(
     "garble",
     [
@@ -239,6 +258,7 @@ def test_ids_that_do_not_match_the_index_are_refused(tmp_path: Path) -> None:
         lambda body: body.pop("next_id"),
         lambda body: body.update(index="built"),
         lambda body: body.update(dim="16"),
+        lambda body: body.update(next_id=2**70),  # every later insert raised OverflowError
     ],
     ids=[
         "no probe text",
@@ -248,6 +268,7 @@ def test_ids_that_do_not_match_the_index_are_refused(tmp_path: Path) -> None:
         "no next_id",
         "index a string",
         "dim a string",
+        "next_id past int64",
     ],
 )
 def test_a_garbled_manifest_field_is_a_store_format_error(tmp_path: Path, garble) -> None:
