@@ -308,8 +308,8 @@ def _combination(name: str, known: float) -> str:
 
 
 def _finite(text: str) -> float:
-    """A number option that must be finite (NaN would call nothing a match, and neither prints
-    as JSON)."""
+    """A number option that must be finite (a NaN min-score would call nothing a match, and
+    prints as no JSON; a NaN weight or temperature was refused with a bound's message)."""
     value = float(text)
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
@@ -376,10 +376,10 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument(
         "--min-score", type=_finite, default=None, help="below it: no match (exit 3)"
     )
-    query.add_argument("--temperature", type=float, default=None, help="instead of the store's")
+    query.add_argument("--temperature", type=_finite, default=None, help="instead of the store's")
     query.add_argument(
         "--lexical",
-        type=float,
+        type=_finite,
         default=None,
         help="the spelling channel's weight, instead of the store's (0: meaning alone)",
     )

@@ -129,12 +129,17 @@ class SoftDictConfig(BaseModel):
 
     @field_validator("*", mode="before")
     @classmethod
-    def _no_bool_for_a_number(cls, value: object, info: ValidationInfo) -> object:
-        # bool is an int subclass, so pydantic took top_k=True for top_k=1; as check_number.
+    def _a_number_as_a_number(cls, value: object, info: ValidationInfo) -> object:
+        # As check_number takes the methods' numbers: bool is an int subclass, so pydantic took
+        # top_k=True for top_k=1, and its lax mode took text ("0.05") and a float for a count.
         annotation = cls.model_fields[str(info.field_name)].annotation
         a_number = {int, float} & {annotation, *get_args(annotation)}
         if a_number and isinstance(value, (bool, np.bool_)):
             raise ValueError("must be a number, not True or False")
+        if a_number and isinstance(value, (str, bytes)):
+            raise ValueError("must be a number, not text")
+        if a_number == {int} and isinstance(value, (float, np.floating)):
+            raise ValueError("must be a whole number (an int), not a float")
         return value
 
     @field_validator("progress", mode="before")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from typing import get_args
 
 import numpy as np
 import pytest
@@ -105,6 +106,19 @@ def test_a_number_option_refuses_true_and_false(name: str, flag: object) -> None
     arguments do (``check_number``)."""
     with pytest.raises(ConfigError, match=f"{name}=.*must be a number, not True or False"):
         SoftDict(encoder=FakeEncoder(), **{name: flag})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", NUMBER_OPTIONS)
+def test_a_number_option_refuses_text_and_a_count_refuses_a_float(name: str) -> None:
+    """pydantic's lax mode took temperature="0.05", seed="3" and top_k=2.0, which the methods'
+    number arguments refuse (``check_number``); the options refuse them too."""
+    with pytest.raises(ConfigError, match=f"{name}=.*must be a number, not text"):
+        SoftDict(encoder=FakeEncoder(), **{name: "1"})  # type: ignore[arg-type]
+    whole = int in {FIELDS[name].annotation, *get_args(FIELDS[name].annotation)}
+    if whole:
+        with pytest.raises(ConfigError, match=f"{name}=2.0.*whole number"):
+            SoftDict(encoder=FakeEncoder(), **{name: 2.0})  # type: ignore[arg-type]
+        assert getattr(SoftDictConfig.build(**{name: np.int64(2)}), name) == 2
 
 
 def test_number_options_set_later_refuse_true_and_false_and_progress_takes_them() -> None:
