@@ -337,7 +337,8 @@ def load_store(
     with _locked(folder, timeout, writing=False):
         _recover(folder)
         if not folder.is_dir():
-            raise StoreFormatError(f"no softdict store at {folder}: the folder does not exist")
+            why = "a file, not a store's folder" if folder.exists() else "the folder does not exist"
+            raise StoreFormatError(f"no softdict store at {folder}: {why}")
         manifest = read_manifest(folder)
         body = manifest.body
         if isinstance(body, FormatOneBody):

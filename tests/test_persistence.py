@@ -304,6 +304,10 @@ def test_inconsistent_manifest_is_refused(tmp_path: Path) -> None:
 def test_missing_store_and_non_store_folders(tmp_path: Path) -> None:
     with pytest.raises(StoreFormatError, match="does not exist"):
         SoftDict.load(tmp_path / "nothing", encoder=FakeEncoder())
+    (tmp_path / "table.csv").write_text("key,value\napple,1\n")  # a file, not a folder
+    with pytest.raises(StoreFormatError, match=r"table\.csv: a file, not a store's folder$"):
+        SoftDict.load(tmp_path / "table.csv", encoder=FakeEncoder())
+    assert (tmp_path / "table.csv").read_text() == "key,value\napple,1\n"
     (tmp_path / "photos").mkdir()
     (tmp_path / "photos" / "cat.jpg").write_bytes(b"\xff\xd8 precious")
     with pytest.raises(StoreFormatError, match=r"manifest\.json is missing"):
