@@ -61,7 +61,8 @@ def embedding_items(keys: object, values: object) -> tuple[list[str], list[objec
             f"add_embeddings takes a sequence of keys, got {type(keys).__name__} "
             f"({keys!r:.60}); pass a list, [key] for one"
         )
-    if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+    one = isinstance(values, (str, bytes)) or getattr(values, "ndim", 1) == 0  # 0-d: one number
+    if one or not isinstance(values, Iterable):
         raise ValueShapeError(
             f"add_embeddings takes one value per key, got {type(values).__name__} "
             f"({values!r:.60}); pass a list of values, [value] for one"
@@ -155,6 +156,8 @@ def embedding_array(embeddings: object, what: str) -> np.ndarray:
         if array.dtype.kind == "O":  # Python objects: numbers (Decimal, Fraction) convert
             _check_objects(array, what, expected)
             array = array.astype(np.float32)
+    except ValueShapeError:  # _check_objects' own, which says it all
+        raise
     except (TypeError, ValueError) as exc:  # a ragged list, or objects that are no numbers
         raise ValueShapeError(f"{what} cannot be read as numbers ({exc}); {expected}") from None
     except OverflowError:  # an int that no float holds (10**400)
@@ -170,10 +173,15 @@ def embedding_array(embeddings: object, what: str) -> np.ndarray:
 
 def _check_objects(array: np.ndarray, what: str, expected: str) -> None:
     """ValueShapeError where an object array holds what a cast to float32 would take as a
-    number without being one: a bool (1.0), a str ("1.5" parses), None (NaN)."""
+    number without being one: a bool (1.0), a str ("1.5" parses), None (NaN); or a complex
+    number whose imaginary part the cast would drop (numpy's: Python's fails to cast)."""
     kinds = set(map(type, array.flat))
     if any(issubclass(kind, (bool, np.bool_)) for kind in kinds):
         raise ValueShapeError(f"{what} hold {_NOT_REAL['b']}; {expected}")
+    if any(
+        issubclass(kind, numbers.Complex) and not issubclass(kind, numbers.Real) for kind in kinds
+    ):
+        raise ValueShapeError(f"{what} hold {_NOT_REAL['c']}; {expected}")
     others = sorted(kind.__name__ for kind in kinds if not issubclass(kind, numbers.Number))
     if others:
         raise ValueShapeError(f"{what} hold {others[0]} objects, which are no numbers; {expected}")

@@ -295,7 +295,7 @@ def test_add_embeddings_errors(scalar_store: SoftDict) -> None:
         ("fruit", r"dtype <U5 \(text\)"),
         ([["a"] * FAKE_DIM], r"dtype <U1 \(text\)"),
         ([[0.0] * FAKE_DIM, [0.0] * (FAKE_DIM - 1)], "cannot be read as numbers"),
-        ([{"a": 1.0}], "cannot be read as numbers"),
+        ([{"a": 1.0}], "hold dict objects, which are no numbers"),
         (np.full((1, FAKE_DIM), 1 + 1j), "complex128 .*imaginary part"),
         (np.ones((1, FAKE_DIM), dtype="m8[s]"), "timedelta64.*durations"),
         (np.ones((1, FAKE_DIM), dtype="M8[s]"), "datetime64.*times"),
@@ -303,6 +303,7 @@ def test_add_embeddings_errors(scalar_store: SoftDict) -> None:
         (np.full((1, FAKE_DIM), True, dtype=object), r"hold booleans: pass .astype\(float\)"),
         (np.full((1, FAKE_DIM), "1.5", dtype=object), "hold str objects, which are no numbers"),
         (np.full((1, FAKE_DIM), None, dtype=object), "hold NoneType objects"),
+        (np.full((1, FAKE_DIM), np.complex128(1 + 5j), dtype=object), "hold complex numbers"),
     ],
     ids=[
         "str",
@@ -316,6 +317,7 @@ def test_add_embeddings_errors(scalar_store: SoftDict) -> None:
         "object bools",
         "object strs",
         "object Nones",
+        "object numpy complex",
     ],
 )
 def test_embeddings_that_are_not_real_numbers_are_refused(
@@ -327,8 +329,9 @@ def test_embeddings_that_are_not_real_numbers_are_refused(
     and 1), are refused the same way."""
     before = snapshot(scalar_store)
     expected = f"{message}.*real numbers in one array: \\(n, d\\)"
-    with pytest.raises(ValueShapeError, match=f"^embeddings .*{expected}"):
+    with pytest.raises(ValueShapeError, match=f"^embeddings .*{expected}") as info:
         scalar_store.add_embeddings(["pear"], embeddings, [1.0])  # type: ignore[arg-type]
+    assert str(info.value).count("real numbers in one array") == 1  # said once, not wrapped
     with pytest.raises(ValueShapeError, match=f"^query embeddings .*{expected}"):
         scalar_store.lookup_embeddings(embeddings)  # type: ignore[arg-type]
     with pytest.raises(ValueShapeError, match=f"^query embeddings .*{expected}"):
@@ -358,8 +361,9 @@ def test_embeddings_with_an_int_beyond_float32_are_refused(scalar_store: SoftDic
         (7, [1.0], KeyTypeError, r"a sequence of keys, got int \(7\)"),
         (["pear"], 1.0, ValueShapeError, r"one value per key, got float \(1\.0\)"),
         (["p", "q"], "xy", ValueShapeError, r"one value per key, got str \('xy'\)"),
+        (["pear"], np.array(2.0), ValueShapeError, r"one value per key, got ndarray"),
     ],
-    ids=["keys str", "keys int", "values float", "values str"],
+    ids=["keys str", "keys int", "values float", "values str", "values 0-d array"],
 )
 def test_add_embeddings_refuses_one_key_or_one_value_for_a_list(
     scalar_store: SoftDict, keys: object, values: object, error: type, message: str
