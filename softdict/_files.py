@@ -115,7 +115,8 @@ class FileReader:
         if isinstance(content, list):
             return content
         try:
-            value = json.loads(content) if isinstance(content, bytes) else None
+            # Decoded strictly first: json.loads of bytes lets a UTF-8-encoded surrogate through.
+            value = json.loads(content.decode("utf-8")) if isinstance(content, bytes) else None
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise self.error(name, f"is not valid JSON ({exc})") from None
         except RecursionError:

@@ -246,6 +246,12 @@ def test_a_key_that_is_no_unicode_text_is_refused_on_load(tmp_path: Path) -> Non
     rewrite_manifest(folder, change)
     with pytest.raises(StoreFormatError, match=r"keys\.json holds text that is not valid Unicode"):
         SoftDict.load(folder, encoder=FakeEncoder())
+    # The same surrogate as UTF-8 bytes (ED A0 80), which json.loads of bytes let through.
+    data = data.replace(b"\\ud800", "\ud800".encode("utf-8", "surrogatepass"))
+    (folder / "keys.json").write_bytes(data)
+    rewrite_manifest(folder, change)
+    with pytest.raises(StoreFormatError, match=r"keys\.json is not valid JSON"):
+        SoftDict.load(folder, encoder=FakeEncoder())
 
 
 @pytest.mark.parametrize(
