@@ -228,3 +228,24 @@ def test_a_tiny_temperature_draws_by_a_proposal_and_answers_the_best_key(
     attention = sd.attend_embeddings(X[7])
     assert attention.sampled > 0
     assert attention.value == close(float(np.argmax(X @ X[7])))
+
+
+@pytest.mark.filterwarnings("error")
+def test_an_emptied_nearest_cell_leaves_a_proposal_at_any_temperature(
+    backend: HNSWBackend,
+) -> None:
+    """The cells' logits were shifted by the nearest cell's score: with that cell emptied (its
+    keys deleted) and a temperature so small that every other gap overflows, no logit was
+    finite and the proposal was NaN. Shifted by the best cell holding a key, it is a
+    probability that gives the emptied cell nothing."""
+    cells = backend._cells
+    assert cells is not None and cells.centroids is not None
+    query = cells.centroids[0] / np.linalg.norm(cells.centroids[0])
+    sizes = np.bincount(cells.cells, minlength=len(cells.centroids))
+    sizes[np.argmax(cells.centroids @ query)] = 0  # the nearest cell, emptied
+    for temperature in (T, 1e-300, 5e-324):
+        cells._last_proposal = None
+        probability, running = cells._proposal(query, temperature, sizes)
+        assert np.all(np.isfinite(probability)) and probability.sum() == close(1.0)
+        assert probability[sizes == 0].max() == 0.0
+        assert running[-1] == close(1.0)

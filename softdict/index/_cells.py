@@ -166,10 +166,12 @@ class CellSampler:
             # −‖q − c‖² up to −‖q‖², which every cell shares.
             squared = np.einsum("ij,ij->i", self.centroids, self.centroids, dtype=np.float64)
             centroid_scores = 2 * centroid_scores - squared
+        # Shifted by the best cell that holds a live key: an emptied nearest cell, at a
+        # temperature so small that every other gap overflows, left no finite logit (NaN).
+        best = centroid_scores.max(where=sizes > 0, initial=-np.inf)
+        gaps = np.minimum(centroid_scores - best, 0.0)  # an empty cell above: log 0 + 0, no NaN
         with np.errstate(divide="ignore", over="ignore"):
-            logits = np.log(sizes) + (centroid_scores - centroid_scores.max()) / (
-                SHARPNESS * temperature
-            )
+            logits = np.log(sizes) + gaps / (SHARPNESS * temperature)
         near = np.exp(logits - logits.max())
         probability = (1 - MIX) * near / near.sum() + MIX * sizes / sizes.sum()
         proposal = probability, np.cumsum(probability)
