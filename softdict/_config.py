@@ -138,8 +138,9 @@ class SoftDictConfig(BaseModel):
             raise ValueError("must be a number, not True or False")
         if a_number and isinstance(value, (str, bytes)):
             raise ValueError("must be a number, not text")
-        if a_number == {int} and isinstance(value, (float, np.floating)):
-            raise ValueError("must be a whole number (an int), not a float")
+        fraction = isinstance(value, numbers.Number) and not isinstance(value, numbers.Integral)
+        if a_number == {int} and fraction:  # 2.0, Decimal(2), Fraction(2)
+            raise ValueError(f"must be a whole number (an int), not {type(value).__name__}")
         return value
 
     @field_validator("progress", mode="before")

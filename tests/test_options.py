@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from decimal import Decimal
+from fractions import Fraction
 from typing import get_args
 
 import numpy as np
@@ -116,8 +118,11 @@ def test_a_number_option_refuses_text_and_a_count_refuses_a_float(name: str) -> 
         SoftDict(encoder=FakeEncoder(), **{name: "1"})  # type: ignore[arg-type]
     whole = int in {FIELDS[name].annotation, *get_args(FIELDS[name].annotation)}
     if whole:
-        with pytest.raises(ConfigError, match=f"{name}=2.0.*whole number"):
-            SoftDict(encoder=FakeEncoder(), **{name: 2.0})  # type: ignore[arg-type]
+        for fraction in (2.0, Decimal(2), Fraction(2)):
+            with pytest.raises(
+                ConfigError, match=f"{name}=.*whole number .*not {type(fraction).__name__}"
+            ):
+                SoftDict(encoder=FakeEncoder(), **{name: fraction})  # type: ignore[arg-type]
         assert getattr(SoftDictConfig.build(**{name: np.int64(2)}), name) == 2
 
 
