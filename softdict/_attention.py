@@ -81,7 +81,7 @@ def exponentials(scores: np.ndarray, temperature: float) -> np.ndarray:
     # A gap beyond float32's range casts to -inf, which the floor then holds.
     with np.errstate(over="ignore"):
         exponents = _shifted(scores, temperature).astype(np.float32)
-    if not exponents.size or exponents.min() >= _LOWEST_EXPONENT:
+    if not exponents.size or exponents.min() > _LOWEST_EXPONENT:  # none at or below the floor
         return np.exp(exponents, out=exponents).astype(np.float64)
     np.maximum(exponents, _LOWEST_EXPONENT, out=exponents)
     # The weights array first holds which exponents are above the floor (1.0 or 0.0), then

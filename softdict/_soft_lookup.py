@@ -82,6 +82,8 @@ class SoftLookups(Facade):
         Raises:
             NoMatchError: a query had no key scoring at least ``min_score``, and no default.
             EmptyStoreError: the store has no keys, or the mask allows none.
+            KeyTypeError: the mask is no iterable of keys nor a predicate, or holds an item
+                that is no str (a boolean array: pass a predicate).
         """
         texts, single = query_texts(query)
         check_min_score(min_score)

@@ -161,7 +161,7 @@ def _error(
     normaliser = numerators.sum()
     with np.errstate(over="ignore"):
         gain = np.exp((upper - combined.max()) / temperature) - numerators[open_]
-    np.divide(numerators, normaliser, out=out)
+    np.multiply(numerators, 1.0 / normaliser, out=out)  # as softmax makes them, bit for bit
     error = float(gain.sum() / normaliser)
     needed = _needed(gain, tolerance * normaliser) if error > tolerance else 0
     return error, out, needed
@@ -343,7 +343,7 @@ def _batch_error(
         reach = np.exp((open_.upper[at] - top[where]) / temperature)
     gain = reach - numerators[where, open_.positions[at]]
     total = np.bincount(where, weights=gain, minlength=len(queries))
-    weights = np.divide(numerators, normaliser[:, None], out=out)
+    weights = np.multiply(numerators, 1.0 / normaliser[:, None], out=out)  # as softmax does
     error = total / normaliser
     # Each query's gains as bounded_scores has them (its open keys in the same order), so that
     # both forms size their rounds alike.
