@@ -193,6 +193,7 @@ def test_rounds_sized_by_the_gains_keep_the_bound_in_fewer_rounds() -> None:
     the rest's weight is within the tolerance. The rounds, sized by what the open keys could
     gain (``bounded._needed``), take a few calls where doubling from 32 took seven, and the
     weights are within the bound of every key's exact score."""
+    from softdict._attention import softmax
     from softdict.spelling.bounded import _needed, bounded_scores
     from softdict.spelling.combination import LEARNED_1
     from softdict.spelling.terms import query_terms
@@ -218,6 +219,10 @@ def test_rounds_sized_by_the_gains_keep_the_bound_in_fewer_rounds() -> None:
     assert found.error <= 1e-4
     assert np.abs(mine - weights).sum() / 2 <= found.error + 1e-9
     assert sum(calls) > 1000 and len(calls) <= 4, calls
+    # The weights the bound made on the way are softmax's, bit for bit (a lookup hands on one
+    # or the other by route: fusion.every_key_with_spelling).
+    assert found.weights is not None
+    assert np.array_equal(found.weights, softmax(found.combined[None], 0.05)[0])
 
     # The estimate itself: scoring the ``needed`` largest gains leaves at most the allowance,
     # one fewer would not; none needed is never asked (the caller checks δ first).
