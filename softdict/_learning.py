@@ -77,6 +77,10 @@ class FitReport:
 
 def examples_from(pairs: Iterable[object]) -> list[tuple[str, str]]:
     """(query, target key) pairs as a list; KeyTypeError for anything that is not two strings."""
+    if not isinstance(pairs, Iterable):
+        raise KeyTypeError(
+            f"fit() takes an iterable of (query, target key) pairs, got {type(pairs).__name__}"
+        )
     examples = []
     for i, pair in enumerate(pairs):
         if not (

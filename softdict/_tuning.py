@@ -128,7 +128,7 @@ class Tuning(OptionProperties):
         lookup uses W_q and the learned options, and ``save`` stores them.
 
         Raises:
-            KeyTypeError: a pair is not two strings.
+            KeyTypeError: a pair is not two strings, or ``pairs`` is no iterable.
             NoMatchError: a target key is not in the store.
             ConfigError: too few pairs to hold some out, or an option out of range.
         """
@@ -137,7 +137,10 @@ class Tuning(OptionProperties):
         check_number("learning_rate", learning_rate, "a number > 0", lambda v: v > 0)
         check_number("regularization", regularization, "a number >= 0", lambda v: v >= 0)
         check_number("patience", patience, "a whole number >= 1", lambda v: v >= 1, whole=True)
-        check_number("seed", seed, "a whole number >= 0", lambda v: v >= 0, whole=True)
+        # Below 2**63, as the seed option: torch's generator takes no larger seed.
+        check_number(
+            "seed", seed, "a whole number from 0 to 2**63 - 1", lambda v: 0 <= v < 2**63, whole=True
+        )
         examples = _learning.examples_from(pairs)
         n_heldout = round(len(examples) * heldout)
         if n_heldout < 2 or len(examples) - n_heldout < 2:

@@ -150,6 +150,9 @@ def test_fit_errors() -> None:
     sd = SoftDict({"apple": 1.0, "pear": 2.0, "chair": 3.0}, encoder=FakeEncoder())
     with pytest.raises(KeyTypeError, match="pairs of strings"):
         sd.fit([("fruit", 3)])
+    for nothing in (None, 5):  # raised a raw TypeError ("not iterable")
+        with pytest.raises(KeyTypeError, match=r"an iterable of \(query, target key\) pairs"):
+            sd.fit(nothing)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="at least 2 training and 2 held-out"):
         sd.fit([("fruit", "apple")] * 4)
     with pytest.raises(NoMatchError, match="not in the store"):
@@ -170,6 +173,7 @@ def test_fit_errors() -> None:
         {"regularization": -1.0},
         {"patience": True},
         {"seed": -1},
+        {"seed": 2**64},  # raised a raw ValueError from torch's generator
     ],
     ids=str,
 )
