@@ -262,9 +262,22 @@ def test_reopening_sees_the_store_with_its_options(milvus_store_location: str) -
     hotter.lexical = 0.25  # set: written to the store for whoever opens it next
     later = SoftDict.open(milvus_store_location, collection=collection, encoder=encoder)
     assert (later.temperature, later.lexical) == (0.2, 0.25)
-    with pytest.raises(ConfigError, match="similarity"):
+    with pytest.raises(ConfigError, match=r"other options: similarity='dot' \(it has 'cosine'\)"):
         SoftDict(
             encoder=encoder, store=milvus_store_location, collection=collection, similarity="dot"
+        )
+    # Its value kind was inferred (the option None): naming the kind it holds is no conflict,
+    # another kind is.
+    scalar = SoftDict(
+        encoder=encoder, store=milvus_store_location, collection=collection, value_kind="scalar"
+    )
+    assert scalar["pear"] == 2.0
+    with pytest.raises(ConfigError, match="value_kind='categorical'"):
+        SoftDict(
+            encoder=encoder,
+            store=milvus_store_location,
+            collection=collection,
+            value_kind="categorical",
         )
 
 

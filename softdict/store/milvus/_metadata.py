@@ -18,6 +18,7 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -327,19 +328,30 @@ def new_writer(uuid_hex: str) -> str:
 
 
 def adopted_config(
-    stored: SoftDictConfig, given: SoftDictConfig, collection: str
+    stored: SoftDictConfig, given: SoftDictConfig, collection: str, held_kind: str | None = None
 ) -> SoftDictConfig:
     """The options of an existing store opened with ``given``: its own, and those the caller
     named (``SoftDictConfig.naming``: ``given.model_fields_set``) at another value, for this
     process. ``FIXED_OPTIONS`` decide how the rows were written: one named must be the store's
-    (ConfigError)."""
+    (ConfigError). A store whose value kind was inferred (option None) holds ``held_kind``:
+    naming that kind is no conflict."""
     changed = {
         name: getattr(given, name)
         for name in given.model_fields_set
         if getattr(given, name) != getattr(stored, name)
     }
+    if (
+        stored.value_kind is None
+        and held_kind is not None
+        and changed.get("value_kind") == held_kind
+    ):
+        del changed["value_kind"]
+
+    def shown(value: object) -> str:
+        return repr(value.value if isinstance(value, Enum) else value)
+
     conflicts = [
-        f"{name}={changed[name]!r} (it has {getattr(stored, name)!r})"
+        f"{name}={shown(changed[name])} (it has {shown(getattr(stored, name))})"
         for name in FIXED_OPTIONS
         if name in changed
     ]

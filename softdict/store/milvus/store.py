@@ -104,7 +104,7 @@ class MilvusStore(Store):
         self._projection: np.ndarray | None = None
         if self._meta.rows.exists():
             stored = self._meta.open()
-            self._config = adopted_config(stored.config, config, collection)
+            self._config = adopted_config(stored.config, config, collection, stored.value_kind)
         else:
             if KeyRows(self._client, location, collection, 1, config.similarity.metric).exists():
                 raise schema_error(location, collection, "it has no softdict metadata")
