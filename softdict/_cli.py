@@ -36,6 +36,8 @@ __all__ = ["main"]
 _BAR_WIDTH = 40
 # --explain shows at most this many characters of a key, so long keys keep the bars in line.
 _KEY_WIDTH = 40
+# C0 and C1 control characters (ESC starts a terminal's escape sequences), as Python escapes them.
+_ESCAPED_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(32), *range(127, 160))}
 NO_MATCH = 3
 
 
@@ -121,6 +123,9 @@ def _plain(value: Any) -> Any:
 
 
 def _short(key: str) -> str:
+    """A key as --explain shows it: control characters escaped (a key from an untrusted table
+    could move the terminal's cursor or clear its screen), then cut to ``_KEY_WIDTH``."""
+    key = key.translate(_ESCAPED_CONTROLS)
     return key if len(key) <= _KEY_WIDTH else key[: _KEY_WIDTH - 1] + "…"
 
 

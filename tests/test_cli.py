@@ -576,6 +576,15 @@ def test_temperature_option_and_explain_shortens_long_keys(tmp_path: Path) -> No
     assert bad.returncode == 1 and "temperature" in bad.stderr
 
 
+def test_explain_escapes_control_characters_in_keys(tmp_path: Path) -> None:
+    """A key from an untrusted table holding a terminal escape sequence (ESC [2J clears the
+    screen) was printed raw by --explain; it shows escaped, as --json and the label do."""
+    _, store = build(tmp_path, "name,price\nap\x1b[2Jple,10\nbanana\tbread,5\n")
+    explained = run("query", store, "apple", "--explain").stdout
+    assert "\x1b" not in explained and "\t" not in explained
+    assert "ap\\x1b[2Jple" in explained and "banana\\x09bread" in explained
+
+
 @pytest.mark.parametrize("combination", COMBINATIONS)
 def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path, combination: str) -> None:
     """Each key's meaning and spelling scores (and marks, where the combination weighs them),
