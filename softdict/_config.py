@@ -159,8 +159,10 @@ class SoftDictConfig(BaseModel):
         try:
             return cls.model_validate(options)
         except ValidationError as exc:
+            # pydantic opens a validator's own message with "Value error, ": the message says it.
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc'])}={err.get('input')!r}: {err['msg']}"
+                f"{'.'.join(str(p) for p in err['loc'])}={err.get('input')!r}: "
+                f"{err['msg'].removeprefix('Value error, ')}"
                 for err in exc.errors()
             )
             raise ConfigError(f"invalid SoftDict option: {problems}") from None
