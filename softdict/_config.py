@@ -30,6 +30,7 @@ __all__ = [
     "ValueKind",
     "check_number",
     "noting_named_options",
+    "shown_option",
 ]
 
 # With top_k=None, a lookup attends exactly to every key while it may attend to at most this
@@ -180,11 +181,9 @@ class SoftDictConfig(BaseModel):
         this process's own (cache, batch size, progress bars): ``copy_to`` an existing empty
         collection, which keeps its options, makes a faithful copy only then."""
 
-        def shown(value: object) -> str:
-            return repr(value.value if isinstance(value, Enum) else value)
-
         differ = [
-            f"{name}={shown(getattr(other, name))} (the copy's {shown(getattr(self, name))})"
+            f"{name}={shown_option(getattr(other, name))} "
+            f"(the copy's {shown_option(getattr(self, name))})"
             for name in SoftDictConfig.model_fields
             if name not in _PROCESS_OPTIONS and getattr(self, name) != getattr(other, name)
         ]
@@ -203,6 +202,12 @@ class SoftDictConfig(BaseModel):
         if self.temperature is not None:
             return self.temperature
         return self.similarity.default_temperature(dim)
+
+
+def shown_option(value: object) -> str:
+    """An option's value as a message shows it: an enum's value (``'dot'``, not
+    ``<Similarity.DOT: 'dot'>``), else its repr."""
+    return repr(value.value if isinstance(value, Enum) else value)
 
 
 def noting_named_options(init: Callable[..., None]) -> Callable[..., None]:

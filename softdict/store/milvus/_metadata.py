@@ -18,13 +18,12 @@ import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from softdict._config import CombinationName, SoftDictConfig
+from softdict._config import CombinationName, SoftDictConfig, shown_option
 from softdict._errors import ConfigError, StoreFormatError
 from softdict._manifest import EncoderEntry, refuse_newer_combination
 from softdict.store.milvus._client import schema_error
@@ -346,12 +345,8 @@ def adopted_config(
         and changed.get("value_kind") == held_kind
     ):
         del changed["value_kind"]
-
-    def shown(value: object) -> str:
-        return repr(value.value if isinstance(value, Enum) else value)
-
     conflicts = [
-        f"{name}={shown(changed[name])} (it has {shown(getattr(stored, name))})"
+        f"{name}={shown_option(changed[name])} (it has {shown_option(getattr(stored, name))})"
         for name in FIXED_OPTIONS
         if name in changed
     ]
