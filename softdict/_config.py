@@ -56,7 +56,8 @@ class CombinationName(str, Enum):
     RULE_3 = "rule-3"  # rule-2, and a key spelled as the query gains the most
     RULE_4 = "rule-4"  # rule-3, and spelling reads the accents a query bears
     RULE_5 = "rule-5"  # rule-4, a short word common only when very frequent
-    RULE_6 = "rule-6"  # the default: rule-5, and both edit measures read words in any order
+    RULE_6 = "rule-6"  # rule-5, and both edit measures read words in any order
+    RULE_7 = "rule-7"  # the default: rule-6, and a key spelled as typed beats its accented twin
     LEARNED_1 = "learned-1"  # learned from real names: opt-in until it keeps min_score's use
 
     @property
@@ -69,13 +70,24 @@ class CombinationName(str, Enum):
     def reads_accents(self) -> bool:
         """Whether spelling compares the texts' accents (``spelling.scores``), not only their
         letters."""
-        return self in (CombinationName.RULE_4, CombinationName.RULE_5, CombinationName.RULE_6)
+        return self in (
+            CombinationName.RULE_4,
+            CombinationName.RULE_5,
+            CombinationName.RULE_6,
+            CombinationName.RULE_7,
+        )
 
     @property
     def edits_sorted(self) -> bool:
         """Whether spelling's edit measure (OSA) compares the texts' words sorted too, as its
         Indel measure always did (``spelling.scores``): the order of words is free."""
-        return self is CombinationName.RULE_6
+        return self in (CombinationName.RULE_6, CombinationName.RULE_7)
+
+    @property
+    def prefers_as_typed(self) -> bool:
+        """Whether a query typed without accents prefers, of keys spelled alike, the one that
+        bears none (``spelling.scores``): it reads accents both ways."""
+        return self is CombinationName.RULE_7
 
 
 # What changes how this process works, not what a store answers (``check_same_answers``).
@@ -112,14 +124,16 @@ class SoftDictConfig(BaseModel):
     lexical_known: float = Field(default=1 / 16, ge=0.0, le=1.0)
     # How meaning and spelling make one score (softdict.spelling.combination): the hand-set rule's
     # curve with learned marks, under which a key spelled as the query gains the most, spelling
-    # reads the accents a query bears and words in any order, and a short word is common only
-    # when very frequent (rule-6, the default); the edit measure in the typed order (rule-5,
-    # the default before rule-6); every short word of the list common (rule-4); the same
-    # reading no accents (rule-3); without the "same" floor (rule-2), the rule alone (rule-1,
-    # the default before rule-2: a store records its combination, so one saved with an earlier
-    # default keeps it), or the learned combination (learned-1, opt-in while it tells a query
-    # with no key less well by its best score: README, Spelling).
-    combination: CombinationName = CombinationName.RULE_6
+    # reads the accents a query bears and words in any order, a short word is common only when
+    # very frequent, and a query typed without accents prefers a key that bears none of two
+    # spelled alike (rule-7, the default); that preference left out (rule-6, the default before
+    # rule-7); the edit measure in the typed order (rule-5, the default before rule-6); every
+    # short word of the list common (rule-4); the same reading no accents (rule-3); without the
+    # "same" floor (rule-2), the rule alone (rule-1, the default before rule-2: a store records
+    # its combination, so one saved with an earlier default keeps it), or the learned
+    # combination (learned-1, opt-in while it tells a query with no key less well by its best
+    # score: README, Spelling).
+    combination: CombinationName = CombinationName.RULE_7
 
     @field_validator("temperature")
     @classmethod
@@ -172,7 +186,7 @@ class SoftDictConfig(BaseModel):
         """These options, with ``names`` (those of its fields among them) as the ones a caller
         named (pydantic's ``model_fields_set``): opening an existing store overrides its options
         with those alone (``store.milvus``), where comparing with the defaults could not tell
-        ``combination="rule-6"`` named from the default left alone."""
+        ``combination="rule-7"`` named from the default left alone."""
         named = set(names) & set(SoftDictConfig.model_fields)
         return SoftDictConfig.model_construct(_fields_set=named, **dict(self))
 

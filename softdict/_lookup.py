@@ -95,10 +95,14 @@ def spelling_terms(store: Store, texts: list[str]) -> tuple[SpellingQueries, Que
 
 def spelling_queries(store: Store, texts: list[str]) -> SpellingQueries:
     """``texts`` as the store's combination spells them (with their accents, where it reads
-    them; compared in any order of words by both measures, where it does)."""
+    them, both ways where it does; compared in any order of words by both measures, where it
+    does)."""
     combination = store.config.combination
     return SpellingQueries.of(
-        texts, accents=combination.reads_accents, edits_sorted=combination.edits_sorted
+        texts,
+        accents=combination.reads_accents,
+        edits_sorted=combination.edits_sorted,
+        as_typed=combination.prefers_as_typed,
     )
 
 

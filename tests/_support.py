@@ -141,36 +141,48 @@ def _naive_measure(
     return (indel / 100 + edits) / 2
 
 
-def naive_spelling(query: str, key: str, accents: bool = False, sort_edits: bool = False) -> float:
+def naive_spelling(
+    query: str, key: str, accents: bool = False, sort_edits: bool = False, as_typed: bool = False
+) -> float:
     """(the better Indel similarity of the forms and their sorted words + OSA similarity) / 2,
     pair by pair with rapidfuzz's plain scorers; 0 when either form is empty. With ``accents``
     (``rule-4``), for a query that bore accents: the mean of that and the same on the accented
     forms, whose words are sorted in the order of the forms' words. With ``sort_edits``
-    (``rule-6``), OSA too is the better of the forms and their sorted words."""
+    (``rule-6``), OSA too is the better of the forms and their sorted words. With ``as_typed``
+    (``rule-7``), for a query that bore no accents and a key that bore some: that less
+    ``AS_TYPED`` (a constant of the package) of its gap to the same on the accented forms."""
+    from softdict.spelling.scores import AS_TYPED
+
     q, k = naive_form(query), naive_form(key)
     found = _naive_measure(q, k, sort_edits=sort_edits)
-    kept = naive_accented_form(query)
+    kept, key_kept = naive_accented_form(query), naive_accented_form(key)
     if accents and kept != q:
-        accented = _naive_measure(kept, naive_accented_form(key), q, k, sort_edits)
+        accented = _naive_measure(kept, key_kept, q, k, sort_edits)
         return (found + accented) / 2
+    if accents and as_typed and key_kept != k:
+        accented = _naive_measure(kept, key_kept, q, k, sort_edits)
+        return found - AS_TYPED * (found - accented)
     return found
 
 
 def spelling_reads(combination: str) -> dict[str, bool]:
     """How ``combination`` spells, as ``naive_spelling``'s options: whether it reads accents
-    (``rule-4`` on) and sorts words for the edit measure too (``rule-6``)."""
+    (``rule-4`` on), sorts words for the edit measure too (``rule-6`` on) and prefers a key
+    spelled as typed (``rule-7``)."""
     return {
-        "accents": combination in ("rule-4", "rule-5", "rule-6"),
-        "sort_edits": combination == "rule-6",
+        "accents": combination in ("rule-4", "rule-5", "rule-6", "rule-7"),
+        "sort_edits": combination in ("rule-6", "rule-7"),
+        "as_typed": combination == "rule-7",
     }
 
 
 def library_measures(
-    query: str, keys: list[str], sort_edits: bool = False
+    query: str, keys: list[str], sort_edits: bool = False, as_typed: bool = False
 ) -> tuple[np.ndarray, np.ndarray]:
     """The spelling similarity of ``query`` with each key from the library's own columns, as
     rule-4 reads it (accents) and on the forms alone (rule-3); with ``sort_edits``, as rule-6
-    reads them (OSA on sorted words too)."""
+    reads them (OSA on sorted words too); with ``as_typed`` too, the first as rule-7 reads it
+    (accents both ways)."""
     from softdict.spelling.prepared import PreparedKeys, accented_columns
     from softdict.spelling.scores import KeyForms, object_column, spelling_similarity
     from softdict.spelling.text import SpellingQueries, spelled
@@ -181,7 +193,9 @@ def library_measures(
         object_column(forms), object_column(prepared.sorted_forms), None, accented_columns(prepared)
     )
     options = {"edits_sorted": sort_edits}
-    read = spelling_similarity(SpellingQueries.of([query], accents=True, **options), columns)[0]
+    read = spelling_similarity(
+        SpellingQueries.of([query], accents=True, as_typed=as_typed, **options), columns
+    )[0]
     return read, spelling_similarity(SpellingQueries.of([query], **options), columns)[0]
 
 
@@ -283,7 +297,7 @@ def naive_combined(
     known: float = 1 / 16,
     spelled: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Each key's score under ``combination`` ("rule-1" to "rule-6", or "learned-1"),
+    """Each key's score under ``combination`` ("rule-1" to "rule-7", or "learned-1"),
     from the formula of softdict.spelling.combination's docstring, pair by pair (the learned
     constants are data: read from the package); ``spelled``: the spelling similarities, when
     already known."""
@@ -296,10 +310,10 @@ def naive_combined(
     if combination == "rule-1":
         weight = 4.0 * (known + (1 - known) * unknown_share(query))
         return cosine + weight * np.maximum(spelled - 0.4, 0) / 0.6
-    # rule-6's terms are rule-5's: its description and marks.
-    strict_short = combination in ("rule-5", "rule-6")
+    # rule-6's and rule-7's terms are rule-5's: its description and marks.
+    strict_short = combination in ("rule-5", "rule-6", "rule-7")
     x = np.array(naive_description(query, strict_short=strict_short))
-    if combination != "learned-1":  # rule-2 to rule-6: rule-1's curve, unknown share, marks
+    if combination != "learned-1":  # rule-2 to rule-7: rule-1's curve, unknown share, marks
         weight = 4.0 * (known + (1 - known) * x[1])
         rule = np.asarray(cosine) + weight * np.maximum(np.asarray(spelled) - 0.4, 0) / 0.6
         mark_weights = np.array(RULE_5_MARKS if strict_short else RULE_2_MARKS) @ x

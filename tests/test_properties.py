@@ -291,15 +291,20 @@ _ACCENTED_WORDS = st.lists(
 )
 @settings(max_examples=300, deadline=None)
 def test_accents_read_never_raise_the_spelling_similarity(query: str, keys: list[str]) -> None:
-    """Under rule-4 (and rule-6, OSA on sorted words too) a query's similarity with a key,
-    accents read, is at most the forms' (the character-count ceilings of unspelled keys are
-    computed on the forms), whatever the words' order, and it is the naive statement's."""
-    for sort_edits in (False, True):
-        read, plain = library_measures(query, keys, sort_edits)
-        # Exact, not within a tolerance: each measure is an integer distance over a length,
-        # and a mean of two float32 values is at most the larger.
+    """Under rule-4 (and rule-6, OSA on sorted words too; rule-7, accents read both ways) a
+    query's similarity with a key, accents read, is at most the forms' (the character-count
+    ceilings of unspelled keys are computed on the forms), whatever the words' order, and it
+    is the naive statement's."""
+    for sort_edits, as_typed in ((False, False), (True, False), (True, True)):
+        read, plain = library_measures(query, keys, sort_edits, as_typed)
+        # Exact, not within a tolerance: each measure is an integer distance over a length, a
+        # mean of two float32 values is at most the larger, and rule-7's x - a·(x - y) with
+        # 0 <= a < 1 and y <= x is at most x.
         assert np.all(read <= plain), (query, keys, read, plain)
-        naive = [naive_spelling(query, key, accents=True, sort_edits=sort_edits) for key in keys]
+        naive = [
+            naive_spelling(query, key, accents=True, sort_edits=sort_edits, as_typed=as_typed)
+            for key in keys
+        ]
         assert_close(read, naive)
         assert_close(plain, [naive_spelling(query, key, sort_edits=sort_edits) for key in keys])
 

@@ -22,6 +22,7 @@ from _support import (
     assert_close,
     close,
     library_measures,
+    naive_accented_form,
     naive_combined,
     naive_description,
     naive_form,
@@ -381,6 +382,12 @@ def exact_combined(sd: SoftDict, query: str, keys: list[str]) -> np.ndarray:
         process.cdist([words_sorted(q)], [words_sorted(f) for f in forms], scorer=fuzz.ratio)[0],
     )
     spelling = (indel / 100 + process.cdist([q], forms, scorer=OSA.normalized_similarity)[0]) / 2
+    if spelling_reads(sd.combination)["as_typed"] and naive_accented_form(query) == q:
+        # rule-7: a query typed without accents, against the keys that bear some.
+        accented = [i for i, key in enumerate(keys) if naive_accented_form(key) != forms[i]]
+        spelling[accented] = [
+            naive_spelling(query, keys[i], **spelling_reads(sd.combination)) for i in accented
+        ]
     qv, K = FakeEncoder().encode([query])[0], fake_embeddings(tuple(keys))
     cos = K @ qv / (np.linalg.norm(K, axis=1) * np.linalg.norm(qv))
     return naive_combined(query, keys, cos, sd.combination, spelled=spelling)
@@ -459,7 +466,7 @@ def test_a_large_store_proposes_the_keys_a_mark_could_lift(english_words: list[s
     chosen = [found[0] for code, found in codes.items() if len(code) >= 4 and len(found) == 1]
     keys = english_words + [name for name in names if name not in set(english_words)]
     sd = SoftDict(dict.fromkeys(keys, 1.0), encoder=FakeEncoder(), index="flat", temperature=0.1)
-    assert sd.combination == "rule-6" and len(chosen) >= 30
+    assert sd.combination == "rule-7" and len(chosen) >= 30
     found_by_initials = []
     for name in chosen[:30]:
         query = initials(naive_form(name)).upper()
@@ -710,7 +717,7 @@ def test_a_store_saved_when_rule_1_was_the_default_keeps_it(
     default now answers otherwise; a new store of the same keys takes the default."""
     loaded, expected = loaded_with_the_rule("format4", capsys)
     fresh = SoftDict(dict(loaded.items()), encoder=FakeEncoder(), temperature=0.3)
-    assert fresh.combination == "rule-6"
+    assert fresh.combination == "rule-7"
     changed = [
         now.keys[0] != then["keys"][0]
         for now, then in zip(fresh.attend(expected["queries"]), expected["attend"])
@@ -745,7 +752,7 @@ def test_the_default_reads_a_word_and_a_number_and_weighs_marks(bundled_encoder)
     countries = {c.name: c.alpha_2 for c in pycountry.countries}
     rule = SoftDict(countries, encoder=bundled_encoder, combination="rule-1")
     marked = SoftDict(countries, encoder=bundled_encoder)
-    assert marked.combination == "rule-6"
+    assert marked.combination == "rule-7"
     assert rule.attend("Korea2").spelling_weight == close(4.0)
     found = marked.attend("Korea2")
     assert found.spelling_weight == close(0.25) and "Korea" in found.keys[0]
@@ -767,7 +774,7 @@ def test_the_default_reads_a_rare_short_word_as_a_misspelling(bundled_encoder) -
     countries = {c.name: c.alpha_2 for c in pycountry.countries}
     sd = SoftDict(countries, encoder=bundled_encoder)
     old = SoftDict(countries, encoder=bundled_encoder, combination="rule-4")
-    assert sd.combination == "rule-6"
+    assert sd.combination == "rule-7"
     for query, key in (("Gam", "Guam"), ("Gon", "Gabon")):
         found, before = sd.attend(query), old.attend(query)
         assert found.keys[0] == key and found.spelling_weight == close(4.0)
@@ -825,7 +832,7 @@ def test_a_key_queried_by_its_own_text_comes_first(english_words: list[str], lar
     marks."""
     words = english_words if large else english_words[:1500]
     sd = SoftDict(dict.fromkeys(words, 1.0), encoder=FakeEncoder(), temperature=0.1)
-    assert sd.combination == "rule-6"
+    assert sd.combination == "rule-7"
     chosen = _starts_of_longer_words(words, 150)
     assert len(chosen) >= 100
     for word, found in zip(chosen, sd.nearest(chosen, 2)):
@@ -1045,13 +1052,14 @@ def _accent_twins() -> list[tuple[str, str]]:
 
 @pytest.mark.integration
 def test_accent_twins_tied_come_in_the_keys_order_whatever_k(bundled_encoder) -> None:
-    """A query typed without accents scores two keys spelled alike but for accents (pycountry's
-    subdivisions, "Huíla" and "Huila") the same on both channels (the bundled encoder strips
-    accents): ``nearest(q, 1)`` named one and ``nearest(q, 5)`` the other first, by how
-    argpartition fell. Ties now go in the keys' order, so the best k are the first k of more."""
+    """Under ``rule-6`` a query typed without accents scores two keys spelled alike but for
+    accents (pycountry's subdivisions, "Huíla" and "Huila") the same on both channels (the
+    bundled encoder strips accents): ``nearest(q, 1)`` named one and ``nearest(q, 5)`` the
+    other first, by how argpartition fell. Ties now go in the keys' order, so the best k are
+    the first k of more. (``rule-7``, the default, breaks these ties: ``test_as_typed``.)"""
     twins = _accent_twins()
     names = sorted({s.name for s in pycountry.subdivisions})
-    sd = SoftDict(dict.fromkeys(names, 1.0), encoder=bundled_encoder)
+    sd = SoftDict(dict.fromkeys(names, 1.0), encoder=bundled_encoder, combination="rule-6")
     position = {name: i for i, name in enumerate(names)}
     queries = [plain + "x" for _, plain in twins]
     ones, fives = sd.nearest(queries, 1), sd.nearest(queries, 5)
@@ -1070,19 +1078,22 @@ def test_accent_twins_tied_come_in_the_keys_order_whatever_k(bundled_encoder) ->
 def test_a_query_typed_with_accents_prefers_the_key_that_bears_them(
     english_words: list[str], store: str
 ) -> None:
-    """Under ``rule-4`` to ``rule-6`` a query that bore accents prefers, of two keys spelled alike
+    """Under ``rule-4`` to ``rule-7`` a query that bore accents prefers, of two keys spelled alike
     but for accents (pycountry's subdivisions: "Huíla" and "Huila"), the one that bears them, typed
     as it is or with a letter added; ``rule-3`` scores both alike. A query without accents may have
-    left them out: it scores the two alike under either. Over every key, and past the exact size
-    (the union of candidates)."""
+    left them out: ``rule-6`` scores the two alike, ``rule-7`` (the default) the plain one above
+    by ``AS_TYPED`` of the gap at most. Over every key, and past the exact size (the union of
+    candidates)."""
+    from softdict.spelling.scores import AS_TYPED
+
     twins = _accent_twins()
     assert len(twins) >= 5
     names = sorted({s.name for s in pycountry.subdivisions})
     keys = names + (english_words if store == "large" else [])
     sd = SoftDict(dict.fromkeys(keys, 1.0), encoder=FakeEncoder(), temperature=0.1)
-    assert sd.combination == "rule-6" and (store == "exact") == (len(sd) <= EXACT_MAX_KEYS)
-    rule_3 = sd.copy()
-    rule_3.combination = "rule-3"
+    assert sd.combination == "rule-7" and (store == "exact") == (len(sd) <= EXACT_MAX_KEYS)
+    rule_3, rule_6 = sd.copy(), sd.copy()
+    rule_3.combination, rule_6.combination = "rule-3", "rule-6"
     for accented, plain in twins:
         for query in (accented, accented + "x"):
             spelled = dict(zip(*_spelling_of(sd, query)))
@@ -1090,8 +1101,10 @@ def test_a_query_typed_with_accents_prefers_the_key_that_bears_them(
             assert sd.nearest(query, 1)[0][0] == accented or query != accented
         spelled = dict(zip(*_spelling_of(rule_3, accented + "x")))
         assert spelled[accented] == spelled[plain]
-        spelled = dict(zip(*_spelling_of(sd, plain + "x")))
+        spelled = dict(zip(*_spelling_of(rule_6, plain + "x")))
         assert spelled[accented] == spelled[plain]
+        spelled = dict(zip(*_spelling_of(sd, plain + "x")))
+        assert spelled[plain] - AS_TYPED <= spelled[accented] < spelled[plain]
 
 
 def _spelling_of(sd: SoftDict, query: str) -> tuple[tuple[str, ...], np.ndarray]:
@@ -1101,9 +1114,10 @@ def _spelling_of(sd: SoftDict, query: str) -> tuple[tuple[str, ...], np.ndarray]
 
 @pytest.mark.integration
 def test_the_default_matches_the_words_of_a_name_in_any_order(bundled_encoder) -> None:
-    """``rule-6``, the default: a name in another language puts its words in another order
-    ("Îles Cook" for Cook Islands); ``rule-5``'s edit measure (OSA) read them in the typed order,
-    so a key spelled alike in that order (Lesotho) overtook the one meaning ranked first. Of
+    """``rule-6`` (and ``rule-7``, the default): a name in another language puts its words in
+    another order ("Îles Cook" for Cook Islands); ``rule-5``'s edit measure (OSA) read them in
+    the typed order, so a key spelled alike in that order (Lesotho) overtook the one meaning
+    ranked first. Of
     pycountry's French, Spanish and Portuguese names of several words, the default finds more
     countries first (177 against 166 of 209 when written), its spelling of a reordered name is
     the naive formula's, above ``rule-5``'s."""
@@ -1119,13 +1133,13 @@ def test_the_default_matches_the_words_of_a_name_in_any_order(bundled_encoder) -
     sd = SoftDict(dict.fromkeys(countries, 1.0), encoder=bundled_encoder)
     rule_5 = sd.copy()
     rule_5.combination = "rule-5"
-    assert sd.combination == "rule-6" and len(pairs) >= 150
+    assert sd.combination == "rule-7" and len(pairs) >= 150
     queries = [alias for alias, _ in pairs]
     found = {
         name: sum(row[0][0] == key for row, (_, key) in zip(d.nearest(queries, 1), pairs))
-        for name, d in (("rule-6", sd), ("rule-5", rule_5))
+        for name, d in (("default", sd), ("rule-5", rule_5))
     }
-    assert found["rule-6"] >= found["rule-5"] + 5, found
+    assert found["default"] >= found["rule-5"] + 5, found
     spelled = dict(zip(*_spelling_of(sd, "Îles Cook")))
     assert sd.nearest("Îles Cook", 1)[0][0] == "Cook Islands"
     assert spelled["Cook Islands"] == close(naive_spelling("Îles Cook", "Cook Islands", True, True))

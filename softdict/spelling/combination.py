@@ -14,7 +14,7 @@ has not spelled (``bounded``). Meaning's factor is never negative. d·x is an of
 key of a query gets alike: it changes no weight and no ranking (a softmax does not see it), only
 the level of the best score, which ``min_score`` compares across queries.
 
-Seven combinations exist, named in a store's config (``combination``) so that a store answers as
+Eight combinations exist, named in a store's config (``combination``) so that a store answers as
 it did when saved:
 
 * ``rule-1``, the hand-set rule (the default until ``rule-2``; store formats up to 3 load with
@@ -53,13 +53,20 @@ it did when saved:
   Georgia for Guam). The marks' weights were fitted again on that description
   (``combination_study.py --on-the-rule --strict-short-words``): on the old ones, codes, now
   read as unknown words, lost to typos of other keys.
-* ``rule-6``, the default: ``rule-5``'s terms, with spelling's edit measure (OSA) taking the
-  better of the texts' words in their order and sorted, as its Indel measure always did
-  (``scores``): a name in another language puts its words in another order ("Îles Cook" for
-  Cook Islands, "Guayana Francesa" for French Guiana), and under ``rule-5`` OSA scored the
-  words in the typed order, so a key spelled alike in that order (Lesotho) overtook the
-  one meaning ranked first. The constants are ``rule-5``'s; sorted forms hold the same
-  characters, so the bounds on unscored keys hold.
+* ``rule-6`` (the default before ``rule-7``): ``rule-5``'s terms, with spelling's edit
+  measure (OSA) taking the better of the texts' words in their order and sorted, as its Indel
+  measure always did (``scores``): a name in another language puts its words in another order
+  ("Îles Cook" for Cook Islands, "Guayana Francesa" for French Guiana), and under ``rule-5``
+  OSA scored the words in the typed order, so a key spelled alike in that order (Lesotho)
+  overtook the one meaning ranked first. The constants are ``rule-5``'s; sorted forms hold the
+  same characters, so the bounds on unscored keys hold.
+* ``rule-7``, the default: ``rule-6``, with spelling reading accents both ways (``scores``): a
+  query typed without accents prefers, of keys spelled alike, one that bears none. Under
+  ``rule-6`` such a query tied "Banda" and "Bānda" on both channels (the bundled encoders strip
+  accents too), so typing a key as it is could find its accented twin, by the keys' order. Its
+  similarity with a key that bears accents loses ``AS_TYPED`` (a thousandth) of what the
+  accents cost it: a tie-break, which leaves the writer who left the accents out ("Sao Paulo")
+  where ``rule-6`` did. The terms and constants are ``rule-5``'s.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
@@ -181,7 +188,8 @@ def rule_2(
 
 def rule_5(known: float, name: CombinationName = CombinationName.RULE_5) -> Combination:
     """``rule-4`` on ``describe_strict_short``'s description, with the marks fitted on it (also
-    ``rule-6``'s terms: it differs in the spelling measure, ``CombinationName.edits_sorted``)."""
+    ``rule-6``'s and ``rule-7``'s terms: they differ in the spelling measure,
+    ``CombinationName.edits_sorted`` and ``prefers_as_typed``)."""
     return rule_2(
         known,
         same_outweighs=True,
@@ -239,6 +247,6 @@ def combination_for(name: CombinationName | str, known: float) -> Combination:
         return rule_2(known)
     if name in (CombinationName.RULE_3, CombinationName.RULE_4):
         return rule_2(known, same_outweighs=True, name=name)
-    if name in (CombinationName.RULE_5, CombinationName.RULE_6):
+    if name in (CombinationName.RULE_5, CombinationName.RULE_6, CombinationName.RULE_7):
         return rule_5(known, name)
     return LEARNED_1

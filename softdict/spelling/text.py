@@ -230,6 +230,8 @@ class SpellingQueries:
             (``sorted_like``), where the combination reads accents (``scores``); else None.
         edits_sorted: whether the edit measure compares sorted words too (``scores``; the
             combination's ``edits_sorted``).
+        as_typed: whether a query that bore no accents prefers a key that bears none
+            (``scores``; the combination's ``prefers_as_typed``). Read where ``accented`` is.
     """
 
     forms: list[str]
@@ -237,13 +239,20 @@ class SpellingQueries:
     counts: np.ndarray
     accented: tuple[list[str], list[str]] | None = None
     edits_sorted: bool = False
+    as_typed: bool = False
 
     @classmethod
     def of(
-        cls, texts: list[str], *, accents: bool = False, edits_sorted: bool = False
+        cls,
+        texts: list[str],
+        *,
+        accents: bool = False,
+        edits_sorted: bool = False,
+        as_typed: bool = False,
     ) -> SpellingQueries:
         """``texts`` as spelling compares them; with ``accents``, their accented forms too; with
-        ``edits_sorted``, compared by both measures in any order of their words."""
+        ``edits_sorted``, compared by both measures in any order of their words; with
+        ``as_typed`` (and ``accents``), preferring keys spelled as typed (``scores``)."""
         forms = [spelling_form(text) for text in texts]
         accented = None
         if accents:
@@ -255,6 +264,7 @@ class SpellingQueries:
             character_counts(forms),
             accented,
             edits_sorted,
+            as_typed,
         )
 
     def __len__(self) -> int:
@@ -290,4 +300,5 @@ class SpellingQueries:
             self.counts[picked],
             accented,
             self.edits_sorted,
+            self.as_typed,
         )
