@@ -150,7 +150,7 @@ def naive_spelling(
     forms, whose words are sorted in the order of the forms' words. With ``sort_edits``
     (``rule-6``), OSA too is the better of the forms and their sorted words. With ``as_typed``
     (``rule-7``), for a query that bore no accents and a key that bore some: that less
-    ``AS_TYPED`` (a constant of the package) of its gap to the same on the accented forms."""
+    ``AS_TYPED`` (a constant of the package), at least 0."""
     from softdict.spelling.scores import AS_TYPED
 
     q, k = naive_form(query), naive_form(key)
@@ -160,8 +160,7 @@ def naive_spelling(
         accented = _naive_measure(kept, key_kept, q, k, sort_edits)
         return (found + accented) / 2
     if accents and as_typed and key_kept != k:
-        accented = _naive_measure(kept, key_kept, q, k, sort_edits)
-        return found - AS_TYPED * (found - accented)
+        return max(found - AS_TYPED, 0.0)
     return found
 
 

@@ -1081,8 +1081,8 @@ def test_a_query_typed_with_accents_prefers_the_key_that_bears_them(
     """Under ``rule-4`` to ``rule-7`` a query that bore accents prefers, of two keys spelled alike
     but for accents (pycountry's subdivisions: "Huíla" and "Huila"), the one that bears them, typed
     as it is or with a letter added; ``rule-3`` scores both alike. A query without accents may have
-    left them out: ``rule-6`` scores the two alike, ``rule-7`` (the default) the plain one above
-    by ``AS_TYPED`` of the gap at most. Over every key, and past the exact size (the union of
+    left them out: ``rule-6`` scores the two alike, ``rule-7`` (the default) the plain one
+    ``AS_TYPED`` above. Over every key, and past the exact size (the union of
     candidates)."""
     from softdict.spelling.scores import AS_TYPED
 
@@ -1104,7 +1104,7 @@ def test_a_query_typed_with_accents_prefers_the_key_that_bears_them(
         spelled = dict(zip(*_spelling_of(rule_6, plain + "x")))
         assert spelled[accented] == spelled[plain]
         spelled = dict(zip(*_spelling_of(sd, plain + "x")))
-        assert spelled[plain] - AS_TYPED <= spelled[accented] < spelled[plain]
+        assert spelled[accented] == close(spelled[plain] - AS_TYPED)
 
 
 def _spelling_of(sd: SoftDict, query: str) -> tuple[tuple[str, ...], np.ndarray]:

@@ -22,16 +22,22 @@
   character, and its words sorted in its form's order (``text.sorted_like``) to the sorted
   form, so the similarity of accented forms is at most that of the forms (a common
   subsequence or an edit script of the one is one of the other): ``bounds``' ceilings hold.
-* Under ``rule-7`` accents are read both ways: a query typed without accents loses, against a
-  key that bears accents, ``AS_TYPED`` of the gap between the measure on the forms and on the
-  accented forms, so of twins spelled alike but for accents ("Banda", "Bānda") it prefers the
-  one spelled as typed, where ``rule-6`` tied them (the bundled encoders strip accents too) and
-  the keys' order chose. It is a tie-break, not a reading: whoever left the accents out of
-  "Sao Paulo" still finds São Paulo, which loses a thousandth of 0.1 (its accents' gap), and
-  the similarity stays at most the forms'. On the dev half of ``benchmarks/matching.py`` a
-  thousandth ranked the key meant first for 0.05-0.2 points more of cities with typos and a
-  stray space and 0.05 fewer of cities' alternate names (one query); 0.05 and 0.5 of the gap
-  gained as much on typos and lost more on aliases.
+* Under ``rule-7`` a query typed without accents scores every key that bears accents
+  ``AS_TYPED`` (a ten-thousandth) lower, at least 0: of twins spelled alike but for accents
+  ("Banda", "Bānda") it prefers the one spelled as typed, where ``rule-6`` tied them (the
+  bundled encoders strip accents too) and the keys' order chose. It is a tie-break, not a
+  reading: a letter more or less moves a similarity by about 1/(|q| + |k|), 0.005 between
+  names of 100 characters, fifty times more, and a combined score moves by at most 0.0007, so
+  whoever left the accents out of "Sao Paulo" still finds São Paulo. The similarity stays at
+  most the forms', so the ceilings hold. Measured first as a thousandth of each key's accents'
+  gap (the measure on the forms less that on the accented forms, at most about 3·10^-4), on the
+  dev half of ``benchmarks/matching.py``: 0.05-0.2 points more of cities with typos and a
+  stray space, 0.05 fewer of cities' alternate names (one query); a twentieth and a half of
+  the gap gained as much or more on generated typos and lost more on real aliases. The
+  constant answered as that thousandth did, and one more query of cities with a typo, without
+  its second pass of rapidfuzz over the accented forms (which cost 0.05 ms a lookup at 10^3
+  and 10^4 keys and 0.37 at 10^5, against 0.02 / 0.02 / 0.13 for the constant, in interleaved
+  one-off timings here against ``rule-6``).
 
 The measure (Indel + OSA) was chosen on the dev half of ``benchmarks/matching.py`` (typos and
 aliases of real names), with the hand-set rule (``combination``'s rule-1), holding the meaning
@@ -60,9 +66,10 @@ __all__ = [
 # Texts as rapidfuzz takes them: a list, or an object array of str.
 Texts = Sequence[str] | np.ndarray
 
-# Under rule-7, the share of a key's accents' gap (its measure on the forms less that on the
-# accented forms) that a query typed without accents loses: a tie-break (module docstring).
-AS_TYPED = 1e-3
+# Under rule-7, what a query typed without accents loses of its similarity with a key that bears
+# accents: a tie-break, 1/50 of what a letter moves a similarity between long names (module
+# docstring).
+AS_TYPED = 1e-4
 
 # rapidfuzz's threads pay off only on large blocks of pairs (measured: one query against 10^4
 # keys is faster on one thread).
@@ -150,22 +157,11 @@ def spelling_similarity(queries: SpellingQueries, keys: KeyForms) -> np.ndarray:
             sort_edits,
         )
         similarity[rows] = _read_accents(similarity[rows], accented)
-    plain = np.flatnonzero(~queries.bearing) if queries.as_typed else np.zeros(0, dtype=np.int64)
-    accented_keys = np.flatnonzero(keys.bearing()) if len(plain) else plain
-    if len(accented_keys):  # rule-7: the queries typed without accents, against keys with some
-        picked = plain.tolist()
-        kept, kept_sorted = queries.compared_forms()
-        block = np.ix_(plain, accented_keys)
-        similarity[block] = _prefer_as_typed(
-            similarity[block],
-            _similarity(
-                scores,
-                [kept[i] for i in picked],
-                [kept_sorted[i] for i in picked],
-                keys.subset(accented_keys).compared(),
-                sort_edits,
-            ),
-        )
+    if queries.as_typed:  # rule-7
+        plain, accented_keys = np.flatnonzero(~queries.bearing), np.flatnonzero(keys.bearing())
+        if len(plain) and len(accented_keys):
+            block = np.ix_(plain, accented_keys)
+            similarity[block] = _prefer_as_typed(similarity[block])
     return similarity
 
 
@@ -231,26 +227,14 @@ def paired_similarity(queries: QueryColumns, rows: np.ndarray, keys: KeyForms) -
         similarity[at] = _read_accents(similarity[at], accented)
     if queries.as_typed:  # rule-7: the pairs of a query typed without accents and a key with some
         at = np.flatnonzero(~queries.bearing[rows] & keys.bearing())
-        if len(at):
-            picked = rows[at]
-            similarity[at] = _prefer_as_typed(
-                similarity[at],
-                _similarity(
-                    scores,
-                    queries.kept[picked],
-                    queries.kept_sorted[picked],
-                    keys.subset(at).compared(),
-                    sort_edits,
-                ),
-            )
+        similarity[at] = _prefer_as_typed(similarity[at])
     return similarity
 
 
-def _prefer_as_typed(on_forms: np.ndarray, on_accented: np.ndarray) -> np.ndarray:
+def _prefer_as_typed(on_forms: np.ndarray) -> np.ndarray:
     """The similarity of a query typed without accents with keys that bear some, from the
-    measure on the forms and on the accented forms: ``AS_TYPED`` of the gap less, at most the
-    first (the gap is never negative)."""
-    return on_forms - np.float32(AS_TYPED) * (on_forms - on_accented)
+    measure on the forms: ``AS_TYPED`` less, at least 0."""
+    return np.maximum(on_forms - np.float32(AS_TYPED), np.float32(0.0))
 
 
 def _read_accents(on_forms: np.ndarray, on_accented: np.ndarray) -> np.ndarray:
