@@ -64,9 +64,9 @@ it did when saved:
   query typed without accents prefers, of keys spelled alike, one that bears none. Under
   ``rule-6`` such a query tied "Banda" and "Bānda" on both channels (the bundled encoders strip
   accents too), so typing a key as it is could find its accented twin, by the keys' order. Its
-  similarity with a key that bears accents loses ``AS_TYPED`` (a thousandth) of what the
-  accents cost it: a tie-break, which leaves the writer who left the accents out ("Sao Paulo")
-  where ``rule-6`` did. The terms and constants are ``rule-5``'s.
+  similarity with a key that bears accents is ``AS_TYPED`` (a ten-thousandth) lower: a
+  tie-break, which leaves the writer who left the accents out ("Sao Paulo") where ``rule-6``
+  did. The terms and constants are ``rule-5``'s.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
