@@ -27,11 +27,11 @@
   ("Banda", "Bānda") it prefers the one spelled as typed, where ``rule-6`` tied them (the
   bundled encoders strip accents too) and the keys' order chose. It is a tie-break, not a
   reading: a letter more or less moves a similarity by about 1/(|q| + |k|), 0.005 between
-  names of 100 characters, fifty times more, and a combined score moves by at most 0.0007, so
-  whoever left the accents out of "Sao Paulo" still finds São Paulo. The similarity stays at
-  most the forms', so the ceilings hold. Measured first as a thousandth of each key's accents'
-  gap (the measure on the forms less that on the accented forms, at most about 3·10^-4), on the
-  dev half of ``benchmarks/matching.py``: 0.05-0.2 points more of cities with typos and a
+  names of 100 characters, fifty times more, and a combined score by at most 0.0007 (at
+  ``lexical`` 1), so whoever left the accents out of "Sao Paulo" still finds São Paulo. The
+  similarity stays at most the forms', so the ceilings hold. Measured first as a thousandth
+  of each key's accents' gap (the measure on the forms less that on the accented forms), on
+  the dev half of ``benchmarks/matching.py``: 0.05-0.2 points more of cities with typos and a
   stray space, 0.05 fewer of cities' alternate names (one query); a twentieth and a half of
   the gap gained as much or more on generated typos and lost more on real aliases. The
   constant answered as that thousandth did, and one more query of cities with a typo, without
