@@ -2,9 +2,9 @@
 
 Scoring a query's spelling against every key with rapidfuzz costs about 60 ns a key and pass
 (three passes: the forms, the token-sorted forms, the transposition-aware distance; four under
-``rule-6``, which takes that one on the sorted forms too), 1.8 ms at 10^4 keys, more than
-everything else in a lookup. Yet below the combination's first knot spelling adds nothing, and
-most keys are spelled nothing like the query. Both of the
+``rule-6`` and ``rule-7``, which take that one on the sorted forms too), 1.8 ms at 10^4 keys,
+more than everything else in a lookup. Yet below the combination's first knot spelling adds
+nothing, and most keys are spelled nothing like the query. Both of the
 similarity's parts are bounded by how many characters the two texts share, counted as
 multisets (B):
 
@@ -12,7 +12,7 @@ multisets (B):
   only, so LCS ≤ B; the token-sorted forms hold the same characters, so the same bound holds.
 * optimal string alignment: 1 − d / max(|q|, |k|), and an insertion, deletion or substitution
   closes the multiset difference max(|q| − B, |k| − B) by at most one (a transposition leaves
-  it as it is), so d ≥ max(|q|, |k|) − B; the token-sorted forms (``rule-6``) hold the same
+  it as it is), so d ≥ max(|q|, |k|) − B; the token-sorted forms (``rule-6`` on) hold the same
   characters at the same lengths, so the same bound holds.
 
 So similarity ≤ (2B / (|q| + |k|) + B / max(|q|, |k|)) / 2. Characters are counted in 64
