@@ -393,6 +393,37 @@ def test_a_label_of_64_bit_integers_is_kept_and_a_larger_one_refused(fake_encode
     assert list(sd) == ["max", "min", "nested"]
 
 
+def test_numpy_numbers_are_the_labels_they_hold(fake_encoder) -> None:
+    """A label read from a pandas column or an array (np.int64, np.bool_, np.float32, inside a
+    list or dict too) is the Python number it holds: it shares a code and a probability with
+    that number. A numpy number JSON cannot hold as it is (past 64 bits, NaN, complex, a date)
+    is refused as the Python one is, and nothing is stored."""
+    sd = SoftDict(encoder=fake_encoder, value_kind="categorical")
+    sd.update(
+        {
+            "a": np.int64(3),
+            "b": 3,
+            "c": np.bool_(True),
+            "d": [np.float32(0.5), np.uint8(7)],
+            "e": {"id": np.int32(-2)},
+        }
+    )
+    got = [sd[key] for key in "abcde"]
+    assert got == [3, 3, True, [0.5, 7], {"id": -2}]
+    assert [type(value) for value in got[:3]] == [int, int, bool]
+    assert sd.attend("a").distribution[np.int64(3)] == sd.attend("a").distribution[3]
+    for bad in [
+        np.uint64(2**64 - 1),
+        [np.uint64(2**63)],
+        np.float64("nan"),
+        np.complex64(1j),
+        np.datetime64("2020-01-01"),
+    ]:
+        with pytest.raises(ValueKindError, match="'bad'"):
+            sd.update({"ok": 1, "bad": bad})
+    assert list(sd) == list("abcde")
+
+
 def test_a_label_saved_in_an_earlier_form_shares_its_code_with_the_same_label_written_now(
     tmp_path: Path, fake_encoder
 ) -> None:

@@ -2,7 +2,8 @@
 largest summed weight, and the per-label sums are its ``Distribution``.
 
 Labels are kept as JSON, so ``sd[key]`` returns a fresh copy that the caller may mutate, and a
-tuple comes back as a list, exactly as it will after save and load. A dict whose keys are not all
+tuple comes back as a list, exactly as it will after save and load; a numpy number comes back as
+the Python number it holds (``canonical_json``). A dict whose keys are not all
 strings is refused: JSON would turn ``{1: "a"}`` into ``{"1": "a"}``.
 
 Each label has a code in a table, and each blend sums weight per code. The table holds only
@@ -67,6 +68,8 @@ def _label_fault(value: object) -> str | None:
     pending = [value]
     while pending:  # a loop, not recursion: json.dumps took the label, however deep
         item = pending.pop()
+        if isinstance(item, np.generic):  # a numpy number is the Python one JSON writes
+            item = item.item()
         if isinstance(item, dict):
             for key, inner in item.items():
                 if not isinstance(key, str):
@@ -81,8 +84,9 @@ def _label_fault(value: object) -> str | None:
             pending.extend(item)
         elif isinstance(item, int) and not _INT64[0] <= item <= _INT64[1]:
             return (
-                f"holds an integer of {item.bit_length()} bits, more than the 64 bits JSON "
-                "readers (Milvus's among them) hold: store it as a string"
+                f"holds an integer of {item.bit_length()} bits, outside the signed 64-bit "
+                "range (-2**63 to 2**63 - 1) that JSON readers (Milvus's among them) hold: "
+                "store it as a string"
             )
     return None
 

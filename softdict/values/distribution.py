@@ -5,14 +5,29 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 
+import numpy as np
+
 from softdict._types import Label
 
 __all__ = ["Distribution", "canonical_json"]
 
 
 def canonical_json(value: object) -> str:
-    """One text per label, so equal labels share a code whatever their dict key order."""
-    return json.dumps(value, sort_keys=True, allow_nan=False, ensure_ascii=False)
+    """One text per label, so equal labels share a code whatever their dict key order. A numpy
+    bool, integer or float (a label read from a pandas column or an array) is the Python
+    number it holds: ``np.int64(3)`` and ``3`` are one label."""
+    return json.dumps(
+        value, sort_keys=True, allow_nan=False, ensure_ascii=False, default=_numpy_number
+    )
+
+
+def _numpy_number(value: object) -> object:
+    """``json.dumps``'s hook for what it cannot write: a numpy bool or real number as the Python
+    one it holds; anything else (a complex number, a date, an array, an object) refused as
+    ``json`` refuses it."""
+    if isinstance(value, np.generic) and value.dtype.kind in "biuf":
+        return value.item()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
 class Distribution(Mapping[Label, float]):
