@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from softdict._errors import KeyTypeError, NoMatchError
+from softdict._errors import ConfigError, KeyTypeError, NoMatchError
 from softdict._lookup import spelling_queries, terms_of
 from softdict._similarity import Similarity
 from softdict.index.base import require_vectors
@@ -93,6 +93,31 @@ def examples_from(pairs: Iterable[object]) -> list[tuple[str, str]]:
             )
         examples.append((str(pair[0]), str(pair[1])))
     return examples
+
+
+def heldout_first(
+    examples: list[tuple[str, str]], heldout: float, seed: int
+) -> tuple[list[tuple[str, str]], int]:
+    """The ``examples`` with a ``heldout`` share of their query texts, drawn by ``seed``, held
+    out whole and put first; and how many pairs that holds out. Whole queries, not pairs: a
+    pair given twice, or a query given with two targets, is never both trained on and judged
+    on, which would make the held-out check that guards ``fit`` flatter what was learned.
+
+    Raises:
+        ConfigError: fewer than 2 query texts on either side.
+    """
+    queries = list(dict.fromkeys(query for query, _ in examples))
+    n_out = round(len(queries) * heldout)
+    if n_out < 2 or len(queries) - n_out < 2:
+        raise ConfigError(
+            f"fit needs at least 2 training and 2 held-out queries (it holds out every pair of a "
+            f"query together); {len(queries)} distinct queries in {len(examples)} pairs with "
+            f"heldout={heldout} give {len(queries) - n_out} and {n_out}"
+        )
+    order = np.random.default_rng(seed).permutation(len(queries))
+    out = {queries[i] for i in order[:n_out]}
+    held = [pair for pair in examples if pair[0] in out]
+    return held + [pair for pair in examples if pair[0] not in out], len(held)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,6 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 
-import numpy as np
-
 from softdict import _calibration, _learning
 from softdict._config import check_number
 from softdict._errors import CalibrationWarning, ConfigError, EmptyStoreError
@@ -121,7 +119,8 @@ class Tuning(OptionProperties):
         W_q starts from the projection in force (the identity at first) and is pulled back
         towards the identity (``regularization``); the loss is the cross-entropy of attention on
         each query's target key over every key, scored as a lookup scores them. A ``heldout``
-        share of the pairs is kept aside for early stopping and for the report. If no step
+        share of the query texts is kept aside, with every pair of each, for early stopping
+        and for the report (a pair given twice is never on both sides). If no step
         lowers the held-out loss (a training that diverges, say at too high a
         ``learning_rate``), or what was learned does not reach the held-out accuracy of what is
         in force, nothing changes: ``fit`` never makes held-out accuracy worse. Every later
@@ -130,7 +129,7 @@ class Tuning(OptionProperties):
         Raises:
             KeyTypeError: a pair is not two strings, or ``pairs`` is no iterable.
             NoMatchError: a target key is not in the store.
-            ConfigError: too few pairs to hold some out, or an option out of range.
+            ConfigError: too few distinct queries to hold some out, or an option out of range.
         """
         check_number("heldout", heldout, "a fraction between 0 and 1", lambda v: 0 < v < 1)
         check_number("max_steps", max_steps, "a whole number >= 1", lambda v: v >= 1, whole=True)
@@ -141,15 +140,7 @@ class Tuning(OptionProperties):
         check_number(
             "seed", seed, "a whole number from 0 to 2**63 - 1", lambda v: 0 <= v < 2**63, whole=True
         )
-        examples = _learning.examples_from(pairs)
-        n_heldout = round(len(examples) * heldout)
-        if n_heldout < 2 or len(examples) - n_heldout < 2:
-            raise ConfigError(
-                f"fit needs at least 2 training and 2 held-out pairs; {len(examples)} pairs with "
-                f"heldout={heldout} give {len(examples) - n_heldout} and {n_heldout}"
-            )
-        order = np.random.default_rng(seed).permutation(len(examples))
-        examples = [examples[i] for i in order]
+        examples, n_heldout = _learning.heldout_first(_learning.examples_from(pairs), heldout, seed)
         queries = self._encode_queries([query for query, _ in examples])
         with self._lock:
             report, projection = _learning.fit(
