@@ -147,10 +147,14 @@ def check_min_score(min_score: object) -> None:
         check_number("min_score", min_score, "a finite number or None", lambda _: True)
 
 
-def embedding_array(embeddings: object, what: str) -> np.ndarray:
+_EMBEDDINGS = "embeddings are real numbers in one array: (n, d), each row of the same length d"
+
+
+def embedding_array(embeddings: object, what: str, expected: str = _EMBEDDINGS) -> np.ndarray:
     """``embeddings`` as a float32 array of any shape, or ValueShapeError where they are not real
-    numbers in one array (text, a ragged list, complex numbers, times); ``what`` names them."""
-    expected = "embeddings are real numbers in one array: (n, d), each row of the same length d"
+    numbers in one array (text, a ragged list, complex numbers, times); ``what`` names them and
+    ``expected`` says what they should be. A number beyond float32's range becomes infinity here,
+    quietly: every caller refuses what is not finite, with its own message."""
     try:
         array = np.asarray(embeddings)
         if array.dtype.kind == "O":  # Python objects: numbers (Decimal, Fraction) convert
@@ -162,13 +166,14 @@ def embedding_array(embeddings: object, what: str) -> np.ndarray:
         raise ValueShapeError(f"{what} cannot be read as numbers ({exc}); {expected}") from None
     except OverflowError:  # an int that no float holds (10**400)
         raise InvalidValueError(
-            f"{what} contain a number beyond float32 range; embeddings must be finite"
+            f"{what} contain a number beyond float32 range; they must be finite"
         ) from None
     if array.dtype.kind in _NOT_REAL:
         raise ValueShapeError(
             f"{what} have dtype {array.dtype} ({_NOT_REAL[array.dtype.kind]}); {expected}"
         )
-    return array.astype(np.float32, copy=False)
+    with np.errstate(over="ignore"):  # to infinity, which the caller refuses (docstring)
+        return array.astype(np.float32, copy=False)
 
 
 def _check_objects(array: np.ndarray, what: str, expected: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from softdict._arguments import check_unicode
 from softdict._errors import ConfigError, KeyTypeError, NoMatchError
 from softdict._lookup import spelling_queries, terms_of
 from softdict._similarity import Similarity
@@ -76,7 +77,8 @@ class FitReport:
 
 
 def examples_from(pairs: Iterable[object]) -> list[tuple[str, str]]:
-    """(query, target key) pairs as a list; KeyTypeError for anything that is not two strings."""
+    """(query, target key) pairs as a list; KeyTypeError for anything that is not two strings,
+    InvalidValueError for a query that is not valid Unicode (a lone surrogate)."""
     if not isinstance(pairs, Iterable):
         raise KeyTypeError(
             f"fit() takes an iterable of (query, target key) pairs, got {type(pairs).__name__}"
@@ -91,6 +93,7 @@ def examples_from(pairs: Iterable[object]) -> list[tuple[str, str]]:
             raise KeyTypeError(
                 f"fit() takes (query, target key) pairs of strings; pair #{i} is {pair!r:.60}"
             )
+        check_unicode(pair[0], f"query of pair #{i}")  # as a lookup checks it: no encoder reads it
         examples.append((str(pair[0]), str(pair[1])))
     return examples
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from softdict._arguments import embedding_array
 from softdict._config import ValueKind
 from softdict._errors import InvalidValueError, ValueShapeError
 from softdict._facade import Facade
@@ -99,8 +100,9 @@ class OptionProperties(Facade):
         identity. Set it to reuse a projection from another store, or to None to drop it.
 
         Raises (on setting):
-            ValueShapeError: it is not (d, d) for the store's d-dim keys (or the store has none).
-            InvalidValueError: it holds NaN or infinity.
+            ValueShapeError: it is not (d, d) for the store's d-dim keys (or the store has none),
+                or not real numbers (text, booleans, complex numbers).
+            InvalidValueError: it holds NaN, infinity or a number beyond float32's range.
         """
         projection = self._store.projection
         return None if projection is None else projection.copy()
@@ -111,7 +113,9 @@ class OptionProperties(Facade):
             if projection is None:
                 self._store.projection = None
                 return
-            array = np.asarray(projection, dtype=np.float64)
+            expected = "query_projection is a (d, d) matrix of real numbers"
+            # float32, as it is kept and saved: a number past float32's range is infinity here.
+            array = embedding_array(projection, "query_projection's entries", expected)
             dim = self._store.dim
             if dim is None or array.shape != (dim, dim):
                 raise ValueShapeError(
@@ -120,8 +124,11 @@ class OptionProperties(Facade):
                     + (" and the store has no keys yet" if dim is None else f", d = {dim}")
                 )
             if not np.all(np.isfinite(array)):
-                raise InvalidValueError("query_projection holds NaN or infinity")
-            self._store.projection = array.astype(np.float32)
+                raise InvalidValueError(
+                    "query_projection holds NaN or infinity, or a number beyond float32's range "
+                    "(about ±3.4e38), in which it is kept; every entry must be finite"
+                )
+            self._store.projection = array.copy()
 
     @property
     def encoder(self) -> TextEncoder:

@@ -128,12 +128,17 @@ class Tuning(OptionProperties):
 
         Raises:
             KeyTypeError: a pair is not two strings, or ``pairs`` is no iterable.
+            InvalidValueError: a query is not valid Unicode (a lone surrogate).
             NoMatchError: a target key is not in the store.
             ConfigError: too few distinct queries to hold some out, or an option out of range.
         """
         check_number("heldout", heldout, "a fraction between 0 and 1", lambda v: 0 < v < 1)
         check_number("max_steps", max_steps, "a whole number >= 1", lambda v: v >= 1, whole=True)
-        check_number("learning_rate", learning_rate, "a number > 0", lambda v: v > 0)
+        # The optimiser works in float32, and Adam's first step moves a parameter by up to ten
+        # times the rate: past about 3.4e37 that step overflows (torch raised a RuntimeError).
+        check_number(
+            "learning_rate", learning_rate, "a number > 0 and at most 1e37", lambda v: 0 < v <= 1e37
+        )
         check_number("regularization", regularization, "a number >= 0", lambda v: v >= 0)
         check_number("patience", patience, "a whole number >= 1", lambda v: v >= 1, whole=True)
         # Below 2**63, as the seed option: torch's generator takes no larger seed.

@@ -163,6 +163,10 @@ def test_fit_errors() -> None:
         sd.fit([("fruit", "apple")] * 10)
     with pytest.raises(NoMatchError, match="not in the store"):
         sd.fit([(f"fruit {i}", "banana") for i in range(10)])
+    # A query no encoder can read (a lone surrogate, as a lookup refuses it).
+    with pytest.raises(InvalidValueError, match="pair #3.*lone surrogate"):
+        sd.fit([(f"fruit {i}", "apple") for i in range(3)] + [("fru\udc80t", "apple")] * 7)
+    assert sd.query_projection is None and sd.temperature == 0.05
     with pytest.raises(ConfigError, match="heldout"):
         sd.fit([("fruit", "apple")] * 10, heldout=1.5)
 
@@ -194,6 +198,7 @@ def test_the_held_out_pairs_are_whole_queries_never_trained_on() -> None:
         {"max_steps": 2.5},
         {"learning_rate": -0.01},
         {"learning_rate": float("inf")},
+        {"learning_rate": 1e38},  # Adam's float32 step overflowed: a raw RuntimeError
         {"regularization": -1.0},
         {"patience": True},
         {"seed": -1},
@@ -219,7 +224,27 @@ def test_query_projection_is_checked_when_set() -> None:
     with pytest.raises(InvalidValueError, match="NaN"):
         sd.query_projection = np.full((16, 16), np.nan)
     assert sd.query_projection is None and sd.lookup("apple") == before
-    sd.query_projection = -np.eye(16)  # every query turned around: the other key wins now
+    # Past float32's range, as it is kept and saved: it was kept as infinity, every lookup gave
+    # NaN, and the saved store could not be loaded again.
+    with pytest.raises(InvalidValueError, match="float32"):
+        sd.query_projection = np.eye(16) * 1e39
+    with pytest.raises(InvalidValueError, match="float32"):
+        sd.query_projection = np.eye(16, dtype=object) * 10**400
+    # Not real numbers: these were cast (booleans to 0 and 1, complex numbers to their real
+    # part) or raised numpy's own errors.
+    for not_numbers in (
+        np.eye(16, dtype=bool),
+        np.eye(16) * 1j,
+        np.full((16, 16), "1"),
+        np.full((16, 16), None),
+        [[1.0, 2.0], [3.0]],
+    ):
+        with pytest.raises(ValueShapeError, match=r"real numbers"):
+            sd.query_projection = not_numbers
+    assert sd.query_projection is None and sd.lookup("apple") == before
+    mine = -np.eye(16, dtype=np.float32)
+    sd.query_projection = mine  # every query turned around: the other key wins now
+    mine[0, 0] = 7.0  # the store keeps its own copy
     assert sd.attend("apple").keys[0] == "pear"
     returned = sd.query_projection
     returned[0, 0] = 5.0  # a copy: changing it changes nothing
