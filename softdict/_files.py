@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,14 +17,45 @@ from typing import Any, TypeAlias, Union
 
 import numpy as np
 
-from softdict._errors import StoreFormatError
+from softdict._errors import ConfigError, StoreFormatError
 
-__all__ = ["FileReader", "StoreFiles", "encode_file"]
+__all__ = ["FileReader", "StoreFiles", "encode_file", "store_folder"]
 
 StoreFiles: TypeAlias = dict[str, Union[np.ndarray, list[Any], bytes]]  # noqa: UP007
 
 # A JSON escape of a surrogate ("\ud83d"): half of a pair, or a lone one no text can hold.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def store_folder(path: object, doing: str) -> Path:
+    """The folder a store path names, whose parent is a folder: through a symbolic link, its
+    target, so that saving replaces what the link points to and the link stays a link.
+    ``doing`` ("save to", "load") begins the messages.
+
+    Checked before any lock is taken (a lock file beside a missing folder would create it, and
+    its parents): ConfigError for a path that is no str or os.PathLike of str, StoreFormatError
+    for one the system refuses (a NUL character, a name too long) or whose parent is missing or
+    a file.
+    """
+    if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
+        raise ConfigError(
+            f"a store's path is a str or an os.PathLike of str, got {type(path).__name__} "
+            f"({path!r:.60}); decode bytes with os.fsdecode()"
+        )
+    folder = Path(path)
+    if "\0" in str(folder):
+        raise StoreFormatError(f"cannot {doing} {str(folder)!r:.80}: a path holds no NUL character")
+    try:
+        if folder.is_symlink():
+            folder = folder.resolve()
+        if not folder.parent.is_dir():
+            why = "is a file" if folder.parent.exists() else "does not exist"
+            raise StoreFormatError(
+                f"cannot {doing} {folder}: its parent folder {folder.parent} {why}"
+            )
+    except OSError as exc:  # a name too long for the system, a folder it may not read
+        raise StoreFormatError(f"cannot {doing} {folder}: {exc.strerror or exc}") from None
+    return folder
 
 
 def canonical_json(obj: Any) -> bytes:

@@ -57,7 +57,7 @@ from filelock import FileLock, Timeout
 
 from softdict._encoder_match import matching_encoder
 from softdict._errors import ConfigError, StoreBusyError, StoreFormatError
-from softdict._files import FileReader, StoreFiles, canonical_json, encode_file
+from softdict._files import FileReader, StoreFiles, canonical_json, encode_file, store_folder
 from softdict._manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -159,13 +159,6 @@ def _siblings(path: Path, tag: str) -> list[Path]:
 # -- saving ------------------------------------------------------------------------------------
 
 
-def _store_folder(path: str | os.PathLike[str]) -> Path:
-    """The folder a store path names: through a symbolic link, its target, so that saving
-    replaces what the link points to and the link stays a link."""
-    folder = Path(path)
-    return folder.resolve() if folder.is_symlink() else folder
-
-
 def save_store(
     store: Store,
     encoder: TextEncoder,
@@ -175,11 +168,7 @@ def save_store(
 ) -> None:
     """Write ``store`` (embedded by ``encoder``) to the folder ``path`` atomically, holding the
     store's lock (see ``_locked``); with ``replace`` False, refusing a store already there."""
-    target = _store_folder(path)
-    if not target.parent.is_dir():
-        raise StoreFormatError(
-            f"cannot save to {target}: its parent folder {target.parent} does not exist"
-        )
+    target = store_folder(path, "save to")
     # Encoded before taking the lock: the snapshot and the fingerprint take the longest.
     state, part_files = store.snapshot()
     identity = dataclasses.asdict(encoder.identity())
@@ -280,8 +269,11 @@ def _not_saved(target: Path, exc: OSError) -> StoreFormatError:
 def recover_store(path: str | os.PathLike[str], timeout: float = LOCK_TIMEOUT) -> bool:
     """Finish a save to ``path`` that was killed between its two renames, as ``load_store``
     does, holding the store's lock; whether one was finished."""
-    folder = _store_folder(path)
-    if not folder.parent.is_dir() or not (_siblings(folder, "new") or _siblings(folder, "old")):
+    try:
+        folder = store_folder(path, "recover")
+    except StoreFormatError:  # no folder to hold a store: the caller's save or load says why
+        return False
+    if not (_siblings(folder, "new") or _siblings(folder, "old")):
         return False  # no swap folder beside it: no save was cut short, and no lock is needed
     with _locked(folder, timeout, writing=False):
         return _recover(folder)
@@ -333,7 +325,10 @@ def load_store(
 
     The store's lock is held while recovering and reading the files into memory, and released
     before the encoder loads."""
-    folder = _store_folder(path)
+    folder = store_folder(path, "load")
+    if not folder.exists() and not (_siblings(folder, "new") or _siblings(folder, "old")):
+        # Nothing to recover either: said before the lock, whose file would be left behind.
+        raise StoreFormatError(f"no softdict store at {folder}: the folder does not exist")
     with _locked(folder, timeout, writing=False):
         _recover(folder)
         if not folder.is_dir():

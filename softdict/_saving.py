@@ -37,7 +37,8 @@ class Saving(Facade):
             StoreFormatError: ``path`` is not writable as a store, or holds one and ``replace``
                 is False.
             StoreBusyError: another process held the lock for longer than ``timeout``.
-            ConfigError: ``timeout`` is not a number >= 0, or ``replace`` not True or False.
+            ConfigError: ``path`` is no str or os.PathLike of str, ``timeout`` is not a number
+                >= 0, or ``replace`` not True or False.
         """
         check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
         if not isinstance(replace, bool):  # "no" is truthy: it would replace
@@ -98,9 +99,13 @@ class Saving(Facade):
             StoreFormatError: a file is missing, truncated, corrupted or of an unknown version.
             EncoderError: the encoder does not match the store's, or cannot be loaded.
             StoreBusyError: another process held the store's lock for longer than ``timeout``.
+            ConfigError: ``path`` is no str or os.PathLike of str, ``timeout`` is not a number
+                >= 0, or ``accept_variant`` not True or False.
         """
         check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
+        if not isinstance(accept_variant, bool):  # "no" is truthy: it would accept
+            raise ConfigError(f"accept_variant must be True or False, got {accept_variant!r}")
         store, text_encoder = load_store(
-            path, encoder, float(timeout), accept_variant=bool(accept_variant)
+            path, encoder, float(timeout), accept_variant=accept_variant
         )
         return cls._from_store(store, text_encoder)

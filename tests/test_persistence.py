@@ -323,6 +323,35 @@ def test_missing_store_and_non_store_folders(tmp_path: Path) -> None:
     assert (tmp_path / "photos" / "cat.jpg").read_bytes() == b"\xff\xd8 precious"
 
 
+def test_a_path_that_cannot_hold_a_store_is_refused_and_leaves_nothing(tmp_path: Path) -> None:
+    """A load that finds no store creates nothing (its lock file had made the missing folders,
+    or been left beside a missing store); a path under a file, one the system refuses, and one
+    that is no text are softdict errors for save and load alike (they were NotADirectoryError,
+    ValueError, OSError and TypeError)."""
+    sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
+    with pytest.raises(StoreFormatError, match="parent folder .*typo.sub does not exist"):
+        SoftDict.load(tmp_path / "typo" / "sub" / "prices", encoder=FakeEncoder())
+    with pytest.raises(StoreFormatError, match="the folder does not exist"):
+        SoftDict.load(tmp_path / "prices", encoder=FakeEncoder())
+    assert folder_names(tmp_path) == [] and not any(tmp_path.iterdir())
+    (tmp_path / "notes.txt").write_text("x")
+    for call in (sd.save, lambda p: SoftDict.load(p, encoder=FakeEncoder())):
+        with pytest.raises(StoreFormatError, match=r"parent folder .*notes\.txt is a file"):
+            call(tmp_path / "notes.txt" / "store")
+        with pytest.raises(StoreFormatError, match="NUL"):
+            call(str(tmp_path / "a\0b"))
+        with pytest.raises(StoreFormatError, match="cannot"):
+            call(tmp_path / ("z" * 300))  # past the system's 255 bytes a name
+        for not_text in (str(tmp_path / "s").encode(), None, 5):
+            with pytest.raises(ConfigError, match="a str or an os.PathLike"):
+                call(not_text)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "x"
+    sd.save(tmp_path / "s")
+    with pytest.raises(ConfigError, match="accept_variant must be True or False"):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), accept_variant="no")  # truthy
+
+
 def test_saving_over_a_store_replaces_it_and_leaves_no_debris(tmp_path: Path) -> None:
     SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(tmp_path / "s")
     SoftDict({"chair": 2.0}, encoder=FakeEncoder()).save(tmp_path / "s")
