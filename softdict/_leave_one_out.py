@@ -101,7 +101,11 @@ class ValueSide:
         if loss is LossKind.LABEL_LIKELIHOOD:
             return cls(own, of_ids, None)
         own = own.astype(np.float64).reshape(len(own), -1)
-        spread = own.std(axis=0)
+        # Taken over the values divided by their largest magnitude: the squares of values past
+        # about 1e154 overflow float64, and the spread of such a dimension came out infinite.
+        peak = np.abs(own).max(axis=0, initial=0.0)
+        peak = np.where(peak > 0, peak, 1.0)
+        spread = (own / peak).std(axis=0) * peak
         scale = np.where(spread > 0, spread, 1.0)
         return cls(own / scale, of_ids, scale)
 

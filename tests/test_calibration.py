@@ -218,15 +218,24 @@ def test_scaled_dot_is_calibrated_on_the_same_scale_as_lookups() -> None:
 
 
 def test_each_value_dimension_counts_in_units_of_its_spread() -> None:
-    """A vector value whose second number is in the thousands is calibrated as if it were not."""
+    """A vector value whose second number is in the thousands (or near float64's limits) is
+    calibrated as if it were not."""
     X, y, _ = noisy_clusters(600, seed=0)
     noise = np.random.default_rng(7).standard_normal(600)  # unpredictable: wants a flat blend
     chosen = []
-    for factor in (1.0, 1000.0):
+    # Past about 1e154 the squares of the values overflow float64: their spread came out
+    # infinite, and such a store was calibrated to the grid's edge (vectors) or not at all.
+    for factor in (1.0, 1000.0, 1e-300, 1e300):
         sd = SoftDict(encoder=FakeEncoder(), lexical=0)
         sd.add_embeddings([f"k{i}" for i in range(600)], X, np.c_[y, factor * noise])
         chosen.append(sd.calibrate())
-    assert chosen[0] == chosen[1]
+    assert chosen[1:] == [chosen[0]] * 3
+    scalar = []
+    for factor in (1.0, 1e300):
+        sd = SoftDict(encoder=FakeEncoder(), lexical=0)
+        sd.add_embeddings([f"k{i}" for i in range(600)], X, factor * y)
+        scalar.append(sd.calibrate())
+    assert scalar[0] == scalar[1]
 
 
 def naive_leave_one_out(

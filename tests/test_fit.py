@@ -164,7 +164,7 @@ def test_fit_errors() -> None:
     with pytest.raises(NoMatchError, match="not in the store"):
         sd.fit([(f"fruit {i}", "banana") for i in range(10)])
     # A query no encoder can read (a lone surrogate, as a lookup refuses it).
-    with pytest.raises(InvalidValueError, match="pair #3.*lone surrogate"):
+    with pytest.raises(InvalidValueError, match=r"pair #3.*lone surrogate"):
         sd.fit([(f"fruit {i}", "apple") for i in range(3)] + [("fru\udc80t", "apple")] * 7)
     assert sd.query_projection is None and sd.temperature == 0.05
     with pytest.raises(ConfigError, match="heldout"):

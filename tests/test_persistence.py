@@ -329,7 +329,7 @@ def test_a_path_that_cannot_hold_a_store_is_refused_and_leaves_nothing(tmp_path:
     that is no text are softdict errors for save and load alike (they were NotADirectoryError,
     ValueError, OSError and TypeError)."""
     sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
-    with pytest.raises(StoreFormatError, match="parent folder .*typo.sub does not exist"):
+    with pytest.raises(StoreFormatError, match=r"parent folder .*typo.sub does not exist"):
         SoftDict.load(tmp_path / "typo" / "sub" / "prices", encoder=FakeEncoder())
     with pytest.raises(StoreFormatError, match="the folder does not exist"):
         SoftDict.load(tmp_path / "prices", encoder=FakeEncoder())
@@ -343,7 +343,7 @@ def test_a_path_that_cannot_hold_a_store_is_refused_and_leaves_nothing(tmp_path:
         with pytest.raises(StoreFormatError, match="cannot"):
             call(tmp_path / ("z" * 300))  # past the system's 255 bytes a name
         for not_text in (str(tmp_path / "s").encode(), None, 5):
-            with pytest.raises(ConfigError, match="a str or an os.PathLike"):
+            with pytest.raises(ConfigError, match=r"a str or an os\.PathLike"):
                 call(not_text)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
     assert (tmp_path / "notes.txt").read_text() == "x"
