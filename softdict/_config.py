@@ -10,7 +10,9 @@ store resolves them, so a registered plug-in is a valid option without changes h
 
 from __future__ import annotations
 
+import difflib
 import functools
+import inspect
 import math
 import numbers
 from collections.abc import Callable, Iterable
@@ -229,8 +231,20 @@ def noting_named_options(init: Callable[..., None]) -> Callable[..., None]:
     every option, the default filled in where the caller named none, so this notes which the
     caller named, in ``self._named_options``, before it runs (``SoftDictConfig.naming``)."""
 
+    parameters = inspect.signature(init).parameters.values()
+    known = [p.name for p in parameters if p.name != "self" and p.kind is not p.VAR_KEYWORD]
+
     @functools.wraps(init)
     def init_noting(self: Any, *args: Any, **options: Any) -> None:
+        unknown = [name for name in options if name not in known]
+        if unknown and len(known) == len(parameters) - 1:  # no **options: Python's TypeError,
+            # with the options that are, and the one meant
+            near = difflib.get_close_matches(unknown[0], known, n=1)
+            raise TypeError(
+                f"{type(self).__name__}() got an unknown option {unknown[0]!r}"
+                + (f": did you mean {near[0]!r}?" if near else ".")
+                + f" Its options: {', '.join(known)}"
+            )
         self._named_options = frozenset(options)
         init(self, *args, **options)
 

@@ -3,12 +3,15 @@ config model checks each value, so a bad one raises and changes nothing)."""
 
 from __future__ import annotations
 
+import difflib
+import functools
+
 import numpy as np
 import numpy.typing as npt
 
 from softdict._arguments import embedding_array
 from softdict._config import ValueKind
-from softdict._errors import InvalidValueError, ValueShapeError
+from softdict._errors import ConfigError, InvalidValueError, ValueShapeError
 from softdict._facade import Facade
 from softdict._similarity import Similarity
 from softdict.encoders import TextEncoder
@@ -16,8 +19,31 @@ from softdict.encoders import TextEncoder
 __all__ = ["OptionProperties"]
 
 
+@functools.cache
+def _properties(cls: type) -> tuple[str, ...]:
+    """The public properties of ``cls``: its options, and what it reports."""
+    return tuple(
+        name
+        for name in dir(cls)
+        if not name.startswith("_") and isinstance(getattr(cls, name, None), property)
+    )
+
+
 class OptionProperties(Facade):
     """The options of a ``SoftDict`` and what its store holds, as properties."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """ConfigError for a public name that the class lacks but that is spelled almost as one
+        of its properties (``sd.temprature = 0.5`` was kept as a new attribute, and changed
+        nothing); any other name is set as on any object."""
+        if not name.startswith("_") and not hasattr(type(self), name):
+            near = difflib.get_close_matches(name, _properties(type(self)), n=1, cutoff=0.8)
+            if near:
+                raise ConfigError(
+                    f"{type(self).__name__} has no option {name!r}: did you mean {near[0]!r}? "
+                    f"(setting {name!r} would change nothing)"
+                )
+        super().__setattr__(name, value)
 
     @property
     def similarity(self) -> Similarity:

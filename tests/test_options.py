@@ -138,6 +138,24 @@ def test_number_options_set_later_refuse_true_and_false_and_progress_takes_them(
     assert sd._store.config.progress is True
 
 
+def test_a_misspelt_option_is_an_error_that_names_the_option_meant() -> None:
+    """An option spelled wrong, given to the constructor or set later, says which one was meant
+    (set later, it was kept as a new attribute and changed nothing); other attributes are set
+    as on any object."""
+    with pytest.raises(TypeError, match=r"unknown option 'temprature': did you mean 'temperature'"):
+        SoftDict({"apple": 1.0}, encoder=FakeEncoder(), temprature=0.5)  # type: ignore[call-arg]
+    with pytest.raises(TypeError, match=r"unknown option 'x'\. Its options: data, encoder, "):
+        SoftDict(x=1)  # type: ignore[call-arg]
+    sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
+    for wrong, meant in (("temprature", "temperature"), ("lexicl", "lexical"), ("top_K", "top_k")):
+        with pytest.raises(ConfigError, match=f"no option '{wrong}': did you mean '{meant}'"):
+            setattr(sd, wrong, 0.5)
+        assert not hasattr(sd, wrong)
+    assert sd.temperature == 0.05 and sd.lexical == 1.0
+    sd.note = "mine"  # not close to any option: an attribute like any other
+    assert sd.note == "mine"
+
+
 @pytest.mark.parametrize("bad", [1, 0, "no", "yes", 1.0])
 def test_progress_takes_only_true_false_or_none(bad: object) -> None:
     """pydantic's bool took 1, "yes" and "no" (which drew no bar, or a bar, by its spelling)."""
