@@ -4,7 +4,6 @@ config model checks each value, so a bad one raises and changes nothing)."""
 from __future__ import annotations
 
 import difflib
-import functools
 
 import numpy as np
 import numpy.typing as npt
@@ -19,9 +18,9 @@ from softdict.encoders import TextEncoder
 __all__ = ["OptionProperties"]
 
 
-@functools.cache
 def _properties(cls: type) -> tuple[str, ...]:
-    """The public properties of ``cls``: its options, and what it reports."""
+    """The public properties of ``cls``: its options, and what it reports (read only where a
+    public attribute the class lacks is set, which a store never does itself)."""
     return tuple(
         name
         for name in dir(cls)
