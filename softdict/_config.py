@@ -160,6 +160,15 @@ class SoftDictConfig(BaseModel):
             raise ValueError(f"must be a whole number (an int), not {type(value).__name__}")
         return value
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _text_not_bytes(cls, value: object) -> object:
+        # pydantic's lax mode decoded them (combination=b"rule-6"), where keys and queries refuse
+        # bytes: an option is text or a number, as typed.
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            raise ValueError("must be text (a str) or a number, not bytes: decode it first")
+        return value
+
     @field_validator("progress", mode="before")
     @classmethod
     def _progress_true_false_or_none(cls, value: object) -> object:

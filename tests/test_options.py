@@ -156,6 +156,22 @@ def test_a_misspelt_option_is_an_error_that_names_the_option_meant() -> None:
     assert sd.note == "mine"
 
 
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("combination", "rule-6"), ("similarity", "dot"), ("index", "flat"), ("value_kind", "vector")],
+)
+def test_an_option_given_as_bytes_is_refused_as_keys_and_queries_are(name: str, text: str) -> None:
+    """pydantic's lax mode decoded bytes: combination=b"rule-6" was taken, where a key or a
+    query given as bytes is refused."""
+    for given in (text.encode(), bytearray(text.encode())):
+        with pytest.raises(ConfigError, match=rf"{name}=.*not bytes: decode it first"):
+            SoftDict(encoder=FakeEncoder(), **{name: given})
+    sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
+    with pytest.raises(ConfigError, match="not bytes"):
+        sd.combination = b"rule-6"  # type: ignore[assignment]
+    assert sd.combination == "rule-7"
+
+
 @pytest.mark.parametrize("bad", [1, 0, "no", "yes", 1.0])
 def test_progress_takes_only_true_false_or_none(bad: object) -> None:
     """pydantic's bool took 1, "yes" and "no" (which drew no bar, or a bar, by its spelling)."""
