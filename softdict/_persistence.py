@@ -325,10 +325,9 @@ def load_store(
 
     The store's lock is held while recovering and reading the files into memory, and released
     before the encoder loads."""
+    # Checked before the lock, whose file would make a missing parent folder. A missing store in
+    # a folder is found under the lock: a save of it may be between its renames.
     folder = store_folder(path, "load")
-    if not folder.exists() and not (_siblings(folder, "new") or _siblings(folder, "old")):
-        # Nothing to recover either: said before the lock, whose file would be left behind.
-        raise StoreFormatError(f"no softdict store at {folder}: the folder does not exist")
     with _locked(folder, timeout, writing=False):
         _recover(folder)
         if not folder.is_dir():
