@@ -241,12 +241,14 @@ def noting_named_options(init: Callable[..., None]) -> Callable[..., None]:
     caller named, in ``self._named_options``, before it runs (``SoftDictConfig.naming``)."""
 
     parameters = inspect.signature(init).parameters.values()
-    known = [p.name for p in parameters if p.name != "self" and p.kind is not p.VAR_KEYWORD]
+    known = [p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    known = [name for name in known if name != "self"]
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
 
     @functools.wraps(init)
     def init_noting(self: Any, *args: Any, **options: Any) -> None:
         unknown = [name for name in options if name not in known]
-        if unknown and len(known) == len(parameters) - 1:  # no **options: Python's TypeError,
+        if unknown and not takes_any:  # no **options: Python's TypeError,
             # with the options that are, and the one meant
             near = difflib.get_close_matches(unknown[0], known, n=1)
             raise TypeError(

@@ -230,6 +230,8 @@ def test_query_projection_is_checked_when_set() -> None:
         sd.query_projection = np.eye(16) * 1e39
     with pytest.raises(InvalidValueError, match="float32"):
         sd.query_projection = np.eye(16, dtype=object) * 10**400
+    with pytest.raises(InvalidValueError, match="float32"):  # its cast warned of the overflow
+        sd.query_projection = np.eye(16, dtype=object) * 1e39
     # Not real numbers: these were cast (booleans to 0 and 1, complex numbers to their real
     # part) or raised numpy's own errors.
     for not_numbers in (

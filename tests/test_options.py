@@ -144,7 +144,7 @@ def test_a_misspelt_option_is_an_error_that_names_the_option_meant() -> None:
     as on any object."""
     with pytest.raises(TypeError, match=r"unknown option 'temprature': did you mean 'temperature'"):
         SoftDict({"apple": 1.0}, encoder=FakeEncoder(), temprature=0.5)  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match=r"unknown option 'x'\. Its options: data, encoder, "):
+    with pytest.raises(TypeError, match=r"unknown option 'x'\. Its options: encoder, "):
         SoftDict(x=1)  # type: ignore[call-arg]
     sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
     for wrong, meant in (("temprature", "temperature"), ("lexicl", "lexical"), ("top_K", "top_k")):

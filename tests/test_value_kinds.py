@@ -411,13 +411,17 @@ def test_numpy_numbers_are_the_labels_they_hold(fake_encoder) -> None:
     got = [sd[key] for key in "abcde"]
     assert got == [3, 3, True, [0.5, 7], {"id": -2}]
     assert [type(value) for value in got[:3]] == [int, int, bool]
-    assert sd.attend("a").distribution[np.int64(3)] == sd.attend("a").distribution[3]
+    distribution = sd.attend("a").distribution
+    assert distribution[np.int64(3)] == distribution[3] > 0
+    assert np.longdouble(3) not in distribution  # a label no store holds: not found, no error
     for bad in [
         np.uint64(2**64 - 1),
         [np.uint64(2**63)],
         np.float64("nan"),
         np.complex64(1j),
         np.datetime64("2020-01-01"),
+        np.longdouble(1.5),  # its item() is itself: json.dumps recursed until Python's limit
+        [np.longdouble(1.5)],
     ]:
         with pytest.raises(ValueKindError, match="'bad'"):
             sd.update({"ok": 1, "bad": bad})

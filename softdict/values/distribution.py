@@ -26,7 +26,9 @@ def _numpy_number(value: object) -> object:
     one it holds; anything else (a complex number, a date, an array, an object) refused as
     ``json`` refuses it."""
     if isinstance(value, np.generic) and value.dtype.kind in "biuf":
-        return value.item()
+        plain = value.item()
+        if not isinstance(plain, np.generic):  # np.longdouble's item() is itself: refused
+            return plain
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
