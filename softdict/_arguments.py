@@ -159,8 +159,7 @@ def embedding_array(embeddings: object, what: str, expected: str = _EMBEDDINGS) 
         array = np.asarray(embeddings)
         if array.dtype.kind == "O":  # Python objects: numbers (Decimal, Fraction) convert
             _check_objects(array, what, expected)
-            with np.errstate(over="ignore"):  # to infinity, which the caller refuses (docstring)
-                array = array.astype(np.float32)
+            array = array.astype(np.float64)  # float32 below, in one place
     except ValueShapeError:  # _check_objects' own, which says it all
         raise
     except (TypeError, ValueError) as exc:  # a ragged list, or objects that are no numbers

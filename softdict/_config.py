@@ -241,8 +241,8 @@ def noting_named_options(init: Callable[..., None]) -> Callable[..., None]:
     caller named, in ``self._named_options``, before it runs (``SoftDictConfig.naming``)."""
 
     parameters = inspect.signature(init).parameters.values()
-    known = [p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    known = [name for name in known if name != "self"]
+    named = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    known = [p.name for p in parameters if p.kind in named and p.name != "self"]
     takes_any = any(p.kind is p.VAR_KEYWORD for p in parameters)
 
     @functools.wraps(init)
