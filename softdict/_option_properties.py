@@ -4,6 +4,7 @@ config model checks each value, so a bad one raises and changes nothing)."""
 from __future__ import annotations
 
 import difflib
+import inspect
 
 import numpy as np
 import numpy.typing as npt
@@ -19,8 +20,7 @@ __all__ = ["OptionProperties"]
 
 
 def _properties(cls: type) -> tuple[str, ...]:
-    """The public properties of ``cls``: its options, and what it reports (read only where a
-    public attribute the class lacks is set, which a store never does itself)."""
+    """The public properties of ``cls``: its options, and what it reports."""
     return tuple(
         name
         for name in dir(cls)
@@ -28,20 +28,59 @@ def _properties(cls: type) -> tuple[str, ...]:
     )
 
 
+def _settable(cls: type) -> tuple[str, ...]:
+    """The properties of ``cls`` that can be set on a live store."""
+    return tuple(name for name in _properties(cls) if getattr(cls, name).fset is not None)
+
+
+def _constructor_options(cls: type) -> tuple[str, ...]:
+    """The keyword-only options of ``cls``'s constructor (``SoftDict(..., top_k=8)``)."""
+    parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]
+    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
+
+
+def _fixed_option_fault(cls: type, name: str) -> str | None:
+    """Why ``name`` cannot be set on a live ``cls``, or None where it can be (or is no option
+    and no property)."""
+    settable = ", ".join(_settable(cls))
+    if name in _constructor_options(cls) and name not in _settable(cls):
+        return (
+            f"{name} cannot change on a live {cls.__name__}: it is chosen when one is made "
+            f"({cls.__name__}(..., {name}=...)) and stays with it. The options that can be set "
+            f"afterwards: {settable}"
+        )
+    if name in _properties(cls) and name not in _settable(cls):
+        return (
+            f"{name} is read only: it reports what the store holds. The options that can be "
+            f"set: {settable}"
+        )
+    return None
+
+
 class OptionProperties(Facade):
     """The options of a ``SoftDict`` and what its store holds, as properties."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        """ConfigError for a public name that the class lacks but that is spelled almost as one
-        of its properties (``sd.temprature = 0.5`` was kept as a new attribute, and changed
-        nothing); any other name is set as on any object."""
-        if not name.startswith("_") and not hasattr(type(self), name):
-            near = difflib.get_close_matches(name, _properties(type(self)), n=1, cutoff=0.8)
-            if near:
-                raise ConfigError(
-                    f"{type(self).__name__} has no option {name!r}: did you mean {near[0]!r}? "
-                    f"(setting {name!r} would change nothing)"
-                )
+        """ConfigError for a public name that cannot take effect: an option fixed when the
+        store was made (``sd.batch_size = 4`` was kept as a new attribute and changed nothing),
+        something the store reports (Python's AttributeError said only "has no setter"), or a
+        name spelled almost as an option (``sd.temprature = 0.5``). Private names, settable
+        options and any other name are set as on any object."""
+        if not name.startswith("_"):
+            cls = type(self)
+            fixed = _fixed_option_fault(cls, name)
+            if fixed:
+                raise ConfigError(fixed)
+            if not hasattr(cls, name):
+                options = sorted(set(_properties(cls)) | set(_constructor_options(cls)))
+                near = difflib.get_close_matches(name, options, n=1, cutoff=0.8)
+                if near:
+                    raise ConfigError(
+                        f"{cls.__name__} has no option {name!r}: did you mean {near[0]!r}? "
+                        f"(setting {name!r} would change nothing"
+                        + ("" if near[0] in _settable(cls) else f"; {near[0]} cannot be set")
+                        + ")"
+                    )
         super().__setattr__(name, value)
 
     @property

@@ -157,6 +157,31 @@ def test_a_misspelt_option_is_an_error_that_names_the_option_meant() -> None:
 
 
 @pytest.mark.parametrize(
+    ("name", "value"), [("batch_size", 4), ("top_k", 3), ("index", "flat"), ("encoder", None)]
+)
+def test_an_option_fixed_at_construction_cannot_be_set_later(name: str, value: object) -> None:
+    """``sd.batch_size = 4`` was kept as a new attribute and changed nothing (and setting
+    ``top_k`` raised Python's bare "has no setter"): a ConfigError says how the option is
+    chosen and which ones can be set, and the store is as it was."""
+    sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder(), batch_size=8)
+    before = (sd.top_k, sd.index_description, sd.encoder, sd.__dict__.copy())
+    with pytest.raises(
+        ConfigError,
+        match=rf"{name} cannot change on a live SoftDict: .*"
+        rf"SoftDict\(\.\.\., {name}=\.\.\.\).* set afterwards: combination, ",
+    ):
+        setattr(sd, name, value)
+    assert (sd.top_k, sd.index_description, sd.encoder, sd.__dict__) == before
+    with pytest.raises(ConfigError, match="index_description is read only"):
+        sd.index_description = "flat"  # type: ignore[misc]
+    with pytest.raises(
+        ConfigError, match=r"did you mean 'batch_size'\? .*batch_size cannot be set"
+    ):
+        sd.batch_sise = 4
+    assert sd.lookup("apple") == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
     ("name", "text"),
     [("combination", "rule-6"), ("similarity", "dot"), ("index", "flat"), ("value_kind", "vector")],
 )
