@@ -19,8 +19,10 @@ __all__ = [
     "check_key",
     "check_min_score",
     "check_unicode",
+    "checked_embeddings",
     "embedding_array",
     "embedding_items",
+    "projected_queries",
     "query_texts",
     "update_items",
 ]
@@ -190,3 +192,42 @@ def _check_objects(array: np.ndarray, what: str, expected: str) -> None:
     others = sorted(kind.__name__ for kind in kinds if not issubclass(kind, numbers.Number))
     if others:
         raise ValueShapeError(f"{what} hold {others[0]} objects, which are no numbers; {expected}")
+
+
+def checked_embeddings(embeddings: Any, dim: int | None, what: str) -> np.ndarray:
+    """``embeddings`` as float32 (n, d) for a store of ``dim``-dim keys (None: any d >= 1), or
+    ValueShapeError (another dimension) or InvalidValueError (NaN, infinity); ``what`` names them
+    in the message."""
+    array = embedding_array(embeddings, what)
+    if array.ndim != 2 or (dim is not None and array.shape[1] != dim) or array.shape[1] == 0:
+        expected = f"(n, {dim})" if dim is not None else "(n, d) with d >= 1"
+        advice = (
+            f": this store's keys are {dim}-dim embeddings, so queries and new keys must be "
+            f"too (use the encoder the store was built with)"
+            if dim is not None
+            else ""
+        )
+        raise ValueShapeError(f"{what} have shape {array.shape}, expected {expected}{advice}")
+    if not np.all(np.isfinite(array)):
+        raise InvalidValueError(
+            f"{what} contain NaN or infinity (or values beyond float32 range); "
+            f"embeddings must be finite"
+        )
+    return array
+
+
+def projected_queries(queries: np.ndarray, projection: np.ndarray | None) -> np.ndarray:
+    """Checked query embeddings (m, d) projected by W_q (``query_projection``), or
+    InvalidValueError where the projection takes them past float32's range: a projection with
+    finite but huge entries gave NaN scores, and every lookup answered NaN."""
+    if projection is None:
+        return queries
+    with np.errstate(over="ignore", invalid="ignore"):
+        projected = queries @ projection.T
+    if not np.all(np.isfinite(projected)):
+        raise InvalidValueError(
+            "query_projection takes these query embeddings beyond float32's range (about "
+            "±3.4e38): its entries are too large for them. Scale it down, or set "
+            "query_projection = None to drop it"
+        )
+    return projected

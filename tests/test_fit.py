@@ -257,6 +257,23 @@ def test_query_projection_is_checked_when_set() -> None:
         SoftDict(encoder=FakeEncoder()).query_projection = np.eye(16)
 
 
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "l2", "scaled_dot"])
+def test_a_projection_that_overflows_the_queries_is_an_error_not_nan(similarity: str) -> None:
+    """Finite entries near float32's limit are taken, but they carry a query past it: every
+    lookup answered NaN (with numpy's overflow warnings). Now the lookup says so, and the
+    store answers again once the projection is dropped."""
+    sd = SoftDict({"apple": 1.0, "pear": 2.0}, encoder=FakeEncoder(), similarity=similarity)
+    before = sd.lookup("apple")
+    sd.query_projection = np.eye(16, dtype=np.float32) * 3e38
+    for lookup in (lambda: sd.lookup("apple"), lambda: sd.attend(["apple", "pear"])):
+        with pytest.raises(InvalidValueError, match=r"query_projection takes .* float32"):
+            lookup()
+    sd.query_projection = np.eye(16, dtype=np.float32) * 2.0  # large enough, not too large
+    assert np.isfinite(sd.lookup("apple"))
+    sd.query_projection = None
+    assert sd.lookup("apple") == before
+
+
 def test_a_projection_kept_through_clear_must_fit_the_new_keys() -> None:
     sd = SoftDict({"apple": 1.0, "pear": 2.0}, encoder=FakeEncoder())
     sd.query_projection = np.eye(16)

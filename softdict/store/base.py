@@ -26,11 +26,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from softdict._arguments import embedding_array
+from softdict._arguments import checked_embeddings, projected_queries
 from softdict._config import SoftDictConfig
 from softdict._errors import (
     EmptyStoreError,
-    InvalidValueError,
     KeyTypeError,
     ValueKindError,
     ValueShapeError,
@@ -49,7 +48,6 @@ __all__ = [
     "StoreState",
     "check_inferred_kind",
     "check_projection_fits",
-    "checked_embeddings",
     "copy_into",
     "dump_files",
     "write_column",
@@ -222,10 +220,7 @@ class Store(ABC):
         """Raw query embeddings (m, d) as the backend scores them: checked (ValueShapeError,
         InvalidValueError), projected by W_q, prepared for the similarity."""
         checked = self.checked_embeddings(embeddings, "query embeddings")
-        projection = self.projection
-        if projection is not None:
-            checked = checked @ projection.T
-        return self.config.similarity.prepare_queries(checked)
+        return self.config.similarity.prepare_queries(projected_queries(checked, self.projection))
 
     def allow(self, mask: Mask) -> Allow | None:
         """The ids a mask lets a lookup attend to; None for no mask.
@@ -360,28 +355,6 @@ def dump_files(*parts: StoreFiles) -> StoreFiles:
                 raise RuntimeError(f"two parts of the store both write {name}")
             files[name] = content
     return files
-
-
-def checked_embeddings(embeddings: Any, dim: int | None, what: str) -> np.ndarray:
-    """``embeddings`` as float32 (n, d) for a store of ``dim``-dim keys (None: any d >= 1), or
-    ValueShapeError (another dimension) or InvalidValueError (NaN, infinity); ``what`` names them
-    in the message."""
-    array = embedding_array(embeddings, what)
-    if array.ndim != 2 or (dim is not None and array.shape[1] != dim) or array.shape[1] == 0:
-        expected = f"(n, {dim})" if dim is not None else "(n, d) with d >= 1"
-        advice = (
-            f": this store's keys are {dim}-dim embeddings, so queries and new keys must be "
-            f"too (use the encoder the store was built with)"
-            if dim is not None
-            else ""
-        )
-        raise ValueShapeError(f"{what} have shape {array.shape}, expected {expected}{advice}")
-    if not np.all(np.isfinite(array)):
-        raise InvalidValueError(
-            f"{what} contain NaN or infinity (or values beyond float32 range); "
-            f"embeddings must be finite"
-        )
-    return array
 
 
 def copy_into(source: Store, target: StoreT, batch: int = 4096) -> StoreT:
