@@ -72,16 +72,18 @@ def embedding_items(keys: object, values: object) -> tuple[list[str], list[objec
     return [check_key(key, f" (item #{i})") for i, key in enumerate(keys)], list(values)
 
 
-def check_unicode(text: str, what: str) -> None:
+def check_unicode(text: str, what: str, doing: str | None = None) -> None:
     """InvalidValueError for text that is not valid Unicode (a lone surrogate, as
-    ``bytes.decode(errors="surrogateescape")`` leaves): it could not be saved as UTF-8."""
+    ``bytes.decode(errors="surrogateescape")`` leaves): it could not be saved as UTF-8.
+    ``doing``: what the message says to fix it before (default: looking up a query, inserting
+    anything else)."""
     if text.isascii():
         return
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         # A query is never saved, but no encoder can read it either.
-        after = "looking it up" if what.startswith("query") else "inserting it"
+        after = doing or ("looking it up" if what.startswith("query") else "inserting it")
         cannot = "be encoded" if what.startswith("query") else "be saved"
         raise InvalidValueError(
             f"{what} {text!r:.60} holds {text[exc.start]!r} at position {exc.start}, a lone "

@@ -93,7 +93,8 @@ def examples_from(pairs: Iterable[object]) -> list[tuple[str, str]]:
             raise KeyTypeError(
                 f"fit() takes (query, target key) pairs of strings; pair #{i} is {pair!r:.60}"
             )
-        check_unicode(pair[0], f"query of pair #{i}")  # as a lookup checks it: no encoder reads it
+        # As a lookup checks it: no encoder reads it.
+        check_unicode(pair[0], f"query of pair #{i}", "passing it to fit")
         examples.append((str(pair[0]), str(pair[1])))
     return examples
 
@@ -114,8 +115,10 @@ def heldout_first(
     if n_out < 2 or len(queries) - n_out < 2:
         raise ConfigError(
             f"fit needs at least 2 training and 2 held-out queries (it holds out every pair of a "
-            f"query together); {len(queries)} distinct queries in {len(examples)} pairs with "
-            f"heldout={heldout} give {len(queries) - n_out} and {n_out}"
+            f"query together); {len(queries)} distinct "
+            f"{'query' if len(queries) == 1 else 'queries'} in {len(examples)} "
+            f"pair{'' if len(examples) == 1 else 's'} with heldout={heldout} give "
+            f"{len(queries) - n_out} and {n_out}"
         )
     order = np.random.default_rng(seed).permutation(len(queries))
     out = {queries[i] for i in order[:n_out]}
