@@ -31,6 +31,7 @@ __all__ = [
     "SoftDictConfig",
     "ValueKind",
     "check_number",
+    "constructor_options",
     "noting_named_options",
     "shown_option",
 ]
@@ -259,7 +260,22 @@ def noting_named_options(init: Callable[..., None]) -> Callable[..., None]:
         self._named_options = frozenset(options)
         init(self, *args, **options)
 
+    setattr(init_noting, _OPTIONS, tuple(known))
     return init_noting
+
+
+# Where ``noting_named_options`` leaves a constructor's options, for ``constructor_options``.
+_OPTIONS = "_softdict_options"
+
+
+def constructor_options(cls: type) -> tuple[str, ...]:
+    """The options of the ``noting_named_options`` constructor ``cls`` inherits or defines
+    (``SoftDict``'s, in a subclass with a constructor of its own too); () where there is none."""
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is not None and hasattr(init, _OPTIONS):
+            return tuple(getattr(init, _OPTIONS))
+    return ()
 
 
 def check_number(

@@ -4,13 +4,12 @@ config model checks each value, so a bad one raises and changes nothing)."""
 from __future__ import annotations
 
 import difflib
-import inspect
 
 import numpy as np
 import numpy.typing as npt
 
 from softdict._arguments import embedding_array
-from softdict._config import ValueKind
+from softdict._config import ValueKind, constructor_options
 from softdict._errors import ConfigError, InvalidValueError, ValueShapeError
 from softdict._facade import Facade
 from softdict._similarity import Similarity
@@ -33,17 +32,11 @@ def _settable(cls: type) -> tuple[str, ...]:
     return tuple(name for name in _properties(cls) if getattr(cls, name).fset is not None)
 
 
-def _constructor_options(cls: type) -> tuple[str, ...]:
-    """The keyword-only options of ``cls``'s constructor (``SoftDict(..., top_k=8)``)."""
-    parameters = inspect.signature(cls.__init__).parameters.values()  # type: ignore[misc]
-    return tuple(p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY)
-
-
 def _fixed_option_fault(cls: type, name: str) -> str | None:
     """Why ``name`` cannot be set on a live ``cls``, or None where it can be (or is no option
     and no property)."""
     settable = ", ".join(_settable(cls))
-    if name in _constructor_options(cls) and name not in _settable(cls):
+    if name in constructor_options(cls) and name not in _settable(cls):
         return (
             f"{name} cannot change on a live {cls.__name__}: it is chosen when one is made "
             f"({cls.__name__}(..., {name}=...)) and stays with it. The options that can be set "
@@ -72,7 +65,7 @@ class OptionProperties(Facade):
             if fixed:
                 raise ConfigError(fixed)
             if not hasattr(cls, name):
-                options = sorted(set(_properties(cls)) | set(_constructor_options(cls)))
+                options = sorted(set(_properties(cls)) | set(constructor_options(cls)))
                 near = difflib.get_close_matches(name, options, n=1, cutoff=0.8)
                 if near:
                     raise ConfigError(

@@ -181,6 +181,22 @@ def test_an_option_fixed_at_construction_cannot_be_set_later(name: str, value: o
     assert sd.lookup("apple") == pytest.approx(1.0)
 
 
+def test_a_subclass_sets_its_own_options_as_attributes() -> None:
+    """Only SoftDict's own options are fixed: a subclass's constructor keeps its options as
+    attributes, and SoftDict's stay fixed in it."""
+
+    class Priced(SoftDict):
+        def __init__(self, data: dict[str, float], *, currency: str = "EUR", **options: object):
+            self.currency = currency
+            super().__init__(data, **options)
+
+    sd = Priced({"apple": 1.0}, currency="USD", encoder=FakeEncoder())
+    sd.currency = "GBP"
+    assert sd.currency == "GBP" and sd.lookup("apple") == pytest.approx(1.0)
+    with pytest.raises(ConfigError, match="batch_size cannot change on a live Priced"):
+        sd.batch_size = 4
+
+
 @pytest.mark.parametrize(
     ("name", "text"),
     [("combination", "rule-6"), ("similarity", "dot"), ("index", "flat"), ("value_kind", "vector")],
