@@ -6,12 +6,11 @@ efSearch >= k candidates, so its cost grows with k (the retrieval policy then se
 A search keeps k/2 + 128 candidates more than k (``ef_for``), and the graph is built with
 efConstruction = 100: with efSearch = k and efConstruction = 40, recall@k on real text was
 0.89-0.97, below the 0.95 that top-k attention needs (benchmarks/real_scale.py measures it).
-Building is most of a large store's build time, and what it buys was measured once more (10^5
-real names and words on ``bundled-static``, 256 dims, 300 held-out keys as queries, 2 threads
-of an AMD EPYC): efConstruction 100 took 9.3 s at recall@64/256/1024 0.984/0.984/0.990; 40
-took 5.1 s at 0.963/0.972/0.987, M = 16 with 40 2.9 s at 0.907/0.916/0.940. IVF-Flat over
-256-1,024 k-means cells, built in 0.3-1.3 s, reached 0.93/0.93/0.91 only when it read a
-quarter of the keys (nprobe 64 of 256), at 1.2-1.4 ms a query against 0.2-1.7 for the graph.
+Building is most of a large store's build time; what it buys, at 10^5 real names and words on
+``bundled-static`` (benchmarks/graph_build.py, 2 threads of an AMD EPYC): efConstruction 100
+took 8.9 s at recall@64/256/1024 0.984/0.984/0.990, 40 took 4.7 s at 0.963/0.972/0.987, M = 16
+with 40 2.8 s at 0.907/0.916/0.940. IVF-Flat over 256-1,024 k-means cells, built in 0.2-1.3 s,
+reached 0.93/0.93/0.91 only by reading a quarter of the keys (nprobe 64 of 256).
 
 It also keeps k-means cells over its keys (``softdict.index._cells``): an estimated attention
 draws its sampled tail near the query by them, and gathers the sampled vectors from the graph's
