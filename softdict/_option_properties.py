@@ -57,16 +57,18 @@ class OptionProperties(Facade):
         """ConfigError for a public name that cannot take effect: an option fixed when the
         store was made (``sd.batch_size = 4`` was kept as a new attribute and changed nothing),
         something the store reports (Python's AttributeError said only "has no setter"), or a
-        name spelled almost as an option (``sd.temprature = 0.5``). Private names, settable
-        options and any other name are set as on any object."""
+        name that is an option but for case (``sd.Temperature``), or spelled almost as one that
+        can be set (``sd.temprature = 0.5``). Only those: a subclass's own attributes
+        (``seeds``, ``indexes``) are set as on any object, as are private names."""
         if not name.startswith("_"):
             cls = type(self)
             fixed = _fixed_option_fault(cls, name)
             if fixed:
                 raise ConfigError(fixed)
             if not hasattr(cls, name):
-                options = sorted(set(_properties(cls)) | set(constructor_options(cls)))
-                near = difflib.get_close_matches(name, options, n=1, cutoff=0.8)
+                options = set(_properties(cls)) | set(constructor_options(cls))
+                near = [option for option in options if option.casefold() == name.casefold()]
+                near = near or difflib.get_close_matches(name, _settable(cls), n=1, cutoff=0.8)
                 if near:
                     raise ConfigError(
                         f"{cls.__name__} has no option {name!r}: did you mean {near[0]!r}? "
