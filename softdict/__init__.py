@@ -19,6 +19,7 @@ from softdict._errors import (
     StoreBusyError,
     StoreFormatError,
     StoreUnavailableError,
+    UnknownOptionError,
     ValueKindError,
     ValueShapeError,
 )
@@ -47,6 +48,7 @@ __all__ = [
     "StoreBusyError",
     "StoreFormatError",
     "StoreUnavailableError",
+    "UnknownOptionError",
     "ValueKind",
     "ValueKindError",
     "ValueShapeError",

@@ -22,7 +22,7 @@ from typing import Any, get_args
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from softdict._errors import ConfigError
+from softdict._errors import ConfigError, UnknownOptionError
 from softdict._similarity import Similarity
 
 __all__ = [
@@ -249,10 +249,10 @@ def noting_named_options(init: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(init)
     def init_noting(self: Any, *args: Any, **options: Any) -> None:
         unknown = [name for name in options if name not in known]
-        if unknown and not takes_any:  # no **options: Python's TypeError,
+        if unknown and not takes_any:  # no **options: a TypeError as Python's,
             # with the options that are, and the one meant
             near = difflib.get_close_matches(unknown[0], known, n=1)
-            raise TypeError(
+            raise UnknownOptionError(
                 f"{type(self).__name__}() got an unknown option {unknown[0]!r}"
                 + (f": did you mean {near[0]!r}?" if near else ".")
                 + f" Its options: {', '.join(known)}"

@@ -40,6 +40,7 @@ __all__ = [
     "StoreBusyError",
     "StoreFormatError",
     "StoreUnavailableError",
+    "UnknownOptionError",
     "ValueKindError",
     "ValueShapeError",
 ]
@@ -86,6 +87,11 @@ class InvalidValueError(SoftDictError, ValueError):
 
 class ConfigError(SoftDictError, ValueError):
     """An option passed to softdict is out of range or unknown."""
+
+
+class UnknownOptionError(ConfigError, TypeError):
+    """A constructor was given an option it does not have: a ``TypeError``, as Python raises
+    for an unknown keyword argument, and a ``ConfigError``."""
 
 
 class EncoderError(SoftDictError, ValueError):

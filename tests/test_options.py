@@ -144,6 +144,8 @@ def test_a_misspelt_option_is_an_error_that_names_the_option_meant() -> None:
     as on any object."""
     with pytest.raises(TypeError, match=r"unknown option 'temprature': did you mean 'temperature'"):
         SoftDict({"apple": 1.0}, encoder=FakeEncoder(), temprature=0.5)  # type: ignore[call-arg]
+    with pytest.raises(ConfigError, match="unknown option"):  # a softdict error too
+        SoftDict(encoder=FakeEncoder(), batch_sise=4)  # type: ignore[call-arg]
     with pytest.raises(TypeError, match=r"unknown option 'x'\. Its options: encoder, "):
         SoftDict(x=1)  # type: ignore[call-arg]
     sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
