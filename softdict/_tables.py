@@ -10,8 +10,10 @@ Unicode line separator inside a cell stays in the cell. Nothing is guessed quiet
   naming the first such cell; ``skip_bad_rows`` leaves those rows out and says how many;
 * a key given twice keeps its last value (as a dict does), its first, or is an error
   (``on_duplicate``), and the count is reported;
-* ragged rows, NUL bytes, duplicate column names, cells beyond csv's size limit and JSON nested
-  too deeply to read are errors with the line.
+* ragged rows, NUL bytes, duplicate column names (in a CSV header or a JSON object), cells
+  beyond csv's size limit and JSON nested too deeply to read are errors with the line, as are
+  a JSON row without the value (or null), a key of spaces only, and a number too small for a
+  float; a zero-padded number ("007") is a code, a number only where numbers were asked for.
 """
 
 from __future__ import annotations
@@ -228,10 +230,43 @@ def _deepest_line(text: str, limit: int = 500) -> int:
     return line
 
 
+class _Repeating(dict):  # type: ignore[type-arg]
+    """A JSON object that named a field more than once (``repeated``: the first such name);
+    json keeps the last value without a word, so the table refuses it (``_as_rows``)."""
+
+    repeated = ""
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, marked where it repeats a name (``_Repeating``)."""
+    names = [name for name, _ in pairs]
+    if len(set(names)) == len(names):
+        return dict(pairs)
+    marked = _Repeating(pairs)
+    marked.repeated = next(name for name in names if names.count(name) > 1)
+    return marked
+
+
+class _Vanishing(ValueError):
+    """A JSON number too small for a 64-bit float, which json reads as 0."""
+
+
+def _json_float(text: str) -> float:
+    number = float(text)
+    if _vanishes(text, number):
+        raise _Vanishing(text)
+    return number
+
+
 def _parse_json(path: Path, text: str, line: int | None = None) -> Any:
     where = f"line {line}" if line is not None else None
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_object, parse_float=_json_float)
+    except _Vanishing as exc:
+        raise InputError(
+            f"{path}: {where or 'the file'}: the number {exc} is too small for a 64-bit float "
+            f"(it would read as 0); fix it"
+        ) from None
     except json.JSONDecodeError as exc:
         at = where or f"line {exc.lineno}"
         raise InputError(f"{path}: invalid JSON at {at}: {exc.msg}") from None
@@ -247,6 +282,11 @@ def _as_rows(path: Path, items: list[Any], lines: list[int], where: str) -> Tabl
     for item, line in zip(items, lines):
         if not isinstance(item, dict):
             raise InputError(f"{path}: {where} {line} is not an object with named columns")
+        if isinstance(item, _Repeating):
+            raise InputError(
+                f"{path}: {where} {line} names the column {item.repeated!r} more than once "
+                f"(JSON would keep its last value only); name each column once"
+            )
         columns.extend(name for name in item if name not in columns)
     return Table(path, columns, items, lines, where)
 
@@ -290,19 +330,33 @@ _NUMBER = re.compile(
 )
 
 
-def _number(cell: object) -> int | float | None:
-    """A cell as a number: numbers as they are, text that reads as one (``_NUMBER``), else
-    None."""
+# Text that reads as a number but for a leading zero ("007", "0042"): a code, whose zeros a
+# number would lose. Taken as a number only where the value kind says numbers.
+_ZERO_PADDED = re.compile(r"\s*[+-]?0\d", re.ASCII)
+
+
+def _number(cell: object, padded: bool = False) -> int | float | None:
+    """A cell as a number: numbers as they are, text that reads as one (``_NUMBER``; with a
+    leading zero only where ``padded``), else None."""
     if isinstance(cell, bool):
         return None
     if isinstance(cell, (int, float)):
         return cell
     if not isinstance(cell, str) or not _NUMBER.fullmatch(cell):
         return None
+    if not padded and _ZERO_PADDED.match(cell):
+        return None
     try:
         return int(cell)
     except ValueError:
         return float(cell)
+
+
+def _vanishes(cell: object, number: float) -> bool:
+    """Whether ``cell``, text with a digit other than 0, read as the number 0: too small for a
+    64-bit float ("1e-400")."""
+    mantissa = cell.lower().split("e")[0] if isinstance(cell, str) else ""
+    return number == 0 and any(digit in mantissa for digit in "123456789")
 
 
 def _numeric(cells: list[object], value_kind: str | None, several: bool) -> bool:
@@ -343,23 +397,39 @@ def read_items(
     }
     result = TableItems({})
     first_line: dict[str, int] = {}
+    padded = value_kind in ("scalar", "vector")  # "007" is 7 only where numbers were asked for
     for row, line in zip(table.rows, table.lines):
         name = row.get(key)
-        if not isinstance(name, str) or not name:
+        if not isinstance(name, str) or not name.strip():
             raise InputError(f"{path}: {table.where} {line} has no text in the key column {key!r}")
         values: list[object] = []
         for column in columns:
-            cell = row.get(column)
-            if not numeric[column]:
+            problem, cell = None, row.get(column)
+            at = f"{table.where} {line}, column {column!r}"
+            if cell is None:  # a JSON row without the column, or with null in it
+                why = "is null" if column in row else "is missing (other rows have it)"
+                problem, advice = f"{at} {why}", "give every row a value"
+            elif not numeric[column]:
                 values.append(cell)
                 continue
-            number = _number(cell)
-            if number is None:
-                problem = f"{table.where} {line}, column {column!r}: {cell!r} is not a number"
+            else:
+                number = _number(cell, padded)
+                if number is None:
+                    problem = f"{at}: {cell!r} is not a number"
+                    advice = "the column holds numbers: fix the cell"
+                    if _number(cell, padded=True) is not None:  # "007"
+                        advice = (
+                            "a leading zero marks a code: pass --value-kind categorical to keep "
+                            "the column as text, or --value-kind scalar to read it as numbers"
+                        )
+                elif _vanishes(cell, number):
+                    problem = f"{at}: {cell!r} is too small for a 64-bit float (it would read as 0)"
+                    advice = "fix the cell"
+            if problem is not None:
                 if not skip_bad_rows:
                     raise InputError(
-                        f"{path}: {problem}, and the column holds numbers; fix the cell, or pass "
-                        f"--skip-bad-rows to leave such rows out"
+                        f"{path}: {problem}; {advice}, or pass --skip-bad-rows to leave such rows "
+                        f"out"
                     )
                 result.skipped.append(problem)
                 break

@@ -344,6 +344,80 @@ def test_a_cell_python_would_read_as_a_number_but_a_table_does_not_is_no_number(
     assert dict(SoftDict.load(store).items()) == {"apple": 10, "pear": 1000, "plum": -0.5}
 
 
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        (
+            '{"name":"a","price":"red"}\n{"name":"b","prize":"yellow"}\n{"name":"c","price":"red"}\n',
+            "t.jsonl",
+            "line 2, column 'price' is missing (other rows have it)",
+        ),
+        ('[{"name":"a"},{"name":"b","price":10}]', "t.json", "item 1, column 'price' is missing"),
+        ('[{"name":"a","price":"x"},{"name":"b","price":null}]', "t.json", "'price' is null"),
+    ],
+    ids=["misspelt field", "first row without it", "null"],
+)
+def test_a_json_row_without_the_value_is_an_error_or_skipped(
+    tmp_path: Path, content: str, name: str, message: str
+) -> None:
+    """A JSON row that lacks the value column (or holds null in it) was stored with None as
+    its value, and the value under a misspelt field name was lost without a word."""
+    result, store = build(tmp_path, content, name=name, check=False)
+    assert result.returncode == 1 and message in result.stderr
+    assert "--skip-bad-rows" in result.stderr and not Path(store).exists()
+    result, store = build(tmp_path, content, "--skip-bad-rows", name=name)
+    assert "left out 1 row" in result.stderr and None not in SoftDict.load(store).values()
+
+
+@pytest.mark.parametrize(
+    ("content", "name", "message"),
+    [
+        ('[{"name":"a","price":1,"price":2},{"name":"b","price":3}]', "t.json", "item 1"),
+        ('{"name":"a","name":"z","price":1}\n', "t.jsonl", "line 1"),
+    ],
+)
+def test_a_json_object_that_names_a_column_twice_is_an_error(
+    tmp_path: Path, content: str, name: str, message: str
+) -> None:
+    """JSON keeps the last of a repeated name without a word (a value, or a key, was lost);
+    a CSV header that names a column twice is refused, and so is this."""
+    result, store = build(tmp_path, content, name=name, check=False)
+    assert result.returncode == 1 and not Path(store).exists()
+    assert f"{message} names the column" in result.stderr and "more than once" in result.stderr
+
+
+@pytest.mark.parametrize("key", ["   ", "\t", "\u3000"])
+def test_a_key_cell_of_whitespace_only_has_no_text(tmp_path: Path, key: str) -> None:
+    """A blank key cell was refused but one of spaces stored as a key."""
+    rows = [{"name": "apple", "price": 10}, {"name": key, "price": 5}]
+    result, _ = build(tmp_path, json.dumps(rows), name="t.json", check=False)
+    assert result.returncode == 1 and "item 2 has no text in the key column 'name'" in result.stderr
+
+
+def test_zero_padded_codes_keep_their_zeros_unless_numbers_are_asked_for(tmp_path: Path) -> None:
+    """ "007" was read as the number 7: a column of such codes is text now, and a number
+    column holding one is an error that says how to choose."""
+    _, store = build(tmp_path, "name,price\napple,007\nbanana,042\npear,0\n")
+    assert dict(SoftDict.load(store).items()) == {"apple": "007", "banana": "042", "pear": "0"}
+    content = "name,price\napple,007\nbanana,12\npear,0.5\n"
+    result, _ = build(tmp_path, content, "--force", check=False)
+    assert result.returncode == 1 and "'007' is not a number" in result.stderr
+    assert "--value-kind categorical" in result.stderr and "--value-kind scalar" in result.stderr
+    content = "name,price\napple,007\nbanana,-042\n"
+    _, store = build(tmp_path, content, "--value-kind", "scalar", "--force")
+    assert dict(SoftDict.load(store).items()) == {"apple": 7, "banana": -42}
+
+
+def test_a_number_too_small_for_a_float_is_an_error_not_zero(tmp_path: Path) -> None:
+    result, store = build(tmp_path, "name,price\napple,1e-400\npear,2\n", check=False)
+    assert result.returncode == 1 and "'1e-400' is too small for a 64-bit float" in result.stderr
+    content = '{"name": "apple", "price": 2}\n{"name": "pear", "price": 1e-400}\n'
+    result, store = build(tmp_path, content, name="t.jsonl", check=False)
+    assert result.returncode == 1 and "line 2: the number 1e-400 is too small" in result.stderr
+    _, store = build(tmp_path, "name,price\napple,0e-400\npear,0.000\n")
+    assert dict(SoftDict.load(store).items()) == {"apple": 0.0, "pear": 0.0}
+
+
 def test_a_mostly_text_column_stays_labels(tmp_path: Path) -> None:
     _, store = build(tmp_path, "name,kind\napple,fruit\npear,fruit\nchair,3\n", "--value", "kind")
     assert SoftDict.load(store)["chair"] == "3"  # a label that reads as a number stays text
