@@ -13,6 +13,7 @@ serialised.
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import TypeVar
 
@@ -44,6 +45,25 @@ class Facade:
         made = cls.__new__(cls)
         made._attach(store, encoder)
         return made
+
+    def _copied(self: F, memo: dict[int, object] | None = None) -> F:
+        """An instance over a copy of the store, sharing the encoder, with the attributes a
+        subclass or its user set on this one (deep copies of them, given ``memo``): ``copy``,
+        ``copy.copy`` and ``copy.deepcopy`` dropped them without a word."""
+        with self._lock:
+            made = type(self)._from_store(self._store.copy(), self._encoder)
+            attributes = self._attributes()
+        if memo is not None:
+            memo[id(self)] = made  # an attribute that refers back to this store gets the copy
+            attributes = copy.deepcopy(attributes, memo)
+        made.__dict__.update(attributes)
+        return made
+
+    def _attributes(self) -> dict[str, object]:
+        """What was set on this instance besides its store, encoder, lock and constructor's
+        note: what a copy or a pickle carries over as it is."""
+        own = ("_store", "_encoder", "_lock", "_named_options")
+        return {name: value for name, value in vars(self).items() if name not in own}
 
     def _encode_queries(self, texts: list[str]) -> np.ndarray:
         return self._encoder.encode_queries(texts, batch_size=self._store.config.batch_size)

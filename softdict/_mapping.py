@@ -274,8 +274,7 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
     def copy(self) -> SoftDict:
         """An independent copy: the same options, keys, values, vectors and query projection
         (nothing is encoded again), sharing the encoder. Changes to one never reach the other."""
-        with self._lock:
-            return type(self)._from_store(self._store.copy(), self._encoder)
+        return self._copied()
 
     def copy_to(self, store: str = "memory", *, collection: str | None = None) -> SoftDict:
         """A copy of this SoftDict in another store: every key with its value and vector, the
@@ -308,11 +307,11 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             return type(self)._from_store(target, encoder)
 
     def __copy__(self) -> SoftDict:
-        return self.copy()
+        return self._copied()
 
     # The encoder is shared, not copied: it holds a model's weights and no state of the store.
     def __deepcopy__(self, memo: dict[int, object]) -> SoftDict:
-        return self.copy()
+        return self._copied(memo)
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickling: the store's contents and the encoder's name, never its weights; the
@@ -326,7 +325,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
                     f"with SoftDict.load(path, encoder=...)"
                 )
             state, files = self._store.snapshot()
-            return _unpickle, (type(self), state, files, self._encoder.identity())
+            arguments = (type(self), state, files, self._encoder.identity())
+            return _unpickle, arguments, self._attributes() or None
 
     @classmethod
     def fromkeys(cls, iterable: Iterable[str], value: object = None, /, **options: Any) -> SoftDict:

@@ -9,7 +9,7 @@ from collections.abc import Callable, ItemsView, KeysView, MutableMapping, Value
 import numpy as np
 import pytest
 from _milvus import MILVUS_KINDS, fresh_collection, milvus_location
-from _support import VALUE_KIND_OPTION, VALUE_SAMPLES, close, same_value
+from _support import VALUE_KIND_OPTION, VALUE_SAMPLES, FakeEncoder, close, same_value
 
 from softdict import SoftDict, ValueKind
 
@@ -310,6 +310,34 @@ def test_a_copy_is_independent_of_the_original(store, items, make_copy, backend)
     )
     assert sd.nearest("word3 thing3", k=4) == nearest_before
     assert all(key in twin for key, _ in twin.nearest("word3 thing3", k=4))
+
+
+class _Tagged(SoftDict):
+    """A subclass that keeps state of its own beside the store."""
+
+    @property
+    def unit(self) -> str:
+        return self._unit
+
+    @unit.setter
+    def unit(self, value: str) -> None:
+        self._unit = value
+
+
+def test_a_copy_carries_what_was_set_on_the_store() -> None:
+    """copy(), copy.copy and copy.deepcopy dropped a subclass's attributes (and a user's)
+    without a word; they carry them now, shallow or deep as each copies."""
+    sd = _Tagged({"apple": 1.0, "pear": 2.0}, encoder=FakeEncoder())
+    sd.unit, sd.tags = "EUR", ["fruit"]
+    sd.myself = sd
+    for make_copy, deep in ((copy.copy, False), (SoftDict.copy, False), (copy.deepcopy, True)):
+        twin = make_copy(sd)
+        assert type(twin) is _Tagged and (twin.unit, twin.tags) == ("EUR", ["fruit"])
+        assert (twin.tags is not sd.tags) is deep
+        assert twin.myself is (twin if deep else sd)
+        assert twin.nearest("apple", k=1) == sd.nearest("apple", k=1)
+        twin["plum"] = 3.0
+        assert "plum" not in sd
 
 
 def test_or_and_ior_follow_pep_584(make_store) -> None:

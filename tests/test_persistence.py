@@ -604,6 +604,19 @@ def test_pickle_round_trips_by_encoder_name_without_weights() -> None:
         pickle.dumps(SoftDict({"apple": 1.0}, encoder=FakeEncoder()))
 
 
+class _Priced(SoftDict):
+    """A subclass with state of its own, at module level so that pickle finds it."""
+
+
+def test_pickle_carries_what_was_set_on_the_store() -> None:
+    """A pickle held the store's contents alone: a subclass's attributes were lost."""
+    sd = _Priced({"apple": 1.0}, encoder="test-hashing")
+    sd.currency, sd._rates = "EUR", {"USD": 1.1}
+    loaded = pickle.loads(pickle.dumps(sd))
+    assert type(loaded) is _Priced and (loaded.currency, loaded._rates) == ("EUR", {"USD": 1.1})
+    assert loaded["apple"] == 1.0
+
+
 @pytest.mark.integration
 def test_a_pickled_store_on_the_bundled_encoder_carries_no_weights(bundled_encoder) -> None:
     sd = SoftDict({"apple": 10, "banana": 5, "chair": 2}, encoder=bundled_encoder)
