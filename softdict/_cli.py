@@ -400,7 +400,14 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 error, 2 usage, 3 no match)."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, extra = parser.parse_known_args(argv)
+    # argparse gives the optional TEXT nothing when an option stands between it and STORE
+    # ("query STORE --explain TEXT"), and then calls TEXT unrecognised: it is TEXT.
+    if args.run is _query and args.text is None and len(extra) == 1 and extra[0][:1] != "-":
+        args.text, extra = extra[0], []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "top", 1) < 1:
         print("softdict: error: --top must be at least 1", file=sys.stderr)
         return 2

@@ -489,6 +489,15 @@ def test_a_json_query_with_no_match_prints_json_and_exits_3(fruit_store: str) ->
     assert answer["best"]["key"] in ("apple pie", "banana bread", "wooden chair")
 
 
+def test_options_may_stand_between_the_store_and_the_text(fruit_store: str) -> None:
+    """argparse called TEXT unrecognised when an option came between it and STORE."""
+    plain = run("query", fruit_store, "apple pie", "--json").stdout
+    assert run("query", fruit_store, "--json", "apple pie").stdout == plain
+    assert run("query", "--json", "--top", "5", fruit_store, "apple pie").stdout == plain
+    result = run("query", fruit_store, "--json", "apple", "pie", check=False)
+    assert result.returncode == 2 and "unrecognized arguments: apple pie" in result.stderr
+
+
 def test_queries_from_a_file_or_stdin_give_one_result_per_line(
     tmp_path: Path, fruit_store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
