@@ -33,15 +33,17 @@ def store_folder(path: object, doing: str) -> Path:
     ``doing`` ("save to", "load") begins the messages.
 
     Checked before any lock is taken (a lock file beside a missing folder would create it, and
-    its parents): ConfigError for a path that is no str or os.PathLike of str, StoreFormatError
-    for one the system refuses (a NUL character, a name too long) or whose parent is missing or
-    a file.
+    its parents): ConfigError for a path that is empty, or no str or os.PathLike of str;
+    StoreFormatError for one the system refuses (a NUL character, a name too long) or whose
+    parent is missing or a file.
     """
     if not isinstance(path, (str, os.PathLike)) or not isinstance(os.fspath(path), str):
         raise ConfigError(
             f"a store's path is a str or an os.PathLike of str, got {type(path).__name__} "
             f"({path!r:.60}); decode bytes with os.fsdecode()"
         )
+    if not os.fspath(path).strip():  # Path("") is ".": a save would try the current folder
+        raise ConfigError(f"cannot {doing} {os.fspath(path)!r}: the path is empty; name a folder")
     folder = Path(path)
     if "\0" in str(folder):
         raise StoreFormatError(f"cannot {doing} {str(folder)!r:.80}: a path holds no NUL character")

@@ -10,10 +10,10 @@ Unicode line separator inside a cell stays in the cell. Nothing is guessed quiet
   naming the first such cell; ``skip_bad_rows`` leaves those rows out and says how many;
 * a key given twice keeps its last value (as a dict does), its first, or is an error
   (``on_duplicate``), and the count is reported;
-* ragged rows, NUL bytes, duplicate column names (in a CSV header or a JSON object), cells
-  beyond csv's size limit and JSON nested too deeply to read are errors with the line, as are
-  a JSON row without the value (or null), a key of spaces only, and a number too small for a
-  float; a zero-padded number ("007") is a code, a number only where numbers were asked for.
+* ragged rows, NUL bytes, repeated column names (CSV header, JSON object), cells beyond csv's
+  size limit, JSON too deep to read, a JSON row without the value (or null), a key of spaces
+  only and a number too small for a float are errors with the line; "007" is a code, a number
+  only where numbers were asked for.
 """
 
 from __future__ import annotations
@@ -247,14 +247,11 @@ def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return marked
 
 
-class _Vanishing(ValueError):
-    """A JSON number too small for a 64-bit float, which json reads as 0."""
-
-
 def _json_float(text: str) -> float:
+    """A JSON number as json reads it; FloatingPointError where it would read as 0."""
     number = float(text)
     if _vanishes(text, number):
-        raise _Vanishing(text)
+        raise FloatingPointError(text)
     return number
 
 
@@ -262,7 +259,7 @@ def _parse_json(path: Path, text: str, line: int | None = None) -> Any:
     where = f"line {line}" if line is not None else None
     try:
         return json.loads(text, object_pairs_hook=_object, parse_float=_json_float)
-    except _Vanishing as exc:
+    except FloatingPointError as exc:
         raise InputError(
             f"{path}: {where or 'the file'}: the number {exc} is too small for a 64-bit float "
             f"(it would read as 0); fix it"
@@ -362,8 +359,8 @@ def _vanishes(cell: object, number: float) -> bool:
 def _numeric(cells: list[object], value_kind: str | None, several: bool) -> bool:
     """Whether a value column holds numbers: when asked for (``scalar``, ``vector``, several
     columns), never for ``categorical``, and otherwise when most of its cells are numbers."""
-    if value_kind == "categorical":
-        return False
+    if value_kind == "categorical" or (value_kind == "vector" and not several):
+        return False  # labels, or one JSON list per cell
     if value_kind in ("scalar", "vector") or several:
         return True
     return sum(_number(cell) is not None for cell in cells) * 2 > len(cells)
@@ -409,6 +406,9 @@ def read_items(
             if cell is None:  # a JSON row without the column, or with null in it
                 why = "is null" if column in row else "is missing (other rows have it)"
                 problem, advice = f"{at} {why}", "give every row a value"
+            elif value_kind == "vector" and len(columns) == 1 and not isinstance(cell, list):
+                problem = f"{at}: {cell!r} is no vector"
+                advice = "repeat --value for each column of a vector, or give a JSON list per cell"
             elif not numeric[column]:
                 values.append(cell)
                 continue

@@ -408,6 +408,23 @@ def test_zero_padded_codes_keep_their_zeros_unless_numbers_are_asked_for(tmp_pat
     assert dict(SoftDict.load(store).items()) == {"apple": 7, "banana": -42}
 
 
+def test_vector_values_from_one_column_are_json_lists(tmp_path: Path) -> None:
+    """--value-kind vector refused the JSON lists it asks for ("is not a number"), and for a
+    column of numbers said to "give a 1-D sequence", which a command line cannot."""
+    rows = [{"name": "apple", "price": [1, 2]}, {"name": "pear", "price": [3, 4]}]
+    _, store = build(tmp_path, json.dumps(rows), "--value-kind", "vector", name="t.json")
+    assert SoftDict.load(store)["pear"].tolist() == [3.0, 4.0]
+    content = "name,price\napple,10\npear,5\n"
+    result, _ = build(tmp_path, content, "--value-kind", "vector", "--force", check=False)
+    assert result.returncode == 1 and "line 2, column 'price': '10' is no vector" in result.stderr
+    assert "repeat --value" in result.stderr
+
+
+def test_an_empty_output_path_is_refused(tmp_path: Path) -> None:
+    result, _ = build(tmp_path, "name,price\napple,1\n", "-o", "", check=False)
+    assert result.returncode == 1 and "the path is empty" in result.stderr
+
+
 def test_a_number_too_small_for_a_float_is_an_error_not_zero(tmp_path: Path) -> None:
     result, store = build(tmp_path, "name,price\napple,1e-400\npear,2\n", check=False)
     assert result.returncode == 1 and "'1e-400' is too small for a 64-bit float" in result.stderr
