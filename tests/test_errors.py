@@ -399,6 +399,29 @@ def test_a_mask_that_is_no_keys_or_predicate_is_refused(
     assert scalar_store.attend("apple", mask=keys).keys == ("apple", "chair")
 
 
+@pytest.mark.parametrize(
+    ("predicate", "message"),
+    [
+        (lambda key: 1 / 0, r"predicate raised ZeroDivisionError on the key 'apple'"),
+        (lambda: True, r"predicate raised TypeError on the key 'apple'"),
+        (lambda key: np.array([1, 2]), r"predicate answered a ndarray for the key 'apple'"),
+    ],
+    ids=["raises", "takes no key", "answers an array"],
+)
+def test_a_mask_predicate_that_fails_is_a_config_error(
+    scalar_store: SoftDict, predicate: object, message: str
+) -> None:
+    """The predicate's own error came out as it was (ZeroDivisionError, numpy's "truth value
+    of an array is ambiguous"); now it is a softdict error naming the key, chained to it."""
+    before = list(scalar_store.items())
+    for call in (scalar_store.lookup, scalar_store.attend, scalar_store.nearest):
+        with pytest.raises(ConfigError, match=message) as raised:
+            call("apple", mask=predicate)  # type: ignore[operator]
+        assert raised.value.__cause__ is not None
+    assert list(scalar_store.items()) == before
+    assert scalar_store.attend("apple", mask=lambda key: key != "chair").keys[0] == "apple"
+
+
 # What each refusal of a complex number or a time says to do instead.
 IMAGINARY, SECONDS, NOT_NUMBERS = "imaginary part", "float of seconds", "times are not numbers"
 

@@ -29,6 +29,7 @@ import numpy as np
 from softdict._arguments import checked_embeddings, projected_queries
 from softdict._config import SoftDictConfig
 from softdict._errors import (
+    ConfigError,
     EmptyStoreError,
     KeyTypeError,
     ValueKindError,
@@ -228,12 +229,13 @@ class Store(ABC):
         Raises:
             KeyTypeError: the mask is neither an iterable of keys nor a predicate, or holds an
                 item that is no str.
+            ConfigError: the mask's predicate raised, or answered neither True nor False.
             EmptyStoreError: the mask allows no stored key.
         """
         if mask is None:
             return None
         if callable(mask):
-            ids = self._ids_where(mask)
+            ids = self._ids_where(_checked_predicate(mask))
         elif isinstance(mask, (str, bytes)) or not isinstance(mask, Iterable):
             raise KeyTypeError(
                 f"mask must be an iterable of keys or a predicate key -> bool, got "
@@ -355,6 +357,30 @@ def dump_files(*parts: StoreFiles) -> StoreFiles:
                 raise RuntimeError(f"two parts of the store both write {name}")
             files[name] = content
     return files
+
+
+def _checked_predicate(predicate: Callable[[str], object]) -> Callable[[str], bool]:
+    """``predicate`` as a mask: ConfigError naming the key where it raises, or answers what is
+    neither true nor false (an array); its own error came out as it was (ZeroDivisionError,
+    numpy's "truth value of an array is ambiguous")."""
+
+    def allowed(key: str) -> bool:
+        try:
+            verdict = predicate(key)
+        except Exception as exc:
+            raise ConfigError(
+                f"the mask's predicate raised {type(exc).__name__} on the key {key!r:.60} "
+                f"({exc}); it must answer True or False for every key"
+            ) from exc
+        try:
+            return bool(verdict)
+        except Exception as exc:
+            raise ConfigError(
+                f"the mask's predicate answered a {type(verdict).__name__} for the key "
+                f"{key!r:.60}, which is neither True nor False"
+            ) from exc
+
+    return allowed
 
 
 def copy_into(source: Store, target: StoreT, batch: int = 4096) -> StoreT:
