@@ -518,6 +518,45 @@ def test_numbers_beyond_float64_and_non_iterables_get_softdict_errors(call, erro
     assert_unchanged(sd, before)
 
 
+LONG = np.longdouble(1) + np.longdouble(2) ** -60  # no float64 holds it (where numpy's is longer)
+
+
+@pytest.mark.parametrize(
+    ("value", "vector"),
+    [
+        (2**53 + 1, [2**53 + 1, 1]),
+        (np.int64(2**62), np.array([2**62, 1], np.int64)),
+        (np.uint64(2**64 - 1), np.array([2**64 - 1, 1], np.uint64)),
+        (Fraction(1, 3), [Fraction(1, 3), 1]),
+        pytest.param(
+            LONG,
+            np.array([1, 2], np.longdouble) + LONG - 1,
+            marks=pytest.mark.skipif(
+                np.finfo(np.longdouble).nmant <= 52, reason="numpy's longdouble is a float64 here"
+            ),
+        ),
+    ],
+    ids=["int", "int64", "uint64", "Fraction", "longdouble"],
+)
+def test_a_number_a_float64_would_round_is_refused_as_a_value_and_a_default(
+    value: object, vector: object
+) -> None:
+    """Scalar stores refused integers beyond 2**53, but stored a longdouble or Fraction(1, 3)
+    rounded, vector stores stored all of them rounded, and a batch's default was rounded into
+    its array: all are refused now, where a float64 holds the number exactly they are kept."""
+    scalars = SoftDict({"apple": 1.0, "chair": 2.0}, encoder=FakeEncoder())
+    vectors = SoftDict({"apple": [1.0, 2.0], "chair": [3.0, 4.0]}, encoder=FakeEncoder())
+    for sd, bad in ((scalars, value), (vectors, vector)):
+        before = snapshot(sd)
+        with pytest.raises(InvalidValueError, match="cannot hold exactly"):
+            sd["pear"] = bad
+        with pytest.raises(ValueShapeError, match="one array"):
+            sd.lookup(["zzz"], min_score=0.99, default=bad)
+        assert_unchanged(sd, before)
+    scalars["pear"], vectors["pear"] = Fraction(3, 2), [2**53, np.longdouble(0.5)]
+    assert scalars["pear"] == 1.5 and vectors["pear"].tolist() == [2.0**53, 0.5]
+
+
 @pytest.mark.parametrize("bad", ["bad\udce9", "\ud800", "fine then \udfff"])
 def test_text_that_is_not_valid_unicode_is_refused_before_it_can_break_a_save(
     tmp_path, bad: str

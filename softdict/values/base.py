@@ -9,6 +9,7 @@ slot ``s``. Inserting is two steps, ``stage`` (validate everything, may raise) t
 from __future__ import annotations
 
 import datetime
+import fractions
 import numbers
 import reprlib
 from abc import ABC, abstractmethod
@@ -49,6 +50,44 @@ def is_number(value: object) -> bool:
     # numpy registers timedelta64 as an integer, but float() of one drops its unit.
     excluded = (bool, np.bool_, np.timedelta64)
     return isinstance(value, numbers.Real) and not isinstance(value, excluded)
+
+
+# Integers beyond 2**53 cannot round-trip through float64, which numbers are stored and blended in.
+MAX_EXACT_INT = 2**53
+
+
+def float64_rounding(value: object) -> str | None:
+    """Why the number ``value`` (``is_number``) cannot be held exactly as a float64, or None
+    where it can: an integer beyond 2**53, a longdouble or a fraction float64 can only round
+    ("nothing coerced silently": they were stored rounded)."""
+    if isinstance(value, numbers.Integral):
+        big = abs(int(value)) > MAX_EXACT_INT
+        return f"the integer {value}, beyond 2**53," if big else None
+    if isinstance(value, (float, np.float64, np.float32, np.float16)):
+        return None
+    try:
+        rounded = float(value)  # type: ignore[arg-type]
+    except OverflowError:
+        return None  # beyond float64's range: the caller says so
+    if isinstance(value, np.floating):  # longdouble
+        exact = bool(np.longdouble(rounded) == value)
+    else:  # a Fraction, or another Rational
+        exact = not isinstance(value, numbers.Rational) or fractions.Fraction(rounded) == value
+    return None if exact else f"{describe_value(value)}, more precise than a float64,"
+
+
+def array_rounding(array: np.ndarray) -> str | None:
+    """``float64_rounding`` for a real array: integers beyond 2**53, or longdoubles that do not
+    round-trip through float64."""
+    if not array.size:
+        return None
+    # int() first: -array.min() wraps around for unsigned integers and for int64's least.
+    if array.dtype.kind in "iu" and max(int(array.max()), -int(array.min())) > MAX_EXACT_INT:
+        return "an integer beyond 2**53,"
+    longer = array.dtype.kind == "f" and array.dtype.itemsize > 8
+    if longer and not np.array_equal(array.astype(np.float64).astype(array.dtype), array):
+        return "a longdouble more precise than a float64,"
+    return None
 
 
 def real_dtype(dtype: np.dtype[Any]) -> bool:

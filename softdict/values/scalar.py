@@ -13,18 +13,17 @@ from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows
 from softdict._types import BatchValue, Value
 from softdict.values.base import (
+    MAX_EXACT_INT,
     LossKind,
     ValueColumn,
     batch_default_error,
     describe_value,
+    float64_rounding,
     gather_blend,
     is_number,
 )
 
 __all__ = ["ScalarColumn"]
-
-# Integers beyond 2**53 cannot round-trip through float64, which is what the blend computes in.
-MAX_EXACT_INT = 2**53
 
 
 class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
@@ -50,10 +49,11 @@ class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
                 raise self.kind_error(key, value)
             kind = type(value)
             is_int = kind is int or (kind is not float and isinstance(value, numbers.Integral))
-            if is_int and abs(int(value)) > MAX_EXACT_INT:  # type: ignore[call-overload]
+            rounding = float64_rounding(value)
+            if rounding:
                 raise InvalidValueError(
-                    f"value for key {key!r} is the integer {value}, beyond 2**53, which a float64 "
-                    f"blend cannot hold exactly; store it as a float or as a categorical label"
+                    f"value for key {key!r} is {rounding} which a float64 blend cannot hold "
+                    f"exactly; store it as a float (float(value)) or as a categorical label"
                 )
             if not _fits_a_float(value):  # a Fraction or an integral beyond float64's range
                 raise InvalidValueError(
@@ -93,7 +93,8 @@ class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
         return float(blended[i])  # type: ignore[arg-type]
 
     def check_batch_default(self, default: object) -> None:
-        if not is_number(default) or not _fits_a_float(default):
+        # A batch's result is one float64 array: a default it would round is refused too.
+        if not is_number(default) or not _fits_a_float(default) or float64_rounding(default):
             raise batch_default_error("a number (float('nan') marks a miss)", default)
 
     def calibration_values(self, slots: np.ndarray) -> np.ndarray:

@@ -18,10 +18,13 @@ from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableColumns
 from softdict._types import BatchValue, Value
 from softdict.values.base import (
+    MAX_EXACT_INT,
     LossKind,
     ValueColumn,
+    array_rounding,
     batch_default_error,
     describe_value,
+    float64_rounding,
     is_number,
     number_hint,
     real_dtype,
@@ -36,6 +39,14 @@ def is_numeric_sequence(value: object) -> bool:
     if isinstance(value, (list, tuple)):
         return len(value) > 0 and all(is_number(item) for item in value)
     return False
+
+
+def _rounding(value: object) -> str | None:
+    """``float64_rounding`` of a vector's numbers: an array's, or a list's items'."""
+    if isinstance(value, np.ndarray):
+        return array_rounding(value)
+    items = value if isinstance(value, (list, tuple)) else ()
+    return next(filter(None, (float64_rounding(item) for item in items)), None)
 
 
 class VectorColumn(ValueColumn[np.ndarray]):
@@ -93,6 +104,12 @@ class VectorColumn(ValueColumn[np.ndarray]):
                 raise InvalidValueError(
                     f"value for key {key!r} contains NaN or infinity; vector values must be finite"
                 )
+            rounding = _rounding(value)
+            if rounding:
+                raise InvalidValueError(
+                    f"value for key {key!r} holds {rounding} which a float64 vector cannot hold "
+                    f"exactly; convert it to floats first if rounding is what you want"
+                )
             staged[i] = vector
         return staged
 
@@ -106,8 +123,11 @@ class VectorColumn(ValueColumn[np.ndarray]):
         length = self.length
         if set(map(len, lists)) != {length}:
             return None
-        if not set(map(type, chain.from_iterable(lists))) <= {int, float}:
+        types = set(map(type, chain.from_iterable(lists)))
+        if not types <= {int, float}:
             return None
+        if int in types and any(abs(i) > MAX_EXACT_INT for i in chain(*lists) if type(i) is int):
+            return None  # an integer float64 would round: refused one by one
         try:  # (fromiter over the items is twice as fast as np.array over the lists)
             items = chain.from_iterable(lists)
             staged = np.fromiter(items, np.float64, len(lists) * length).reshape(-1, length)
@@ -138,7 +158,7 @@ class VectorColumn(ValueColumn[np.ndarray]):
     def check_batch_default(self, default: object) -> None:
         value: Any = default  # anything: numpy says what shape and type it has
         fits = np.shape(value) == (self.length,) and real_dtype(np.asarray(value).dtype)
-        if not fits:
+        if not fits or _rounding(value):
             raise batch_default_error(f"a vector of length {self.length}", default)
 
     def calibration_values(self, slots: np.ndarray) -> np.ndarray:
