@@ -156,6 +156,8 @@ class SoftDictConfig(BaseModel):
             raise ValueError("must be a number, not True or False")
         if a_number and isinstance(value, (str, bytes)):
             raise ValueError("must be a number, not text")
+        if a_number and isinstance(value, (float, np.floating)) and math.isnan(value):
+            raise ValueError("must be a number, not NaN")  # pydantic named a bound NaN fails
         fraction = isinstance(value, numbers.Number) and not isinstance(value, numbers.Integral)
         if a_number == {int} and fraction:  # 2.0, Decimal(2), Fraction(2)
             raise ValueError(f"must be a whole number (an int), not {type(value).__name__}")

@@ -110,6 +110,15 @@ def test_a_number_option_refuses_true_and_false(name: str, flag: object) -> None
         SoftDict(encoder=FakeEncoder(), **{name: flag})  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("nan", [float("nan"), np.float32("nan")])
+@pytest.mark.parametrize("name", NUMBER_OPTIONS)
+def test_a_number_option_calls_nan_nan(name: str, nan: float) -> None:
+    """NaN fails every bound, so pydantic named one ("lexical=nan: Input should be less than or
+    equal to 1000"), as if the number were too large."""
+    with pytest.raises(ConfigError, match=f"{name}=.*nan.*: must be a number, not NaN$"):
+        SoftDict(encoder=FakeEncoder(), **{name: nan})  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("name", NUMBER_OPTIONS)
 def test_a_number_option_refuses_text_and_a_count_refuses_a_float(name: str) -> None:
     """pydantic's lax mode took temperature="0.05", seed="3" and top_k=2.0, which the methods'
