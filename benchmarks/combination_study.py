@@ -2,6 +2,7 @@
 
 Run:  pip install -e '.[bench]' && python benchmarks/combination_study.py [--queries 400]
       [--on-the-rule] [--strict-short-words] [--meaning-as-is] [--dev-only]
+      [--fit-temperature T]
 
 A study for the learned combination (issue 26). Every task of ``benchmarks/matching.py`` with
 ``--extra`` (typos, aliases, codes, names cut short, a stray space): the model is fitted on the
@@ -32,7 +33,10 @@ threshold hold where no mark is borne. With ``--strict-short-words`` (``rule-5``
 ``--on-the-rule``), the description is ``evidence.describe_strict_short``: a word of at most 3
 letters counts as common only at Zipf 3.5. With ``--meaning-as-is``, meaning's factor stays 1
 (a = 0) and the curve and marks are fitted: every score keeps the cosine as it is, which is what
-``min_score`` compares across queries. ``--dev-only`` prints no test-half table (for choices).
+``min_score`` compares across queries. ``--dev-only`` prints the dev half's table instead of
+the test half's (for choices). ``--fit-temperature`` fits at another temperature than the
+lookups' 0.05: a lower one weighs the key meant coming first over calibrated weights, nearer a
+rank objective.
 
 What ``--strict-short-words --meaning-as-is`` showed (2026-11-27, its constants put in a store
 for a one-off run of every task's dev half, 2,000 queries a task, rule-5's marks floor and
@@ -80,6 +84,7 @@ from softdict.spelling.evidence import (
 from softdict.spelling.terms import query_terms, ramps
 
 TEMPERATURE = 0.05
+FIT_TEMPERATURE = TEMPERATURE  # set by main (--fit-temperature)
 CANDIDATES = 50
 TAIL_SAMPLE = 200  # keys drawn from the rest of the store per query
 KNOTS = np.array(LEARNED_1.knots)
@@ -325,12 +330,12 @@ def fit(batches: list[Batch], penalty: float = 1e-3) -> np.ndarray:
     def loss(theta: np.ndarray) -> tuple[float, np.ndarray]:
         total, grad = 0.0, np.zeros(p)
         for features, cos, target, log_count in items:
-            z = (cos + features @ theta) / TEMPERATURE + log_count
+            z = (cos + features @ theta) / FIT_TEMPERATURE + log_count
             z -= z.max()
             w = np.exp(z)
             w /= w.sum()
             total -= np.log(max(w[target], 1e-300))
-            grad -= (features[target] - w @ features) / TEMPERATURE
+            grad -= (features[target] - w @ features) / FIT_TEMPERATURE
         n = len(items)
         return total / n + penalty * theta @ theta, grad / n + 2 * penalty * theta
 
@@ -411,9 +416,11 @@ def main() -> None:
     parser.add_argument(
         "--meaning-as-is", action="store_true", help="meaning's factor stays 1 (a = 0)"
     )
-    parser.add_argument("--dev-only", action="store_true", help="no test-half table")
+    parser.add_argument("--dev-only", action="store_true", help="the dev half's table instead")
+    parser.add_argument("--fit-temperature", type=float, default=TEMPERATURE)
     args = parser.parse_args()
-    global KNOTS, ON_THE_RULE, DESCRIBE, MEANING_AS_IS
+    global KNOTS, ON_THE_RULE, DESCRIBE, MEANING_AS_IS, FIT_TEMPERATURE
+    FIT_TEMPERATURE = args.fit_temperature
     if args.on_the_rule:
         KNOTS, ON_THE_RULE = np.array(RULE.knots), True
     if args.strict_short_words:
@@ -423,16 +430,15 @@ def main() -> None:
     train = [batch(encoder, t, True) for t in fitted_tasks("dev", args.queries)]
     theta = fit(train)
     offset = no_match_offset(encoder, theta)
-    print("\n| task (test half) | rule: top-1 / top-5 / target's weight | learned |\n|---|---|---|")
-    for task in [] if args.dev_only else fitted_tasks("test", args.queries):
-        b = batch(encoder, task, False)
+    half = "dev" if args.dev_only else "test"
+    print(f"\n| task ({half} half) | rule: top-1 / top-5 / target's weight | learned |")
+    print("|---|---|---|")
+    judged = train if args.dev_only else fitted_tasks("test", args.queries)
+    for item in judged:
+        b = item if isinstance(item, Batch) else batch(encoder, item, False)
         cells = [accuracy(b, scores) for scores in (b.rule, learned_scores(b, theta))]
-        print(
-            f"| {task.name} | "
-            + " | ".join(" / ".join(f"{v:.3f}" for v in c) for c in cells)
-            + " |",
-            flush=True,
-        )
+        shown = " | ".join(" / ".join(f"{v:.3f}" for v in c) for c in cells)
+        print(f"| {b.name} | {shown} |", flush=True)
     guards = (("meaning alone", np.zeros_like(theta)), ("rule", None), ("learned", theta))
     for label, parameters in guards:
         log_lik, acc = meaning_guard(encoder, parameters)
