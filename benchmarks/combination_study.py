@@ -2,7 +2,7 @@
 
 Run:  pip install -e '.[bench]' && python benchmarks/combination_study.py [--queries 400]
       [--on-the-rule] [--strict-short-words] [--meaning-as-is] [--dev-only]
-      [--fit-temperature T]
+      [--fit-temperature T] [--rule-7-spelling]
 
 A study for the learned combination (issue 26). Every task of ``benchmarks/matching.py`` with
 ``--extra`` (typos, aliases, codes, names cut short, a stray space): the model is fitted on the
@@ -36,7 +36,7 @@ letters counts as common only at Zipf 3.5. With ``--meaning-as-is``, meaning's f
 ``min_score`` compares across queries. ``--dev-only`` prints the dev half's table instead of
 the test half's (for choices). ``--fit-temperature`` fits at another temperature than the
 lookups' 0.05: a lower one weighs the key meant coming first over calibrated weights, nearer a
-rank objective.
+rank objective. ``--rule-7-spelling`` spells as ``rule-7`` does (accents, words in any order).
 
 What ``--strict-short-words --meaning-as-is`` showed (2026-11-27, its constants put in a store
 for a one-off run of every task's dev half, 2,000 queries a task, rule-5's marks floor and
@@ -55,7 +55,6 @@ hurt meaning.
 from __future__ import annotations
 
 import argparse
-import bisect
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,9 +65,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import itertools
 
 from categories import CATEGORIES
+from combination_marks import Marked
 from matching import best_threshold, cached_embeddings, tasks
 from matching_data import Task, country_aliases, key_sets, split_of, typo
-from matching_design import ISSUE, cosine, library_spelling
+from matching_design import ISSUE, cosine
 
 from softdict.encoders import resolve_encoder
 from softdict.spelling import spelling_form
@@ -76,15 +76,17 @@ from softdict.spelling.combination import LEARNED_1, rule_1
 from softdict.spelling.evidence import (
     DESCRIPTION,
     EVIDENCE,
-    compact,
     describe,
     describe_strict_short,
     evidence_marks,
 )
+from softdict.spelling.index import SpellingIndex
 from softdict.spelling.terms import query_terms, ramps
+from softdict.spelling.text import SpellingQueries
 
 TEMPERATURE = 0.05
 FIT_TEMPERATURE = TEMPERATURE  # set by main (--fit-temperature)
+RULE_7_SPELLING = False  # set by main (--rule-7-spelling)
 CANDIDATES = 50
 TAIL_SAMPLE = 200  # keys drawn from the rest of the store per query
 KNOTS = np.array(LEARNED_1.knots)
@@ -101,41 +103,6 @@ CONSTANT, SEVERAL = DESCRIPTION.index("constant"), DESCRIPTION.index("several wo
 # "Several words" adds no spelling below this (a paraphrase and a word are spelled that much
 # alike by chance; the meaning guard).
 SEVERAL_FLOOR = 0.6
-
-
-class Marked:
-    """The keys an exact mark can point at, found by lookups rather than by marking every key:
-    by form (start, same), by word (word start), by initials, by first letter (abbreviation)."""
-
-    def __init__(self, keys: list[str]) -> None:
-        self.forms = [spelling_form(key) for key in keys]
-        self.by_form = sorted((compact(form), i) for i, form in enumerate(self.forms))
-        self.by_word = sorted(
-            (word, i) for i, form in enumerate(self.forms) for word in set(form.split())
-        )
-        self.by_first: dict[str, list[int]] = {}
-        for i, form in enumerate(self.forms):
-            if form:
-                self.by_first.setdefault(form[0], []).append(i)
-
-    @staticmethod
-    def _starting(pairs: list[tuple[str, int]], prefix: str) -> set[int]:
-        found = set()
-        at = bisect.bisect_left(pairs, (prefix, -1))
-        while at < len(pairs) and pairs[at][0].startswith(prefix):
-            found.add(pairs[at][1])
-            at += 1
-        return found
-
-    def of(self, text: str) -> set[int]:
-        form = spelling_form(text)
-        short = compact(form)
-        if len(short) < 2:
-            return set()
-        found = self._starting(self.by_form, short) | self._starting(self.by_word, form)
-        first = self.by_first.get(form[0], [])
-        marks = evidence_marks(form, [self.forms[i] for i in first])
-        return found | {first[j] for j in np.flatnonzero(marks.any(axis=1))}
 
 
 @dataclass
@@ -160,7 +127,7 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
         cached_embeddings(encoder, task.queries, "queries"),
         cached_embeddings(encoder, task.keys, "keys"),
     )
-    S, _ = library_spelling(task.queries, task.keys)
+    S = spelling(task.queries, task.keys)
     rule = query_terms(rule_1(1 / 16), task.queries, 1.0, 1.0)
     marked = Marked(task.keys)
     index = {key: i for i, key in enumerate(task.keys)}
@@ -197,6 +164,15 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
         xs.append(DESCRIBE(query))
     out.x = np.array(xs)
     return out
+
+
+def spelling(queries: list[str], keys: list[str]) -> np.ndarray:
+    """softdict's spelling similarity of every query with every key: as ``rule-1`` to ``rule-3``
+    spell, or (``--rule-7-spelling``) reading accents and words in any order as ``rule-7``."""
+    index = SpellingIndex()
+    index.add(np.arange(len(keys)), keys)
+    flags = dict(accents=True, edits_sorted=True, as_typed=True) if RULE_7_SPELLING else {}
+    return index.similarity(SpellingQueries.of(queries, **flags), np.arange(len(keys)))
 
 
 def design(b: Batch, i: int) -> np.ndarray:
@@ -242,7 +218,7 @@ def no_match_offset(encoder, theta: np.ndarray) -> np.ndarray:
         cached_embeddings(encoder, queries, "queries"),
         cached_embeddings(encoder, countries, "keys"),
     )
-    S, _ = library_spelling(queries, countries)
+    S = spelling(queries, countries)
     forms = [spelling_form(c) for c in countries]
     X = np.array([DESCRIBE(q) for q in queries])
     best = np.array(
@@ -418,9 +394,10 @@ def main() -> None:
     )
     parser.add_argument("--dev-only", action="store_true", help="the dev half's table instead")
     parser.add_argument("--fit-temperature", type=float, default=TEMPERATURE)
+    parser.add_argument("--rule-7-spelling", action="store_true", help="spell as rule-7 does")
     args = parser.parse_args()
-    global KNOTS, ON_THE_RULE, DESCRIBE, MEANING_AS_IS, FIT_TEMPERATURE
-    FIT_TEMPERATURE = args.fit_temperature
+    global KNOTS, ON_THE_RULE, DESCRIBE, MEANING_AS_IS, FIT_TEMPERATURE, RULE_7_SPELLING
+    FIT_TEMPERATURE, RULE_7_SPELLING = args.fit_temperature, args.rule_7_spelling
     if args.on_the_rule:
         KNOTS, ON_THE_RULE = np.array(RULE.knots), True
     if args.strict_short_words:
