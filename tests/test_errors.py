@@ -541,20 +541,24 @@ LONG = np.longdouble(1) + np.longdouble(2) ** -60  # no float64 holds it (where 
 def test_a_number_a_float64_would_round_is_refused_as_a_value_and_a_default(
     value: object, vector: object
 ) -> None:
-    """Scalar stores refused integers beyond 2**53, but stored a longdouble or Fraction(1, 3)
-    rounded, vector stores stored all of them rounded, and a batch's default was rounded into
-    its array: all are refused now, where a float64 holds the number exactly they are kept."""
+    """Scalar stores refused integers beyond 2**53 (past which float64 skips integers), but
+    stored a longdouble or Fraction(1, 3) rounded; vector stores stored all of them rounded,
+    and a batch's default was rounded into its array. All are refused now; a longdouble or a
+    fraction that a float64 holds exactly is kept."""
     scalars = SoftDict({"apple": 1.0, "chair": 2.0}, encoder=FakeEncoder())
     vectors = SoftDict({"apple": [1.0, 2.0], "chair": [3.0, 4.0]}, encoder=FakeEncoder())
     for sd, bad in ((scalars, value), (vectors, vector)):
         before = snapshot(sd)
-        with pytest.raises(InvalidValueError, match="cannot hold exactly"):
+        with pytest.raises(InvalidValueError, match=r"stops holding every integer|can only round"):
             sd["pear"] = bad
-        with pytest.raises(ValueShapeError, match="one array"):
+        with pytest.raises(ValueShapeError, match="its float64 array would round default"):
             sd.lookup(["zzz"], min_score=0.99, default=bad)
         assert_unchanged(sd, before)
     scalars["pear"], vectors["pear"] = Fraction(3, 2), [2**53, np.longdouble(0.5)]
     assert scalars["pear"] == 1.5 and vectors["pear"].tolist() == [2.0**53, 0.5]
+    vectors["plum"] = [1e300, -(2.0**60)]  # floats are floats, however large
+    nan = np.longdouble("nan")  # a batch's miss marker, whatever its type
+    assert np.isnan(scalars.lookup(["zzz"], min_score=0.99, default=nan)[0])
 
 
 @pytest.mark.parametrize("bad", ["bad\udce9", "\ud800", "fine then \udfff"])

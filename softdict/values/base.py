@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime
 import fractions
+import math
 import numbers
 import reprlib
 from abc import ABC, abstractmethod
@@ -57,36 +58,49 @@ MAX_EXACT_INT = 2**53
 
 
 def float64_rounding(value: object) -> str | None:
-    """Why the number ``value`` (``is_number``) cannot be held exactly as a float64, or None
-    where it can: an integer beyond 2**53, a longdouble or a fraction float64 can only round
-    ("nothing coerced silently": they were stored rounded)."""
-    if isinstance(value, numbers.Integral):
-        big = abs(int(value)) > MAX_EXACT_INT
-        return f"the integer {value}, beyond 2**53," if big else None
-    if isinstance(value, (float, np.float64, np.float32, np.float16)):
+    """Why the number ``value`` (``is_number``) cannot be kept as a float64, or None where it
+    can (or is not finite, which the caller refuses): an integer beyond 2**53 (past which
+    float64 skips integers; scalar values always refused them, as their saved files do), a
+    longdouble or fraction float64 can only round. They were stored rounded, without a word."""
+    kind = type(value)
+    if kind is float:  # the common cases first: staging runs this for every value
+        return None
+    if kind is int or isinstance(value, numbers.Integral):
+        big = abs(int(value)) > MAX_EXACT_INT  # type: ignore[call-overload]
+        return (
+            f"the integer {value}, beyond 2**53, where float64 stops holding every integer"
+            if big
+            else None
+        )
+    if isinstance(value, (np.float64, np.float32, np.float16)):
         return None
     try:
         rounded = float(value)  # type: ignore[arg-type]
     except OverflowError:
         return None  # beyond float64's range: the caller says so
+    if not math.isfinite(rounded):
+        return None
     if isinstance(value, np.floating):  # longdouble
         exact = bool(np.longdouble(rounded) == value)
     else:  # a Fraction, or another Rational
         exact = not isinstance(value, numbers.Rational) or fractions.Fraction(rounded) == value
-    return None if exact else f"{describe_value(value)}, more precise than a float64,"
+    return None if exact else f"{describe_value(value)}, which a float64 can only round"
 
 
 def array_rounding(array: np.ndarray) -> str | None:
-    """``float64_rounding`` for a real array: integers beyond 2**53, or longdoubles that do not
-    round-trip through float64."""
+    """``float64_rounding`` for a real array: integers beyond 2**53, or finite longdoubles that
+    do not round-trip through float64."""
     if not array.size:
         return None
     # int() first: -array.min() wraps around for unsigned integers and for int64's least.
     if array.dtype.kind in "iu" and max(int(array.max()), -int(array.min())) > MAX_EXACT_INT:
-        return "an integer beyond 2**53,"
-    longer = array.dtype.kind == "f" and array.dtype.itemsize > 8
-    if longer and not np.array_equal(array.astype(np.float64).astype(array.dtype), array):
-        return "a longdouble more precise than a float64,"
+        return "an integer beyond 2**53, where float64 stops holding every integer"
+    if array.dtype.kind == "f" and array.dtype.itemsize > 8:
+        with np.errstate(over="ignore"):
+            rounded = array.astype(np.float64)
+        finite = np.isfinite(rounded)
+        if not np.array_equal(rounded[finite].astype(array.dtype), array[finite]):
+            return "a longdouble that a float64 can only round"
     return None
 
 
@@ -235,11 +249,19 @@ class ValueColumn(ABC, Generic[Staged]):
         )
 
 
-def batch_default_error(expected: str, default: object) -> ValueShapeError:
-    """The error for a ``default`` that a batch result (one array) cannot hold."""
+def batch_default_error(
+    expected: str, default: object, rounding: str | None = None
+) -> ValueShapeError:
+    """The error for a ``default`` that a batch result (one array) cannot hold, or (``rounding``:
+    why) would hold rounded."""
+    why = (
+        f"default must be {expected}; got {default!r:.60}"
+        if rounding is None
+        else f"its float64 array would round default, {rounding}"
+    )
     return ValueShapeError(
-        f"a batch lookup returns one array, so default must be {expected}; got {default!r:.60}. "
-        f"To get {default!r:.20} back, look the queries up one at a time"
+        f"a batch lookup returns one array, so {why}. To get {default!r:.20} back, look the "
+        f"queries up one at a time"
     )
 
 

@@ -52,8 +52,8 @@ class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
             rounding = float64_rounding(value)
             if rounding:
                 raise InvalidValueError(
-                    f"value for key {key!r} is {rounding} which a float64 blend cannot hold "
-                    f"exactly; store it as a float (float(value)) or as a categorical label"
+                    f"value for key {key!r} is {rounding}; store it as a float (float(value)), "
+                    f"which rounds it, or as a categorical label, which keeps it"
                 )
             if not _fits_a_float(value):  # a Fraction or an integral beyond float64's range
                 raise InvalidValueError(
@@ -93,9 +93,12 @@ class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
         return float(blended[i])  # type: ignore[arg-type]
 
     def check_batch_default(self, default: object) -> None:
-        # A batch's result is one float64 array: a default it would round is refused too.
-        if not is_number(default) or not _fits_a_float(default) or float64_rounding(default):
-            raise batch_default_error("a number (float('nan') marks a miss)", default)
+        expected = "a number (float('nan') marks a miss)"
+        if not is_number(default) or not _fits_a_float(default):
+            raise batch_default_error(expected, default)
+        rounding = float64_rounding(default)  # a batch's result is one float64 array
+        if rounding:
+            raise batch_default_error(expected, default, rounding)
 
     def calibration_values(self, slots: np.ndarray) -> np.ndarray:
         return self._numbers.view[slots]

@@ -41,12 +41,17 @@ def is_numeric_sequence(value: object) -> bool:
     return False
 
 
-def _rounding(value: object) -> str | None:
-    """``float64_rounding`` of a vector's numbers: an array's, or a list's items'."""
+def _rounding(value: object, as_floats: np.ndarray) -> str | None:
+    """``float64_rounding`` of a vector's numbers (an array's, or a list's items'), given them
+    as float64 (``as_floats``): only a list with an item beyond 2**53 there, or of a type other
+    than float and int, is looked at item by item (staging runs this for every value)."""
     if isinstance(value, np.ndarray):
         return array_rounding(value)
-    items = value if isinstance(value, (list, tuple)) else ()
-    return next(filter(None, (float64_rounding(item) for item in items)), None)
+    items: Sequence[object] = value if isinstance(value, (list, tuple)) else ()
+    plain = set(map(type, items)) <= {float, int}
+    if plain and not (as_floats.size and np.abs(as_floats).max() >= MAX_EXACT_INT):
+        return None
+    return next(filter(None, map(float64_rounding, items)), None)
 
 
 class VectorColumn(ValueColumn[np.ndarray]):
@@ -104,11 +109,11 @@ class VectorColumn(ValueColumn[np.ndarray]):
                 raise InvalidValueError(
                     f"value for key {key!r} contains NaN or infinity; vector values must be finite"
                 )
-            rounding = _rounding(value)
+            rounding = _rounding(value, vector)
             if rounding:
                 raise InvalidValueError(
-                    f"value for key {key!r} holds {rounding} which a float64 vector cannot hold "
-                    f"exactly; convert it to floats first if rounding is what you want"
+                    f"value for key {key!r} holds {rounding}; convert it to floats first if "
+                    f"rounding is what you want"
                 )
             staged[i] = vector
         return staged
@@ -123,17 +128,16 @@ class VectorColumn(ValueColumn[np.ndarray]):
         length = self.length
         if set(map(len, lists)) != {length}:
             return None
-        types = set(map(type, chain.from_iterable(lists)))
-        if not types <= {int, float}:
+        if not set(map(type, chain.from_iterable(lists))) <= {int, float}:
             return None
-        if int in types and any(abs(i) > MAX_EXACT_INT for i in chain(*lists) if type(i) is int):
-            return None  # an integer float64 would round: refused one by one
         try:  # (fromiter over the items is twice as fast as np.array over the lists)
             items = chain.from_iterable(lists)
             staged = np.fromiter(items, np.float64, len(lists) * length).reshape(-1, length)
         except OverflowError:  # an int beyond a float's range
             return None
-        return staged if np.isfinite(staged).all() else None
+        # An int float64 would round (past 2**53) is refused one by one, which says so.
+        plain = np.isfinite(staged).all() and not np.abs(staged).max(initial=0) >= MAX_EXACT_INT
+        return staged if plain else None
 
     def append(self, staged: np.ndarray) -> None:
         self._vectors.append(staged)
@@ -157,9 +161,14 @@ class VectorColumn(ValueColumn[np.ndarray]):
 
     def check_batch_default(self, default: object) -> None:
         value: Any = default  # anything: numpy says what shape and type it has
-        fits = np.shape(value) == (self.length,) and real_dtype(np.asarray(value).dtype)
-        if not fits or _rounding(value):
-            raise batch_default_error(f"a vector of length {self.length}", default)
+        expected = f"a vector of length {self.length}"
+        if not is_numeric_sequence(value) or len(value) != self.length:
+            raise batch_default_error(expected, default)
+        with np.errstate(over="ignore", invalid="ignore"):
+            as_floats = np.asarray(value, dtype=np.float64)
+        rounding = _rounding(value, as_floats)
+        if rounding:
+            raise batch_default_error(expected, default, rounding)
 
     def calibration_values(self, slots: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(self._vectors.view[:, slots].T)
