@@ -33,6 +33,7 @@ __all__ = [
     "check_number",
     "constructor_options",
     "noting_named_options",
+    "options_maker",
     "shown_option",
 ]
 
@@ -270,14 +271,20 @@ def noting_named_options(init: Callable[..., None]) -> Callable[..., None]:
 _OPTIONS = "_softdict_options"
 
 
-def constructor_options(cls: type) -> tuple[str, ...]:
-    """The options of the ``noting_named_options`` constructor ``cls`` inherits or defines
-    (``SoftDict``'s, in a subclass with a constructor of its own too); () where there is none."""
+def options_maker(cls: type) -> type | None:
+    """The class whose ``noting_named_options`` constructor ``cls`` inherits or defines
+    (``SoftDict``, for a subclass with a constructor of its own too); None where there is none."""
     for klass in cls.__mro__:
         init = vars(klass).get("__init__")
         if init is not None and hasattr(init, _OPTIONS):
-            return tuple(getattr(init, _OPTIONS))
-    return ()
+            return klass
+    return None
+
+
+def constructor_options(cls: type) -> tuple[str, ...]:
+    """The options of ``options_maker(cls)``'s constructor; () where there is none."""
+    maker = options_maker(cls)
+    return () if maker is None else tuple(getattr(vars(maker)["__init__"], _OPTIONS))
 
 
 def check_number(

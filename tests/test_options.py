@@ -207,6 +207,16 @@ def test_a_subclass_sets_its_own_options_as_attributes() -> None:
     # that can be set are taken for a misspelling).
     sd.seeds, sd.indexes, sd.stored = [1, 2], {}, True
     assert sd.currency == "GBP" and sd.seeds == [1, 2] and sd.lookup("apple") == pytest.approx(1.0)
+
+    class Labelled(SoftDict):
+        @property
+        def label(self) -> str:
+            return "fruit"
+
+    with pytest.raises(AttributeError):  # its own read-only property: as Python says it
+        Labelled({"apple": 1.0}, encoder=FakeEncoder()).label = "veg"  # type: ignore[misc]
+    with pytest.raises(ConfigError, match=r"when one is made \(SoftDict\(\.\.\., top_k="):
+        Labelled({"apple": 1.0}, encoder=FakeEncoder()).top_k = 3  # type: ignore[misc]
     with pytest.raises(ConfigError, match="batch_size cannot change on a live Priced"):
         sd.batch_size = 4
 
