@@ -19,6 +19,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from softdict._errors import EncoderError
 from softdict.encoders import TextEncoder
 from softdict.store import Store
 
@@ -55,6 +56,7 @@ class Facade:
             attributes = self._attributes()
         if memo is not None:
             memo[id(self)] = made  # an attribute that refers back to this store gets the copy
+            memo[id(self._encoder)] = self._encoder  # shared, as the copy's own encoder is
             attributes = copy.deepcopy(attributes, memo)
         made.__dict__.update(attributes)
         return made
@@ -64,6 +66,19 @@ class Facade:
         note: what a copy or a pickle carries over as it is."""
         own = ("_store", "_encoder", "_lock", "_named_options")
         return {name: value for name, value in vars(self).items() if name not in own}
+
+    def _pickled_attributes(self) -> dict[str, object]:
+        """``_attributes`` for a pickle, which carries the encoder's name only: one that holds
+        the encoder itself is refused (pickle failed on its lock, or would carry weights)."""
+        attributes = self._attributes()
+        for name, value in attributes.items():
+            if value is self._encoder:
+                raise EncoderError(
+                    f"cannot pickle this {type(self).__name__}: its attribute {name!r} holds the "
+                    f"encoder, whose weights a pickle never carries; drop it before pickling "
+                    f"(the store's own encoder, sd.encoder, is restored by name)"
+                )
+        return attributes
 
     def _encode_queries(self, texts: list[str]) -> np.ndarray:
         return self._encoder.encode_queries(texts, batch_size=self._store.config.batch_size)

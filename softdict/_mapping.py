@@ -273,7 +273,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
 
     def copy(self) -> SoftDict:
         """An independent copy: the same options, keys, values, vectors and query projection
-        (nothing is encoded again), sharing the encoder. Changes to one never reach the other."""
+        (nothing is encoded again), sharing the encoder; changes to either store never reach
+        the other. Attributes set on this one are carried over as ``copy.copy`` carries them."""
         return self._copied()
 
     def copy_to(self, store: str = "memory", *, collection: str | None = None) -> SoftDict:
@@ -314,9 +315,10 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         return self._copied(memo)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        """Pickling: the store's contents and the encoder's name, never its weights; the
-        unpickling process loads the encoder by name. An encoder that cannot be loaded by name
-        (an object passed as ``encoder=``) cannot be pickled: save and load instead."""
+        """Pickling: the store's contents, the attributes set on it, and the encoder's name,
+        never its weights; the unpickling process loads the encoder by name. An encoder that
+        cannot be loaded by name (an object passed as ``encoder=``) cannot be pickled: save and
+        load instead."""
         with self._lock:
             if not self._encoder.loadable_by_name:
                 raise EncoderError(
@@ -326,7 +328,7 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
                 )
             state, files = self._store.snapshot()
             arguments = (type(self), state, files, self._encoder.identity())
-            return _unpickle, arguments, self._attributes() or None
+            return _unpickle, arguments, self._pickled_attributes() or None
 
     @classmethod
     def fromkeys(cls, iterable: Iterable[str], value: object = None, /, **options: Any) -> SoftDict:

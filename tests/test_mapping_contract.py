@@ -329,12 +329,12 @@ def test_a_copy_carries_what_was_set_on_the_store() -> None:
     without a word; they carry them now, shallow or deep as each copies."""
     sd = _Tagged({"apple": 1.0, "pear": 2.0}, encoder=FakeEncoder())
     sd.unit, sd.tags = "EUR", ["fruit"]
-    sd.myself = sd
+    sd.myself, sd.model = sd, sd.encoder  # the encoder is shared, never copied
     for make_copy, deep in ((copy.copy, False), (SoftDict.copy, False), (copy.deepcopy, True)):
         twin = make_copy(sd)
         assert type(twin) is _Tagged and (twin.unit, twin.tags) == ("EUR", ["fruit"])
         assert (twin.tags is not sd.tags) is deep
-        assert twin.myself is (twin if deep else sd)
+        assert twin.myself is (twin if deep else sd) and twin.model is sd.encoder
         assert twin.nearest("apple", k=1) == sd.nearest("apple", k=1)
         twin["plum"] = 3.0
         assert "plum" not in sd

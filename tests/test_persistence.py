@@ -618,6 +618,9 @@ def test_pickle_carries_what_was_set_on_the_store() -> None:
     loaded = pickle.loads(pickle.dumps(sd))
     assert type(loaded) is _Priced and (loaded.currency, loaded._rates) == ("EUR", {"USD": 1.1})
     assert loaded["apple"] == 1.0
+    sd.model = sd.encoder  # the encoder travels by name only: an attribute holding it is refused
+    with pytest.raises(EncoderError, match="attribute 'model' holds the encoder"):
+        pickle.dumps(sd)
 
 
 @pytest.mark.integration
