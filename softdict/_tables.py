@@ -11,9 +11,9 @@ Unicode line separator inside a cell stays in the cell. Nothing is guessed quiet
 * a key given twice keeps its last value (as a dict does), its first, or is an error
   (``on_duplicate``), and the count is reported;
 * ragged rows, NUL bytes, repeated column names (CSV header, JSON object), cells beyond csv's
-  size limit, JSON too deep to read, a JSON row without the value (or null), a key of spaces
-  only and a number too small for a float are errors with the line; "007" is a code, a number
-  only where numbers were asked for.
+  size limit, JSON too deep to read, a JSON row without the value, and a key of spaces only are
+  errors with the line; how a cell reads as a value (a number, a code, a vector) is
+  ``_table_cells``'.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import codecs
 import csv
 import io
 import json
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from softdict._table_cells import Problem, cell_value, json_float, numeric
 
 __all__ = [
     "InputError",
@@ -230,39 +231,27 @@ def _deepest_line(text: str, limit: int = 500) -> int:
     return line
 
 
-class _Repeating(dict):  # type: ignore[type-arg]
-    """A JSON object that named a field more than once (``repeated``: the first such name);
-    json keeps the last value without a word, so the table refuses it (``_as_rows``)."""
-
-    repeated = ""
+class _RepeatedName(ValueError):
+    """A JSON object that names a field more than once, whose first value json would drop."""
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object as a dict, marked where it repeats a name (``_Repeating``)."""
-    names = [name for name, _ in pairs]
-    if len(set(names)) == len(names):
-        return dict(pairs)
-    marked = _Repeating(pairs)
-    marked.repeated = next(name for name in names if names.count(name) > 1)
-    return marked
-
-
-def _json_float(text: str) -> float:
-    """A JSON number as json reads it; FloatingPointError where it would read as 0."""
-    number = float(text)
-    if _vanishes(text, number):
-        raise FloatingPointError(text)
-    return number
+    """A JSON object as a dict; _RepeatedName where it names a field twice (at any depth)."""
+    found = dict(pairs)
+    if len(found) < len(pairs):
+        names = [name for name, _ in pairs]
+        raise _RepeatedName(next(name for name in names if names.count(name) > 1))
+    return found
 
 
 def _parse_json(path: Path, text: str, line: int | None = None) -> Any:
     where = f"line {line}" if line is not None else None
     try:
-        return json.loads(text, object_pairs_hook=_object, parse_float=_json_float)
-    except FloatingPointError as exc:
+        return json.loads(text, object_pairs_hook=_object, parse_float=json_float)
+    except _RepeatedName as exc:
         raise InputError(
-            f"{path}: {where or 'the file'}: the number {exc} is too small for a 64-bit float "
-            f"(it would read as 0); fix it"
+            f"{path}: {where or 'the file'}: a JSON object names {exc} more than once (JSON "
+            f"would keep its last value only); name each field once"
         ) from None
     except json.JSONDecodeError as exc:
         at = where or f"line {exc.lineno}"
@@ -279,11 +268,6 @@ def _as_rows(path: Path, items: list[Any], lines: list[int], where: str) -> Tabl
     for item, line in zip(items, lines):
         if not isinstance(item, dict):
             raise InputError(f"{path}: {where} {line} is not an object with named columns")
-        if isinstance(item, _Repeating):
-            raise InputError(
-                f"{path}: {where} {line} names the column {item.repeated!r} more than once "
-                f"(JSON would keep its last value only); name each column once"
-            )
         columns.extend(name for name in item if name not in columns)
     return Table(path, columns, items, lines, where)
 
@@ -318,54 +302,6 @@ def _read_json_lines(path: Path, text: str) -> Table:
     return _as_rows(path, rows, lines, "line")
 
 
-# A number as a table writes one: ASCII digits, a sign, a point, an exponent, or a spelled
-# infinity or NaN (refused later as a value). Python's int() and float() also read "1_000",
-# Arabic-Indic and fullwidth digits, which in a table are more likely codes: not guessed.
-_NUMBER = re.compile(
-    r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)\s*",
-    re.ASCII | re.IGNORECASE,
-)
-
-
-# Text that reads as a number but for a leading zero ("007", "0042"): a code, whose zeros a
-# number would lose. Taken as a number only where the value kind says numbers.
-_ZERO_PADDED = re.compile(r"\s*[+-]?0\d", re.ASCII)
-
-
-def _number(cell: object, padded: bool = False) -> int | float | None:
-    """A cell as a number: numbers as they are, text that reads as one (``_NUMBER``; with a
-    leading zero only where ``padded``), else None."""
-    if isinstance(cell, bool):
-        return None
-    if isinstance(cell, (int, float)):
-        return cell
-    if not isinstance(cell, str) or not _NUMBER.fullmatch(cell):
-        return None
-    if not padded and _ZERO_PADDED.match(cell):
-        return None
-    try:
-        return int(cell)
-    except ValueError:
-        return float(cell)
-
-
-def _vanishes(cell: object, number: float) -> bool:
-    """Whether ``cell``, text with a digit other than 0, read as the number 0: too small for a
-    64-bit float ("1e-400")."""
-    mantissa = cell.lower().split("e")[0] if isinstance(cell, str) else ""
-    return number == 0 and any(digit in mantissa for digit in "123456789")
-
-
-def _numeric(cells: list[object], value_kind: str | None, several: bool) -> bool:
-    """Whether a value column holds numbers: when asked for (``scalar``, ``vector``, several
-    columns), never for ``categorical``, and otherwise when most of its cells are numbers."""
-    if value_kind == "categorical" or (value_kind == "vector" and not several):
-        return False  # labels, or one JSON list per cell
-    if value_kind in ("scalar", "vector") or several:
-        return True
-    return sum(_number(cell) is not None for cell in cells) * 2 > len(cells)
-
-
 def read_items(
     table: Table,
     key: str,
@@ -388,12 +324,14 @@ def read_items(
                 f"{path}: no column {column!r}; the columns are "
                 f"{', '.join(map(repr, table.columns))}"
             )
-    numeric = {
-        column: _numeric([row.get(column) for row in table.rows], value_kind, len(columns) > 1)
+    several, vector = len(columns) > 1, value_kind == "vector" and len(columns) == 1
+    holds_numbers = {
+        column: numeric([row.get(column) for row in table.rows], value_kind, several)
         for column in columns
     }
     result = TableItems({})
     first_line: dict[str, int] = {}
+    length: tuple[int, int] | None = None  # a vector column's length, and the line that set it
     padded = value_kind in ("scalar", "vector")  # "007" is 7 only where numbers were asked for
     for row, line in zip(table.rows, table.lines):
         name = row.get(key)
@@ -401,39 +339,34 @@ def read_items(
             raise InputError(f"{path}: {table.where} {line} has no text in the key column {key!r}")
         values: list[object] = []
         for column in columns:
-            problem, cell = None, row.get(column)
-            at = f"{table.where} {line}, column {column!r}"
-            if cell is None:  # a JSON row without the column, or with null in it
-                why = "is null" if column in row else "is missing (other rows have it)"
-                problem, advice = f"{at} {why}", "give every row a value"
-            elif value_kind == "vector" and len(columns) == 1 and not isinstance(cell, list):
-                problem = f"{at}: {cell!r} is no vector"
-                advice = "repeat --value for each column of a vector, or give a JSON list per cell"
-            elif not numeric[column]:
-                values.append(cell)
-                continue
+            cell, at = row.get(column), f"{table.where} {line}, column {column!r}"
+            problem: Problem | None = None
+            if column not in row:  # a JSON row without it (null is a label, or no number)
+                problem = (f"{at} is missing (other rows have it)", "give every row a value")
+            elif cell is None and (holds_numbers[column] or vector):
+                problem = (f"{at} is null", "give every row a value")
             else:
-                number = _number(cell, padded)
-                if number is None:
-                    problem = f"{at}: {cell!r} is not a number"
-                    advice = "the column holds numbers: fix the cell"
-                    if _number(cell, padded=True) is not None:  # "007"
-                        advice = (
-                            "a leading zero marks a code: pass --value-kind categorical to keep "
-                            "the column as text, or --value-kind scalar to read it as numbers"
-                        )
-                elif _vanishes(cell, number):
-                    problem = f"{at}: {cell!r} is too small for a 64-bit float (it would read as 0)"
-                    advice = "fix the cell"
+                value, wrong = cell_value(
+                    cell, number=holds_numbers[column], vector=vector, padded=padded,
+                    several=several,
+                )  # fmt: skip
+                if wrong is not None:
+                    problem = (f"{at}: {wrong[0]}", wrong[1])
+                elif vector:
+                    size = len(value)  # type: ignore[arg-type]  # a list: cell_value checked
+                    length = length or (size, line)
+                    if size != length[0]:
+                        why = f"{at}: a vector of {size} numbers, where {table.where} {length[1]}'s"
+                        problem = (f"{why} has {length[0]}", "give every row's vector one length")
             if problem is not None:
                 if not skip_bad_rows:
                     raise InputError(
-                        f"{path}: {problem}; {advice}, or pass --skip-bad-rows to leave such rows "
-                        f"out"
+                        f"{path}: {problem[0]}; {problem[1]}, or pass --skip-bad-rows to leave "
+                        f"such rows out"
                     )
-                result.skipped.append(problem)
+                result.skipped.append(problem[0])
                 break
-            values.append(number)
+            values.append(value)
         else:
             value = values[0] if len(columns) == 1 else values
             if name in first_line:

@@ -353,9 +353,9 @@ def test_a_cell_python_would_read_as_a_number_but_a_table_does_not_is_no_number(
             "line 2, column 'price' is missing (other rows have it)",
         ),
         ('[{"name":"a"},{"name":"b","price":10}]', "t.json", "item 1, column 'price' is missing"),
-        ('[{"name":"a","price":"x"},{"name":"b","price":null}]', "t.json", "'price' is null"),
+        ('[{"name":"a","price":1},{"name":"b","price":null}]', "t.json", "'price' is null"),
     ],
-    ids=["misspelt field", "first row without it", "null"],
+    ids=["misspelt field", "first row without it", "null number"],
 )
 def test_a_json_row_without_the_value_is_an_error_or_skipped(
     tmp_path: Path, content: str, name: str, message: str
@@ -369,12 +369,21 @@ def test_a_json_row_without_the_value_is_an_error_or_skipped(
     assert "left out 1 row" in result.stderr and None not in SoftDict.load(store).values()
 
 
+def test_a_json_null_in_a_label_column_is_the_label_none(tmp_path: Path) -> None:
+    _, store = build(
+        tmp_path, '[{"name":"a","price":"x"},{"name":"b","price":null}]', name="t.json"
+    )
+    assert dict(SoftDict.load(store).items()) == {"a": "x", "b": None}
+
+
 @pytest.mark.parametrize(
     ("content", "name", "message"),
     [
-        ('[{"name":"a","price":1,"price":2},{"name":"b","price":3}]', "t.json", "item 1"),
+        ('[{"name":"a","price":1,"price":2},{"name":"b","price":3}]', "t.json", "the file"),
         ('{"name":"a","name":"z","price":1}\n', "t.jsonl", "line 1"),
+        ('{"name":"a","price":{"x":1,"x":2}}\n', "t.jsonl", "line 1"),
     ],
+    ids=["a column", "the key column", "inside a label"],
 )
 def test_a_json_object_that_names_a_column_twice_is_an_error(
     tmp_path: Path, content: str, name: str, message: str
@@ -383,7 +392,7 @@ def test_a_json_object_that_names_a_column_twice_is_an_error(
     a CSV header that names a column twice is refused, and so is this."""
     result, store = build(tmp_path, content, name=name, check=False)
     assert result.returncode == 1 and not Path(store).exists()
-    assert f"{message} names the column" in result.stderr and "more than once" in result.stderr
+    assert f"{message}: a JSON object names" in result.stderr and "more than once" in result.stderr
 
 
 @pytest.mark.parametrize("key", ["   ", "\t", "\u3000"])
@@ -406,6 +415,11 @@ def test_zero_padded_codes_keep_their_zeros_unless_numbers_are_asked_for(tmp_pat
     content = "name,price\napple,007\nbanana,-042\n"
     _, store = build(tmp_path, content, "--value-kind", "scalar", "--force")
     assert dict(SoftDict.load(store).items()) == {"apple": 7, "banana": -42}
+    content = "name,price,size\napple,007,1\nbanana,3,2\n"  # a vector of two columns
+    result, _ = build(
+        tmp_path, content, "--value", "price", "--value", "size", "--force", check=False
+    )
+    assert "pass --value-kind vector to read it as a number" in result.stderr
 
 
 def test_vector_values_from_one_column_are_json_lists(tmp_path: Path) -> None:
@@ -418,6 +432,22 @@ def test_vector_values_from_one_column_are_json_lists(tmp_path: Path) -> None:
     result, _ = build(tmp_path, content, "--value-kind", "vector", "--force", check=False)
     assert result.returncode == 1 and "line 2, column 'price': '10' is no vector" in result.stderr
     assert "repeat --value" in result.stderr
+    for bad, message in (
+        ([3, "4"], "its item '4' is no finite number"),
+        ([], "[] is no vector"),
+        ([1, 2, 3], "a vector of 3 numbers, where item 1's has 2"),
+    ):
+        rows = [{"name": "apple", "price": [1, 2]}, {"name": "pear", "price": bad}]
+        result, store = build(
+            tmp_path, json.dumps(rows), "--value-kind", "vector", "--force", name="t.json",
+            check=False,
+        )  # fmt: skip
+        assert result.returncode == 1 and f"item 2, column 'price': {message}" in result.stderr
+    result, store = build(
+        tmp_path, json.dumps(rows), "--value-kind", "vector", "--force", "--skip-bad-rows",
+        name="t.json",
+    )  # fmt: skip
+    assert list(SoftDict.load(store)) == ["apple"]
 
 
 def test_an_empty_output_path_is_refused(tmp_path: Path) -> None:
@@ -430,8 +460,11 @@ def test_a_number_too_small_for_a_float_is_an_error_not_zero(tmp_path: Path) -> 
     assert result.returncode == 1 and "'1e-400' is too small for a 64-bit float" in result.stderr
     content = '{"name": "apple", "price": 2}\n{"name": "pear", "price": 1e-400}\n'
     result, store = build(tmp_path, content, name="t.jsonl", check=False)
-    assert result.returncode == 1 and "line 2: the number 1e-400 is too small" in result.stderr
-    _, store = build(tmp_path, "name,price\napple,0e-400\npear,0.000\n")
+    assert result.returncode == 1 and "line 2, column 'price': '1e-400' is too" in result.stderr
+    content = '{"name": "apple", "price": 2, "note": 1e-400}\n'  # a column no value comes from
+    _, store = build(tmp_path, content, name="t.jsonl")
+    assert dict(SoftDict.load(store).items()) == {"apple": 2}
+    _, store = build(tmp_path, "name,price\napple,0e-400\npear,0.000\n", "--force")
     assert dict(SoftDict.load(store).items()) == {"apple": 0.0, "pear": 0.0}
 
 
