@@ -34,7 +34,7 @@ threshold hold where no mark is borne. With ``--strict-short-words`` (``rule-5``
 letters counts as common only at Zipf 3.5. With ``--meaning-as-is``, meaning's factor stays 1
 (a = 0) and the curve and marks are fitted: every score keeps the cosine as it is, which is what
 ``min_score`` compares across queries. ``--dev-only`` prints the dev half's table instead of
-the test half's (for choices). ``--fit-temperature`` fits at another temperature than the
+the test half's (for choices): in sample, the key meant forced among the candidates. ``--fit-temperature`` fits at another temperature than the
 lookups' 0.05: a lower one weighs the key meant coming first over calibrated weights, nearer a
 rank objective. ``--rule-7-spelling`` spells as ``rule-7`` does (accents, words in any order).
 
@@ -68,7 +68,7 @@ from categories import CATEGORIES
 from combination_marks import Marked
 from matching import best_threshold, cached_embeddings, tasks
 from matching_data import Task, country_aliases, key_sets, split_of, typo
-from matching_design import ISSUE, cosine
+from matching_design import ISSUE, cosine, library_spelling
 
 from softdict.encoders import resolve_encoder
 from softdict.spelling import spelling_form
@@ -80,9 +80,7 @@ from softdict.spelling.evidence import (
     describe_strict_short,
     evidence_marks,
 )
-from softdict.spelling.index import SpellingIndex
 from softdict.spelling.terms import query_terms, ramps
-from softdict.spelling.text import SpellingQueries
 
 TEMPERATURE = 0.05
 FIT_TEMPERATURE = TEMPERATURE  # set by main (--fit-temperature)
@@ -127,7 +125,7 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
         cached_embeddings(encoder, task.queries, "queries"),
         cached_embeddings(encoder, task.keys, "keys"),
     )
-    S = spelling(task.queries, task.keys)
+    S, _ = library_spelling(task.queries, task.keys, as_rule_7=RULE_7_SPELLING)
     rule = query_terms(rule_1(1 / 16), task.queries, 1.0, 1.0)
     marked = Marked(task.keys)
     index = {key: i for i, key in enumerate(task.keys)}
@@ -164,15 +162,6 @@ def batch(encoder, task: Task, force_target: bool) -> Batch:
         xs.append(DESCRIBE(query))
     out.x = np.array(xs)
     return out
-
-
-def spelling(queries: list[str], keys: list[str]) -> np.ndarray:
-    """softdict's spelling similarity of every query with every key: as ``rule-1`` to ``rule-3``
-    spell, or (``--rule-7-spelling``) reading accents and words in any order as ``rule-7``."""
-    index = SpellingIndex()
-    index.add(np.arange(len(keys)), keys)
-    flags = dict(accents=True, edits_sorted=True, as_typed=True) if RULE_7_SPELLING else {}
-    return index.similarity(SpellingQueries.of(queries, **flags), np.arange(len(keys)))
 
 
 def design(b: Batch, i: int) -> np.ndarray:
@@ -218,7 +207,7 @@ def no_match_offset(encoder, theta: np.ndarray) -> np.ndarray:
         cached_embeddings(encoder, queries, "queries"),
         cached_embeddings(encoder, countries, "keys"),
     )
-    S = spelling(queries, countries)
+    S, _ = library_spelling(queries, countries, as_rule_7=RULE_7_SPELLING)
     forms = [spelling_form(c) for c in countries]
     X = np.array([DESCRIBE(q) for q in queries])
     best = np.array(

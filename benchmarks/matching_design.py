@@ -96,12 +96,16 @@ ISSUE = {
 }
 
 
-def library_spelling(queries: list[str], keys: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """softdict's spelling similarity of every query with every key, and each query's
-    unknown share."""
+def library_spelling(
+    queries: list[str], keys: list[str], *, as_rule_7: bool = False
+) -> tuple[np.ndarray, np.ndarray]:
+    """softdict's spelling similarity of every query with every key (as ``rule-1`` to
+    ``rule-3`` spell; ``as_rule_7``: reading accents and words in any order, as ``rule-7``),
+    and each query's unknown share."""
     index = SpellingIndex()
     index.add(np.arange(len(keys)), keys)
-    spelled = SpellingQueries.of(queries)
+    flags = {"accents": True, "edits_sorted": True, "as_typed": True} if as_rule_7 else {}
+    spelled = SpellingQueries.of(queries, **flags)
     unknown = np.array([unknown_share(query) for query in queries])
     return index.similarity(spelled, np.arange(len(keys))), unknown
 

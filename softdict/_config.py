@@ -10,6 +10,7 @@ store resolves them, so a registered plug-in is a valid option without changes h
 
 from __future__ import annotations
 
+import decimal
 import difflib
 import functools
 import inspect
@@ -157,7 +158,8 @@ class SoftDictConfig(BaseModel):
             raise ValueError("must be a number, not True or False")
         if a_number and isinstance(value, (str, bytes)):
             raise ValueError("must be a number, not text")
-        if a_number and isinstance(value, (float, np.floating)) and math.isnan(value):
+        nan = isinstance(value, (float, np.floating)) and math.isnan(value)
+        if a_number and (nan or (isinstance(value, decimal.Decimal) and value.is_nan())):
             raise ValueError("must be a number, not NaN")  # pydantic named a bound NaN fails
         fraction = isinstance(value, numbers.Number) and not isinstance(value, numbers.Integral)
         if a_number == {int} and fraction:  # 2.0, Decimal(2), Fraction(2)

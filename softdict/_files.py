@@ -42,8 +42,8 @@ def store_folder(path: object, doing: str) -> Path:
             f"a store's path is a str or an os.PathLike of str, got {type(path).__name__} "
             f"({path!r:.60}); decode bytes with os.fsdecode()"
         )
-    if not os.fspath(path).strip():  # Path("") is ".": a save would try the current folder
-        raise ConfigError(f"cannot {doing} {os.fspath(path)!r}: the path is empty; name a folder")
+    if not os.fspath(path):  # Path("") is ".": a save would try the current folder
+        raise ConfigError(f"cannot {doing} '': the path is empty; name a folder")
     folder = Path(path)
     if "\0" in str(folder):
         raise StoreFormatError(f"cannot {doing} {str(folder)!r:.80}: a path holds no NUL character")
