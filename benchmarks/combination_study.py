@@ -34,9 +34,10 @@ threshold hold where no mark is borne. With ``--strict-short-words`` (``rule-5``
 letters counts as common only at Zipf 3.5. With ``--meaning-as-is``, meaning's factor stays 1
 (a = 0) and the curve and marks are fitted: every score keeps the cosine as it is, which is what
 ``min_score`` compares across queries. ``--dev-only`` prints the dev half's table instead of
-the test half's (for choices): in sample, the key meant forced among the candidates. ``--fit-temperature`` fits at another temperature than the
-lookups' 0.05: a lower one weighs the key meant coming first over calibrated weights, nearer a
-rank objective. ``--rule-7-spelling`` spells as ``rule-7`` does (accents, words in any order).
+the test half's (for choices): in sample, the key meant forced among the candidates.
+``--fit-temperature`` fits at another temperature than the lookups' 0.05: a lower one weighs
+the key meant coming first over calibrated weights, nearer a rank objective.
+``--rule-7-spelling`` spells as ``rule-7`` does (accents, words in any order).
 
 What ``--strict-short-words --meaning-as-is`` showed (2026-11-27, its constants put in a store
 for a one-off run of every task's dev half, 2,000 queries a task, rule-5's marks floor and
