@@ -87,7 +87,8 @@ class ValueSide:
     """The values leave-one-out predicts, in the units its loss counts them in.
 
     Numbers are divided by each dimension's spread over the sampled keys (a constant dimension
-    keeps 1: it is predicted exactly anyway); labels stay codes, and ``scale`` is None.
+    by its magnitude: it is predicted exactly anyway, and 1e39 over 1 overflowed float32 in
+    ``at``); labels stay codes, and ``scale`` is None.
     """
 
     own: np.ndarray  # the sampled keys' values: (m, d_v) numbers over their spread, or (m,) codes
@@ -106,7 +107,7 @@ class ValueSide:
         peak = np.abs(own).max(axis=0, initial=0.0)
         peak = np.where(peak > 0, peak, 1.0)
         spread = (own / peak).std(axis=0) * peak
-        scale = np.where(spread > 0, spread, 1.0)
+        scale = np.where(spread > 0, spread, peak)
         return cls(own / scale, of_ids, scale)
 
     @property
@@ -120,7 +121,10 @@ class ValueSide:
         stored = self.of_ids(ids)
         if self.scale is None:
             return stored
-        return (stored.reshape(*ids.shape, -1) / self.scale).astype(np.float32)
+        scaled = stored.reshape(*ids.shape, -1) / self.scale
+        # A key outside the sample may lie past float32's range in these units: clipped there.
+        limit = np.finfo(np.float32).max
+        return np.clip(scaled, -limit, limit).astype(np.float32)
 
     def losses(self, chunk: slice, prediction: np.ndarray) -> np.ndarray:
         """Each key's loss in ``chunk``: ``prediction`` is the attention mass on its own label

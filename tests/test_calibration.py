@@ -8,6 +8,8 @@ means nothing about their vectors. The spelling channel's own choice is tested a
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 from _support import FakeEncoder, close
@@ -236,6 +238,13 @@ def test_each_value_dimension_counts_in_units_of_its_spread() -> None:
         sd.add_embeddings([f"k{i}" for i in range(600)], X, factor * y)
         scalar.append(sd.calibrate())
     assert scalar[0] == scalar[1]
+    # A constant dimension past float32's range (its spread 0) overflowed float32 and filled the
+    # losses with NaN, with warnings; it is predicted exactly anyway, so it changes nothing.
+    sd = SoftDict(encoder=FakeEncoder(), lexical=0)
+    sd.add_embeddings([f"k{i}" for i in range(600)], X, np.c_[y, np.full(600, 1e39)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert sd.calibrate() == scalar[0]  # as the first dimension alone
 
 
 def naive_leave_one_out(
