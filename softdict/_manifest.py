@@ -35,6 +35,7 @@ __all__ = [
     "check_files",
     "config_as_loaded",
     "read_manifest",
+    "refuse_foreign_entries",
     "refuse_newer_combination",
     "sha256",
 ]
@@ -248,3 +249,23 @@ def check_files(folder: Path, files: dict[str, FileEntry]) -> dict[str, bytes]:
             raise StoreFormatError(f"{path} fails its SHA-256 checksum: the file is corrupted")
         contents[name] = data
     return contents
+
+
+def refuse_foreign_entries(folder: Path) -> None:
+    """StoreFormatError where the store folder ``folder`` holds an entry its manifest does not
+    list (a file a user put there, a store saved inside it): a save replaces the whole folder,
+    and deleted them without a word. A damaged manifest lists nothing: the store is replaced."""
+    try:
+        written = {MANIFEST, *read_manifest(folder).body.files}
+    except StoreFormatError:
+        return
+    # A lock file of a store saved inside (".NAME.lock") holds no data: it goes with the folder.
+    names = [entry.name for entry in folder.iterdir() if entry.name not in written]
+    foreign = sorted(n for n in names if not (n.startswith(".") and n.endswith(".lock")))
+    if foreign:
+        count = f"{len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} in all"
+        raise StoreFormatError(
+            f"cannot save to {folder}: it holds {foreign[0]!r} ({count}), "
+            f"which is no part of the store saved there, and saving replaces the whole folder; "
+            f"move it out first"
+        )

@@ -67,6 +67,7 @@ from softdict._manifest import (
     check_files,
     config_as_loaded,
     read_manifest,
+    refuse_foreign_entries,
     sha256,
 )
 from softdict.encoders import EncoderIdentity, TextEncoder
@@ -189,6 +190,8 @@ def _save_locked(
             f"cannot save to {target}: it exists and is not a softdict store, and saving "
             f"would replace it; choose another path or remove it yourself"
         )
+    if target.is_dir() and not replaces_other_data:
+        refuse_foreign_entries(target)
     contents: dict[str, Any] = {"keys.json": state.keys, "ids.npy": state.ids, **part_files}
     if state.projection is not None:
         contents["query_projection.npy"] = state.projection

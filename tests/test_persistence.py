@@ -356,6 +356,22 @@ def test_a_path_that_cannot_hold_a_store_is_refused_and_leaves_nothing(tmp_path:
         SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), accept_variant="no")  # truthy
 
 
+def test_a_save_never_deletes_what_else_is_in_the_store_folder(tmp_path: Path) -> None:
+    """A save replaces the whole folder: a store saved inside another one, or a note put in it,
+    was deleted by the next save of the outer store."""
+    outer = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
+    outer.save(tmp_path / "s")
+    SoftDict({"x": 2.0}, encoder=FakeEncoder()).save(tmp_path / "s" / "inner")
+    outer["pear"] = 3.0
+    with pytest.raises(StoreFormatError, match=r"holds 'inner' \(1 entry in all\).*move it out"):
+        outer.save(tmp_path / "s")
+    assert list(SoftDict.load(tmp_path / "s" / "inner", encoder=FakeEncoder())) == ["x"]
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
+    shutil.rmtree(tmp_path / "s" / "inner")
+    outer.save(tmp_path / "s")  # only the store's own files: replaced as before
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple", "pear"]
+
+
 def test_saving_over_a_store_replaces_it_and_leaves_no_debris(tmp_path: Path) -> None:
     SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(tmp_path / "s")
     SoftDict({"chair": 2.0}, encoder=FakeEncoder()).save(tmp_path / "s")
