@@ -17,7 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from softdict._config import CombinationName, SoftDictConfig
 from softdict._errors import StoreFormatError
@@ -94,6 +101,16 @@ class EncoderEntry(_Schema):
     loadable_by_name: bool
     probe_text: str
     fingerprint: list[float]
+
+    @model_validator(mode="after")
+    def _fingerprint_of_dim(self) -> EncoderEntry:
+        # The fingerprint is the encoder's embedding of the probe text: dim numbers. A manifest
+        # that says otherwise was edited, and loaded as if nothing were wrong.
+        if len(self.fingerprint) != self.dim:
+            raise ValueError(
+                f"says dim {self.dim}, but its fingerprint holds {len(self.fingerprint)} numbers"
+            )
+        return self
 
     @field_validator("fingerprint")
     @classmethod

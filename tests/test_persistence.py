@@ -265,6 +265,7 @@ def test_a_key_that_is_no_unicode_text_is_refused_on_load(tmp_path: Path) -> Non
         lambda body: body.update(index="built"),
         lambda body: body.update(dim="16"),
         lambda body: body.update(next_id=2**70),  # every later insert raised OverflowError
+        lambda body: body["encoder"].update(dim=15),  # its fingerprint has 16 numbers: loaded
     ],
     ids=[
         "no probe text",
@@ -275,6 +276,7 @@ def test_a_key_that_is_no_unicode_text_is_refused_on_load(tmp_path: Path) -> Non
         "index a string",
         "dim a string",
         "next_id past int64",
+        "encoder dim against its fingerprint",
     ],
 )
 def test_a_garbled_manifest_field_is_a_store_format_error(tmp_path: Path, garble) -> None:
