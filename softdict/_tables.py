@@ -250,8 +250,8 @@ def _parse_json(path: Path, text: str, line: int | None = None) -> Any:
         return json.loads(text, object_pairs_hook=_object, parse_float=json_float)
     except _RepeatedName as exc:
         raise InputError(
-            f"{path}: {where or 'the file'}: a JSON object names {exc} more than once (JSON "
-            f"would keep its last value only); name each field once"
+            f"{path}: {where or 'the file'}: a JSON object names {exc.args[0]!r} more than "
+            f"once (JSON would keep its last value only); name each field once"
         ) from None
     except json.JSONDecodeError as exc:
         at = where or f"line {exc.lineno}"
