@@ -376,25 +376,6 @@ def test_a_json_null_in_a_label_column_is_the_label_none(tmp_path: Path) -> None
     assert dict(SoftDict.load(store).items()) == {"a": "x", "b": None}
 
 
-@pytest.mark.parametrize(
-    ("content", "name", "message"),
-    [
-        ('[{"name":"a","price":1,"price":2},{"name":"b","price":3}]', "t.json", "the file"),
-        ('{"name":"a","name":"z","price":1}\n', "t.jsonl", "line 1"),
-        ('{"name":"a","price":{"x":1,"x":2}}\n', "t.jsonl", "line 1"),
-    ],
-    ids=["a column", "the key column", "inside a label"],
-)
-def test_a_json_object_that_names_a_column_twice_is_an_error(
-    tmp_path: Path, content: str, name: str, message: str
-) -> None:
-    """JSON keeps the last of a repeated name without a word (a value, or a key, was lost);
-    a CSV header that names a column twice is refused, and so is this."""
-    result, store = build(tmp_path, content, name=name, check=False)
-    assert result.returncode == 1 and not Path(store).exists()
-    assert f"{message}: a JSON object names" in result.stderr and "more than once" in result.stderr
-
-
 @pytest.mark.parametrize("key", ["   ", "\t", "\u3000"])
 def test_a_key_cell_of_whitespace_only_has_no_text(tmp_path: Path, key: str) -> None:
     """A blank key cell was refused but one of spaces stored as a key."""
@@ -504,6 +485,14 @@ def test_repeated_keys_are_counted_and_resolved(tmp_path, option, kept, message)
             "t.jsonl",
             "the JSON at line 2 nests too deeply",
         ),
+        # JSON keeps the last of a repeated name without a word (a value, or a key, was lost).
+        (
+            '[{"name":"a","price":1,"price":2},{"name":"b","price":3}]',
+            "t.json",
+            "the file: a JSON object names 'price' more than once",
+        ),
+        ('{"name":"a","name":"z","price":1}\n', "t.jsonl", "line 1: a JSON object names 'name'"),
+        ('{"name":"a","price":{"x":1,"x":2}}\n', "t.jsonl", "line 1: a JSON object names 'x'"),
     ],
     ids=[
         "ragged",
@@ -513,6 +502,9 @@ def test_repeated_keys_are_counted_and_resolved(tmp_path, option, kept, message)
         "cell over 128 KiB",
         "deep JSON",
         "deep JSON Lines",
+        "repeated JSON field",
+        "repeated JSON key field",
+        "repeated name inside a label",
     ],
 )
 def test_broken_tables_are_clear_errors_never_tracebacks(tmp_path, content, name, message) -> None:

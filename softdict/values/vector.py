@@ -160,7 +160,7 @@ class VectorColumn(ValueColumn[np.ndarray]):
         return (components @ weights.T if every else components[:, slots] @ weights.T).T
 
     def check_batch_default(self, default: object) -> None:
-        value: Any = default  # anything: numpy says what shape and type it has
+        value: Any = default  # anything: is_numeric_sequence says whether it is a vector
         expected = f"a vector of length {self.length}"
         if not is_numeric_sequence(value) or len(value) != self.length:
             raise batch_default_error(expected, default)
