@@ -8,9 +8,10 @@ efConstruction = 100: with efSearch = k and efConstruction = 40, recall@k on rea
 0.89-0.97, below the 0.95 that top-k attention needs (benchmarks/real_scale.py measures it).
 Building is most of a large store's build time; what it buys, at 10^5 real names and words on
 ``bundled-static`` (benchmarks/graph_build.py, 2 threads of an AMD EPYC): efConstruction 100
-took 8.9 s at recall@64/256/1024 0.984/0.984/0.990, 40 took 4.7 s at 0.963/0.972/0.987, M = 16
-with 40 2.8 s at 0.907/0.916/0.940. IVF-Flat over 256-1,024 k-means cells, built in 0.2-1.3 s,
-reached 0.93/0.93/0.91 only by reading a quarter of the keys (nprobe 64 of 256).
+took 9.1 s at recall@64/256/1024 0.984/0.984/0.990, 40 took 4.8 s at 0.963/0.972/0.987, M = 16
+with 40 3.1 s at 0.907/0.916/0.940 (exact numpy: no build, 2.2-2.5 ms a query against 0.4-3.3
+for the graph). IVF-Flat over 256-1,024 k-means cells, built in 0.2-1.3 s, reached
+0.93/0.93/0.91 only by reading a quarter of the keys (nprobe 64 of 256).
 
 It also keeps k-means cells over its keys (``softdict.index._cells``): an estimated attention
 draws its sampled tail near the query by them, and gathers the sampled vectors from the graph's
