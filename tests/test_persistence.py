@@ -849,6 +849,27 @@ def test_loaded_values_are_checked_like_inserted_ones(tmp_path: Path) -> None:
         SoftDict.load(folder, encoder=FakeEncoder())
 
 
+def test_a_manifest_that_contradicts_itself_is_refused(tmp_path: Path) -> None:
+    """A deliberate edit, checksums recomputed: what no save writes is refused, naming the
+    file. A store fixed to vector values that records scalar ones; a cosine store with a key
+    vector 10^30 times a unit one (which would outscore every other key)."""
+    folder = saved_store(tmp_path)
+    rewrite_manifest(folder, lambda m: m["body"]["config"].update(value_kind="vector"))
+    with pytest.raises(StoreFormatError, match=r"manifest\.json fixes value_kind 'vector'"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+    (tmp_path / "b").mkdir()
+    folder = saved_store(tmp_path / "b")
+    vectors = np.load(folder / "embeddings.npy")
+    resign(folder, "embeddings.npy", npy(vectors * np.float32(1.0005)))  # within the margin
+    assert len(SoftDict.load(folder, encoder=FakeEncoder())) == 5
+    vectors[2] *= np.float32(1e30)
+    resign(folder, "embeddings.npy", npy(vectors))
+    with pytest.raises(
+        StoreFormatError, match=r"embeddings\.npy holds a key vector of norm 1e\+30"
+    ):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
 def test_absurd_options_are_refused_when_given_too() -> None:
     with pytest.raises(ConfigError, match="query_cache_size"):
         SoftDict(encoder=FakeEncoder(), query_cache_size=10**15)

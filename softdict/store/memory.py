@@ -19,6 +19,7 @@ from softdict._config import SoftDictConfig
 from softdict._errors import EmptyStoreError
 from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows, compaction_due, positions_of
+from softdict._similarity import Similarity
 from softdict._types import Value
 from softdict.index.base import IndexBackend
 from softdict.index.registry import BackendSpec, backend_spec
@@ -316,6 +317,12 @@ class MemoryStore(Store):
             return store
         if state.dim is None or state.value_kind is None:
             raise files.error("manifest.json", "lacks the dimension or value kind of its keys")
+        fixed = state.config.value_kind
+        if fixed is not None and fixed != state.value_kind:
+            raise files.error(
+                "manifest.json",
+                f"fixes value_kind {fixed!r} but records {state.value_kind!r} values",
+            )
         n = len(state.keys)
         by_id = np.argsort(state.ids, kind="stable")  # slots go in id order
         column = column_class(state.value_kind).restore(files, n)
@@ -328,6 +335,8 @@ class MemoryStore(Store):
                 f"does not match the index: the store lists {n} keys, the index holds "
                 f"{len(backend)} vectors, not under the same ids",
             )
+        if state.config.similarity is Similarity.COSINE:
+            _check_unit_vectors(backend, files)
         store._column, store._backend, store._dim = column, backend, state.dim
         store._spelling = SpellingIndex.restore(
             state.ids[by_id], [state.keys[i] for i in by_id], files
@@ -339,3 +348,30 @@ class MemoryStore(Store):
         slot_of_position[by_id] = np.arange(n)
         store._slot_of = dict(zip(state.keys, slot_of_position.tolist()))
         return store
+
+
+# A cosine store's vectors are unit vectors or zero (``Similarity.prepare_keys`` makes them so):
+# a longer one came from no insert but from a file edited with its checksums recomputed, and
+# would outscore every other key. The margin covers float32 rounding. Only embeddings.npy is
+# checked: FAISS's indexes hold approximations (PQ codes) and are trusted files anyway (their
+# checksums catch damage, not a crafted file; docs/guarantees.md).
+_UNIT_MARGIN = 1e-3
+# Vectors checked at a time: 64 MB of float64 copies at 128 dims, whatever the store's size.
+_CHECKED_ROWS = 1 << 16
+
+
+def _check_unit_vectors(backend: IndexBackend, files: FileReader) -> None:
+    """StoreFormatError where a loaded cosine store's embeddings.npy holds a vector longer than
+    a unit one."""
+    if not files.has("embeddings.npy"):
+        return
+    ids = backend.ids()
+    for start in range(0, len(ids), _CHECKED_ROWS):
+        vectors = backend.vectors(ids[start : start + _CHECKED_ROWS])
+        longest = float(np.max(np.linalg.norm(vectors.astype(np.float64), axis=1), initial=0.0))
+        if longest > 1.0 + _UNIT_MARGIN:
+            raise files.error(
+                "embeddings.npy",
+                f"holds a key vector of norm {longest:.6g} in a cosine store, whose keys are "
+                "unit vectors: the file was edited, not written by save",
+            )
