@@ -86,14 +86,21 @@ class LeftOutScores:
 class ValueSide:
     """The values leave-one-out predicts, in the units its loss counts them in.
 
-    Numbers are divided by each dimension's spread over the sampled keys (a constant dimension
-    by its magnitude: it is predicted exactly anyway, and 1e39 over 1 overflowed float32 in
-    ``at``); labels stay codes, and ``scale`` is None.
+    Numbers are taken as their deviation from the sampled keys' mean, over each dimension's
+    spread there: a squared error does not change when a constant is added to every value, and
+    neither may the temperature chosen (values of 1.7e12 + a few thousand, times in epoch
+    milliseconds, kept their differences only to float32's 1.7e12 / 2^24 ≈ 10^5 in ``at``, and
+    calibrate chose the grid's edge). Each dimension is first divided by its largest magnitude,
+    so that no square or difference overflows float64 (squares past about 1e154 do); a
+    constant dimension is 0 everywhere (predicted exactly anyway). Labels stay codes, and
+    ``scale`` is None.
     """
 
-    own: np.ndarray  # the sampled keys' values: (m, d_v) numbers over their spread, or (m,) codes
+    own: np.ndarray  # the sampled keys' values: (m, d_v) deviations over their spread, or codes
     of_ids: Callable[[np.ndarray], np.ndarray]  # any keys' stored values, by id
-    scale: np.ndarray | None
+    scale: np.ndarray | None  # each dimension's spread, over its peak (None for labels)
+    peak: np.ndarray | None = None  # each dimension's largest magnitude over the sampled keys
+    center: np.ndarray | None = None  # each dimension's mean over the sampled keys, over peak
 
     @classmethod
     def build(
@@ -102,13 +109,13 @@ class ValueSide:
         if loss is LossKind.LABEL_LIKELIHOOD:
             return cls(own, of_ids, None)
         own = own.astype(np.float64).reshape(len(own), -1)
-        # Taken over the values divided by their largest magnitude: the squares of values past
-        # about 1e154 overflow float64, and the spread of such a dimension came out infinite.
         peak = np.abs(own).max(axis=0, initial=0.0)
         peak = np.where(peak > 0, peak, 1.0)
-        spread = (own / peak).std(axis=0) * peak
-        scale = np.where(spread > 0, spread, peak)
-        return cls(own / scale, of_ids, scale)
+        center = (own / peak).mean(axis=0)
+        deviation = own / peak - center  # within [-2, 2]
+        spread = deviation.std(axis=0)
+        scale = np.where(spread > 0, spread, 1.0)
+        return cls(deviation / scale, of_ids, scale, peak, center)
 
     @property
     def width(self) -> int:
@@ -116,12 +123,15 @@ class ValueSide:
         return 1 if self.scale is None else int(self.own.shape[1])
 
     def at(self, ids: np.ndarray) -> np.ndarray:
-        """Values of ``ids`` (any shape): label codes, or float32 numbers over their spread with
-        a value axis appended (float32 halves the work; losses only rank temperatures)."""
+        """Values of ``ids`` (any shape): label codes, or float32 deviations over their spread
+        (``build``) with a value axis appended (float32 halves the work; losses only rank
+        temperatures)."""
         stored = self.of_ids(ids)
         if self.scale is None:
             return stored
-        scaled = stored.reshape(*ids.shape, -1) / self.scale
+        assert self.peak is not None and self.center is not None
+        with np.errstate(over="ignore"):  # to infinity, clipped below
+            scaled = (stored.reshape(*ids.shape, -1) / self.peak - self.center) / self.scale
         # A key outside the sample may lie past float32's range in these units: clipped there.
         limit = np.finfo(np.float32).max
         return np.clip(scaled, -limit, limit).astype(np.float32)

@@ -238,6 +238,13 @@ def test_each_value_dimension_counts_in_units_of_its_spread() -> None:
         sd.add_embeddings([f"k{i}" for i in range(600)], X, factor * y)
         scalar.append(sd.calibrate())
     assert scalar[0] == scalar[1]
+    # Nor does a constant added to every value (times in epoch milliseconds): in float32 the
+    # values of 1.7e12 + a few thousand kept their differences only to ~10^5, and calibrate
+    # chose the grid's edge.
+    for offset in (1.7e12, -1e300):
+        sd = SoftDict(encoder=FakeEncoder(), lexical=0)
+        sd.add_embeddings([f"k{i}" for i in range(600)], X, np.c_[y + offset, y])
+        assert sd.calibrate() == scalar[0]
     # A constant dimension past float32's range (its spread 0) overflowed float32 and filled the
     # losses with NaN, with warnings; it is predicted exactly anyway, so it changes nothing.
     sd = SoftDict(encoder=FakeEncoder(), lexical=0)
@@ -274,7 +281,9 @@ def test_leave_one_out_losses_match_the_naive_formula(labels: bool) -> None:
     rng = np.random.default_rng(11)
     vectors = rng.standard_normal((40, 8))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    values = rng.integers(0, 3, 40) if labels else rng.standard_normal((40, 3)) * [1, 10, 100]
+    # Numbers far from 0 (an offset changes no squared error: the losses must not see it).
+    numbers = rng.standard_normal((40, 3)) * [1, 10, 100] + [0, 1e9, -3e12]
+    values = rng.integers(0, 3, 40) if labels else numbers
     ids = 3 * np.arange(40)  # ids need not be positions: every third one
     left_out = LeftOutScores.from_all_scores(vectors @ vectors.T, np.arange(40), ids, 16)
 
