@@ -12,7 +12,6 @@ W_q and T, and ``lexical_known`` too under the hand-set rule's curve (``rule-1``
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -257,8 +256,9 @@ def fit(
 @dataclass(frozen=True)
 class Learned:
     """What ``fit_projection`` found, and the held-out accuracy before and after;
-    ``improved``: whether any step lowered the held-out loss (else what it found is where it
-    started: every step did worse, or diverged to a NaN loss)."""
+    ``improved``: whether any step lowered the held-out loss below that of what was in force
+    (else what it found is where it started: every step did worse, or diverged to a NaN
+    loss)."""
 
     weight: np.ndarray
     temperature: float
@@ -376,13 +376,15 @@ def fit_projection(
         )
 
     with torch.no_grad():
-        _, accuracy_before = loss_and_accuracy(
+        loss_before, accuracy_before = loss_and_accuracy(
             "heldout", start, torch.tensor(temperature), log_lexical, logit_known
         )
     parameters = [weight, log_t] + ([log_lexical] if spelling else [])
     parameters += [logit_known] if learns_known else []
     optimizer = torch.optim.Adam(parameters, lr=learning_rate)
-    best = snapshot(float("inf"))
+    # The point to beat is what is in force (the weights start there): a step that raised the
+    # held-out loss above it was kept as the best one when the best began at infinity.
+    best = snapshot(float(loss_before))
     since_best, steps = 0, 0
     for steps in range(1, max_steps + 1):  # noqa: B007 - the last value is reported
         optimizer.zero_grad()
@@ -415,5 +417,5 @@ def fit_projection(
         steps=steps,
         accuracy_before=accuracy_before,
         accuracy_after=accuracy_after,
-        improved=math.isfinite(best_loss),
+        improved=best_loss < float(loss_before),
     )

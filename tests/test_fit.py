@@ -149,6 +149,39 @@ def test_a_second_fit_is_judged_against_the_projection_in_force() -> None:
     np.testing.assert_array_equal(sd.query_projection, rotation.astype(np.float32))
 
 
+def test_a_fit_is_kept_only_where_it_lowers_the_held_out_loss() -> None:
+    """Refitting a store on the same pairs: a fit whose best step raised the held-out
+    cross-entropy above that of what was in force was kept (its best began at infinity), and
+    the second of three fits here made it worse (4.414 -> 4.448). Each fit kept must lower it."""
+    words = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa",
+             "lambda", "mu", "nu", "xi", "omicron", "pi", "rho", "sigma", "tau"]  # fmt: skip
+    sd = SoftDict({f"item {w}": float(i) for i, w in enumerate(words)}, encoder=FakeEncoder())
+    sd.lexical = 0
+    pairs = [(f"zz{w[::-1]}", f"item {w}") for w in words]
+    pairs += [(f"zz{w[::-1]} please", f"item {w}") for w in words]
+    examples, n_heldout = _learning.heldout_first(_learning.examples_from(pairs), 0.2, 0)
+
+    def heldout_loss() -> float:
+        losses = []
+        for query, target in examples[:n_heldout]:
+            attention = sd.attend(query)
+            weight = dict(zip(attention.keys, attention.weights)).get(target, 0.0)
+            losses.append(-np.log(max(weight, 1e-300)))
+        return float(np.mean(losses))
+
+    kept = 0
+    for _ in range(3):
+        before = heldout_loss()
+        report = sd.fit(pairs)
+        after = heldout_loss()
+        if report.kept:
+            kept += 1
+            assert after < before
+        else:
+            assert after == before
+    assert kept >= 1  # the first fit learns something
+
+
 def test_fit_errors() -> None:
     sd = SoftDict({"apple": 1.0, "pear": 2.0, "chair": 3.0}, encoder=FakeEncoder())
     with pytest.raises(KeyTypeError, match="pairs of strings"):
