@@ -319,15 +319,15 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         never its weights; the unpickling process loads the encoder by name. An encoder that
         cannot be loaded by name (an object passed as ``encoder=``) cannot be pickled: save and
         load instead."""
+        if not self._encoder.loadable_by_name:
+            raise EncoderError(
+                f"cannot pickle this SoftDict: its encoder {self._encoder.name!r} cannot be "
+                f"loaded by name in another process. Save it with sd.save(path) and load it "
+                f"with SoftDict.load(path, encoder=...)"
+            )
+        identity = self._encoder.identity()  # outside the lock, as save fingerprints it
         with self._lock:
-            if not self._encoder.loadable_by_name:
-                raise EncoderError(
-                    f"cannot pickle this SoftDict: its encoder {self._encoder.name!r} cannot be "
-                    f"loaded by name in another process. Save it with sd.save(path) and load it "
-                    f"with SoftDict.load(path, encoder=...)"
-                )
-            state, files = self._store.snapshot()
-            arguments = (type(self), state, files, self._encoder.identity())
+            arguments = (type(self), *self._store.snapshot(), identity)
             return _unpickle, arguments, self._pickled_attributes() or None
 
     @classmethod

@@ -162,17 +162,19 @@ def _siblings(path: Path, tag: str) -> list[Path]:
 
 def save_store(
     store: Store,
-    encoder: TextEncoder,
+    encoder: EncoderIdentity,
     path: str | os.PathLike[str],
     timeout: float = LOCK_TIMEOUT,
     replace: bool = True,
 ) -> None:
-    """Write ``store`` (embedded by ``encoder``) to the folder ``path`` atomically, holding the
-    store's lock (see ``_locked``); with ``replace`` False, refusing a store already there."""
+    """Write ``store`` (embedded by the ``encoder`` of that identity) to the folder ``path``
+    atomically, holding the folder's lock (see ``_locked``); with ``replace`` False, refusing a
+    store already there. The caller fingerprints its encoder before it takes the store's own
+    lock: encoding the probe text may be slow, and lookups wait for that lock."""
     target = store_folder(path, "save to")
-    # Encoded before taking the lock: the snapshot and the fingerprint take the longest.
+    # Taken before the folder's lock: the snapshot takes the longest.
     state, part_files = store.snapshot()
-    identity = dataclasses.asdict(encoder.identity())
+    identity = dataclasses.asdict(encoder)
     with _locked(target, timeout, writing=True):
         # Under the lock: a store another process saved here since the caller looked stays.
         if not replace and (target / MANIFEST).is_file():

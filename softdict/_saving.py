@@ -43,8 +43,10 @@ class Saving(Facade):
         check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
         if not isinstance(replace, bool):  # "no" is truthy: it would replace
             raise ConfigError(f"replace must be True or False, got {replace!r}")
+        # Outside the store's lock: a slow encoder's fingerprint must not hold up lookups.
+        identity = self._encoder.identity()
         with self._lock:
-            save_store(self._store, self._encoder, path, float(timeout), replace=replace)
+            save_store(self._store, identity, path, float(timeout), replace=replace)
 
     @classmethod
     def open(

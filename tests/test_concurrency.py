@@ -129,3 +129,27 @@ def test_items_and_values_skip_keys_another_thread_deletes() -> None:
         thread.join()
     assert not errors, errors[0]
     assert list(sd.items()) == [] and list(sd.values()) == []
+
+
+def test_a_save_fingerprints_its_encoder_without_holding_up_lookups(tmp_path) -> None:
+    """``save`` and pickling encode a probe text to fingerprint the encoder, which a slow
+    encoder makes slow: done under the store's lock, every lookup waited for it. Here the
+    encoder, while it fingerprints, has another thread read the store: it must not wait."""
+    read: list[object] = []
+
+    class ReadsWhileFingerprinting(FakeEncoder):
+        saving = False
+
+        def encode(self, texts: list[str]) -> np.ndarray:
+            if self.saving:
+                reader = threading.Thread(target=lambda: read.append(sd["apple"]), daemon=True)
+                reader.start()
+                reader.join(timeout=30)  # joined at once, unless the store's lock is held
+                read.append(reader.is_alive())
+            return super().encode(texts)
+
+    encoder = ReadsWhileFingerprinting()
+    sd = SoftDict({"apple": 1.0, "chair": 2.0}, encoder=encoder)
+    encoder.saving = True
+    sd.save(tmp_path / "s")
+    assert read[:2] == [1.0, False]  # the read came back, and the reader did not wait
