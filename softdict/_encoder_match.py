@@ -37,7 +37,9 @@ def matching_encoder(
         text_encoder = resolve_encoder(recorded.name, query_cache_size=cache_size)
     else:
         text_encoder = resolve_encoder(encoder, query_cache_size=cache_size)
-    variant = are_variants(recorded.name, text_encoder.name)
+    # By name only: an object passed as encoder= may be named anything (a model named like the
+    # bundled int8 variant is still compared by its fingerprint).
+    variant = text_encoder.loadable_by_name and are_variants(recorded.name, text_encoder.name)
     if variant and not accept_variant:
         raise EncoderError(
             f"this store was built with the encoder {recorded.name!r} and is being loaded with "

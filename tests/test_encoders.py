@@ -6,8 +6,13 @@ import numpy as np
 import pytest
 from _support import FakeEncoder, assert_close
 
-from softdict import EncoderError, SoftDict
-from softdict.encoders import BUNDLED_MODEL_NAME, MODEL_ENV_VAR, resolve_encoder
+from softdict import ConfigError, EncoderError, SoftDict
+from softdict.encoders import (
+    BUNDLED_MODEL_NAME,
+    MODEL_ENV_VAR,
+    register_encoder_name,
+    resolve_encoder,
+)
 from softdict.encoders import sentence_transformers as st_plugin
 from softdict.encoders.onnx import OnnxEncoder
 from softdict.encoders.sentence_transformers import bundled_model_path
@@ -146,3 +151,61 @@ def test_keys_go_longest_first_and_come_back_in_their_order() -> None:
     assert encoder.texts_encoded == sorted(texts, key=len, reverse=True)
     assert encoder.calls == 3
     np.testing.assert_array_equal(got, FakeEncoder().encode(texts))
+
+
+def test_registering_a_name_checks_it_and_a_loaders_failure_is_an_encoder_error() -> None:
+    for name, load in [(5, FakeEncoder), ("", FakeEncoder), ("model\udcff", FakeEncoder)]:
+        with pytest.raises(ConfigError, match="encoder's name"):
+            register_encoder_name(name, load)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="load must be a function"):
+        register_encoder_name("test-not-callable", "FakeEncoder")  # type: ignore[arg-type]
+
+    def weights_gone() -> FakeEncoder:
+        raise FileNotFoundError("weights gone")
+
+    register_encoder_name("test-weights-gone", weights_gone)
+    with pytest.raises(EncoderError, match=r"'test-weights-gone' failed to load: .*weights gone"):
+        SoftDict({"apple": 1.0}, encoder="test-weights-gone")
+
+
+def test_an_encoder_objects_name_that_cannot_be_read_is_its_types_name(tmp_path) -> None:
+    """A store records its encoder's name: a ``name`` whose lookup raises, or that is no valid
+    Unicode (which no manifest can hold: save raised UnicodeEncodeError), gives way to the
+    type's name."""
+
+    class NameRaises(FakeEncoder):
+        @property
+        def name(self) -> str:
+            raise RuntimeError("name lookup failed")
+
+    class NoUnicodeName(FakeEncoder):
+        name = "model\udcff"
+
+    for encoder in (NameRaises(), NoUnicodeName()):
+        sd = SoftDict({"apple": 1.0}, encoder=encoder)
+        assert sd.encoder.name == type(encoder).__name__
+        sd.save(tmp_path / type(encoder).__name__)
+        assert len(SoftDict.load(tmp_path / type(encoder).__name__, encoder=encoder)) == 1
+
+
+def test_only_an_encoder_loaded_by_name_counts_as_a_variant(tmp_path) -> None:
+    """accept_variant admits a registered variant of the recorded model without comparing
+    fingerprints; an object merely named like one is still compared, and refused."""
+
+    class Scaled(FakeEncoder):
+        def encode(self, texts: list[str]) -> np.ndarray:
+            return 2 * super().encode(texts)  # another embedding: another model
+
+    class Impostor(FakeEncoder):
+        name = "test-model-variant"
+
+        def encode(self, texts: list[str]) -> np.ndarray:
+            return np.random.default_rng(1).standard_normal((len(texts), 16))
+
+    register_encoder_name("test-model", FakeEncoder)
+    register_encoder_name("test-model-variant", Scaled, variant_of="test-model")
+    SoftDict({"apple": 1.0, "chair": 2.0}, encoder="test-model").save(tmp_path / "s")
+    by_name = SoftDict.load(tmp_path / "s", encoder="test-model-variant", accept_variant=True)
+    assert by_name.encoder.name == "test-model-variant"
+    with pytest.raises(EncoderError, match="embeds the probe text differently"):
+        SoftDict.load(tmp_path / "s", encoder=Impostor(), accept_variant=True)

@@ -14,7 +14,12 @@ import pycountry
 import pytest
 
 from softdict import EncoderError, SoftDict
-from softdict.encoders import BUNDLED_MODEL_NAME, BUNDLED_STATIC_NAME, resolve_encoder
+from softdict.encoders import (
+    BUNDLED_MODEL_NAME,
+    BUNDLED_STATIC_NAME,
+    register_encoder_name,
+    resolve_encoder,
+)
 from softdict.encoders.onnx import CACHE_ENV_VAR
 from softdict.encoders.sentence_transformers import bundled_model_path
 from softdict.encoders.static import STATIC_PCA_DIMS, distilled_model, is_static_folder
@@ -108,6 +113,13 @@ def test_a_static_model_object_or_folder_is_an_encoder(static_folder: Path) -> N
         by_object.encoder.encode_queries(["sofa"]), by_folder.encoder.encode_queries(["sofa"])
     )
     assert by_folder.lookup("sofa") == by_object.lookup("sofa")
+    # A name registered to load the model is wrapped as the object is: model2vec's tokenizer
+    # refuses two threads at once, and the wrapper takes one call at a time (a bare model
+    # failed most lookups from four threads with "Already borrowed").
+    register_encoder_name("test-static-by-name", lambda: model)
+    by_name = SoftDict({"apple": 1.0, "chair": 2.0}, encoder="test-static-by-name")
+    assert type(by_name.encoder.encoder) is type(by_object.encoder.encoder)
+    assert by_name.lookup("sofa") == by_object.lookup("sofa")
 
 
 def test_a_store_built_on_it_refuses_the_transformer(static_folder: Path, tmp_path: Path) -> None:

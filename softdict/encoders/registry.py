@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from softdict._errors import EncoderError
+from softdict._errors import ConfigError, EncoderError
 from softdict.encoders.adapter import TextEncoder
 from softdict.encoders.base import Encoder
 
@@ -45,13 +45,37 @@ def register_encoder_name(
     """Make ``encoder=name`` load ``load()``; with ``default``, it is also what
     ``encoder=None`` loads when the environment variable is not set. ``variant_of`` names the
     model this is another runtime variant of (e.g. an int8 quantisation): a store built with one
-    refuses the other unless asked (``SoftDict.load(..., accept_variant=True)``)."""
+    refuses the other unless asked (``SoftDict.load(..., accept_variant=True)``).
+
+    Raises:
+        ConfigError: ``name`` is no non-empty str of valid Unicode (a store records it), or
+            ``load`` is not callable.
+    """
+    _check_name(name, "name")
+    if variant_of is not None:
+        _check_name(variant_of, "variant_of")
+    if not callable(load):
+        raise ConfigError(
+            f"register_encoder_name({name!r}, load): load must be a function that returns the "
+            f"encoder, got {type(load).__name__}"
+        )
     with _LOCK:
         _NAMED[name] = load
         if default:
             _DEFAULT[:] = [name]
         if variant_of is not None:
             _VARIANT_OF[name] = variant_of
+
+
+def _check_name(name: object, what: str) -> None:
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"an encoder's {what} must be a non-empty str, got {name!r}")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(
+            f"an encoder's {what} must be valid Unicode text (a store records it), got {name!r}"
+        ) from None
 
 
 def are_variants(first: str, second: str) -> bool:
@@ -91,9 +115,9 @@ def resolve_encoder(encoder: object, *, query_cache_size: int = 1024) -> TextEnc
         return _by_name(from_env or _DEFAULT[0], query_cache_size)
     if isinstance(encoder, (str, os.PathLike)):
         return _by_name(os.fspath(encoder), query_cache_size)
-    for matches, wrap in _WRAPPERS:
-        if matches(encoder):
-            return TextEncoder(wrap(encoder), _object_name(encoder), query_cache_size)
+    wrapped = _wrapped(encoder)
+    if wrapped is not None:
+        return TextEncoder(wrapped, _object_name(encoder), query_cache_size)
     if callable(getattr(encoder, "encode", None)):
         return TextEncoder(encoder, _object_name(encoder), query_cache_size)  # type: ignore[arg-type]
     raise EncoderError(
@@ -102,14 +126,39 @@ def resolve_encoder(encoder: object, *, query_cache_size: int = 1024) -> TextEnc
     )
 
 
+def _wrapped(model: object) -> Encoder | None:
+    """``model`` as the first wrapper that recognises it wraps it, or None."""
+    for matches, wrap in _WRAPPERS:
+        if matches(model):
+            return wrap(model)
+    return None
+
+
 def _object_name(encoder: object) -> str:
-    return str(getattr(encoder, "name", None) or type(encoder).__name__)
+    """An encoder object's ``name``, as a store records it: its type's name where it has none,
+    or one that cannot be read or written (its lookup raises, or it is no valid Unicode)."""
+    try:
+        name = str(getattr(encoder, "name", None) or "")
+        name.encode("utf-8")
+    except Exception:  # a property that raises, a str() that raises, a lone surrogate
+        name = ""
+    return name or type(encoder).__name__
 
 
 def _by_name(name: str, query_cache_size: int) -> TextEncoder:
     load = _NAMED.get(name)
     if load is not None:
-        loaded = load()
+        try:
+            loaded = load()
+        except EncoderError:  # the bundled loaders' own, which say what to install
+            raise
+        except Exception as exc:
+            raise EncoderError(
+                f"the encoder registered as {name!r} failed to load: {type(exc).__name__}: {exc}"
+            ) from exc
+        # A loader may return a model a wrapper knows (a StaticModel, a SentenceTransformer),
+        # as an object passed as encoder= would be.
+        loaded = _wrapped(loaded) or loaded
     else:
         errors: list[EncoderError] = []
         for fallback in _NAME_FALLBACKS:
