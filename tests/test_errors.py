@@ -207,6 +207,20 @@ def test_bad_option_is_refused_naming_it(option: str, value: object) -> None:
         SoftDict(encoder=FakeEncoder(), **{option: value})
 
 
+class Unconvertible:
+    def __array__(self, dtype=None, copy=None):
+        raise RuntimeError("no array from me")
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("str() of this exception raises")
+
+    @classmethod
+    def throw(cls) -> None:
+        raise cls
+
+
 class WrongEncoder:
     """Returns whatever output it was told to, to test every way an encoder can go wrong."""
 
@@ -232,6 +246,11 @@ class WrongEncoder:
         (lambda texts: np.ones((len(texts), 4), "datetime64[s]"), "times: convert"),
         (lambda texts: np.ones((len(texts), 4), bool), "booleans"),
         (lambda texts: 1 / 0, "ZeroDivisionError"),
+        (lambda texts: [[10**400] * 4 for _ in texts], "beyond float32 range"),
+        # An object that refuses to be an array (a torch tensor that requires grad does).
+        (lambda texts: Unconvertible(), "cannot be read as an array \\(RuntimeError: no array"),
+        # An exception whose message cannot be read: reported by its type alone.
+        (lambda texts: Unprintable.throw(), "failed on 2 text\\(s\\) \\(Unprintable\\)"),
     ],
 )
 def test_encoder_returning_bad_output_is_refused(output, message: str) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from softdict._arguments import embedding_array
-from softdict._errors import EncoderError, ValueShapeError
+from softdict._errors import EncoderError, InvalidValueError, ValueShapeError
 from softdict.encoders.base import PROBE_TEXT, Encoder, EncoderIdentity
 
 __all__ = ["TextEncoder"]
@@ -86,18 +86,27 @@ class TextEncoder:
             raw = entry(texts) if callable(entry) else self.encoder.encode(texts)
         except Exception as exc:
             raise EncoderError(
-                f"encoder {self.name!r} failed on {len(texts)} text(s) "
-                f"({type(exc).__name__}: {exc})"
+                f"encoder {self.name!r} failed on {len(texts)} text(s) ({described(exc)})"
             ) from exc
         return self._checked(raw, len(texts))
 
     def _checked(self, raw: Any, n_texts: int) -> np.ndarray:
         # The check of embeddings given directly: text, a ragged list, and what float32 would
         # take without a word but is no embedding (complex numbers, durations, times).
+        what = f"the embeddings of encoder {self.name!r}"
         try:
-            embeddings = embedding_array(raw, f"the embeddings of encoder {self.name!r}")
+            embeddings = embedding_array(raw, what)
         except ValueShapeError as exc:
             raise EncoderError(f"{exc}; .encode(list[str]) must return such an array") from None
+        except InvalidValueError:  # an int no float holds (10**400)
+            raise EncoderError(
+                f"{what} contain a number beyond float32 range; check the model and its input"
+            ) from None
+        except Exception as exc:  # an object that will not be an array: a tensor that needs grad
+            raise EncoderError(
+                f"{what} cannot be read as an array ({described(exc)}); .encode(list[str]) must "
+                f"return an (n, d) array of numbers"
+            ) from exc
         if embeddings.ndim != 2 or embeddings.shape[0] != n_texts or embeddings.shape[1] == 0:
             raise EncoderError(
                 f"encoder {self.name!r} returned shape {embeddings.shape} for {n_texts} text(s); "
@@ -171,3 +180,12 @@ class TextEncoder:
             probe_text=PROBE_TEXT,
             fingerprint=tuple(float(x) for x in fingerprint),
         )
+
+
+def described(exc: BaseException) -> str:
+    """ "Type: message" of an exception, or its type alone where its message cannot be read
+    (a ``__str__`` that raises would otherwise escape in place of the error that reports it)."""
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:
+        return type(exc).__name__
