@@ -16,6 +16,8 @@ from softdict.store.base import Store
 __all__ = ["matching_encoder", "store_encoder"]
 
 # float32 inference on another CPU can differ in the last bits; a different model differs a lot.
+# In units of the fingerprint's length: an encoder whose embeddings are 10^-4 long passed any
+# absolute tolerance of that size, whatever model it was.
 _FINGERPRINT_TOLERANCE = 1e-3
 
 
@@ -59,15 +61,20 @@ def matching_encoder(
             f"dimension cannot answer for them, even with accept_variant=True. Load without "
             f"encoder= to use {recorded.name!r}, or build the store again on {text_encoder.name!r}"
         )
-    if fingerprint.shape != saved.shape or not np.allclose(
-        fingerprint, saved, atol=_FINGERPRINT_TOLERANCE
-    ):
+    if fingerprint.shape != saved.shape or not _alike(fingerprint, saved):
         raise EncoderError(
             f"this store expects the encoder {expected}, but {text_encoder.name!r} "
             f"({fingerprint.shape[0]} dims) embeds the probe text differently; its embeddings "
             f"would not match the stored keys. Load with the encoder the store was built with"
         )
     return text_encoder
+
+
+def _alike(fingerprint: np.ndarray, saved: np.ndarray) -> bool:
+    """Whether two fingerprints of one shape are one model's, up to float32 rounding. Two zero
+    fingerprints (an encoder that embeds the probe text as nothing) tell nothing: alike."""
+    length = max(float(np.linalg.norm(fingerprint)), float(np.linalg.norm(saved)))
+    return bool(np.allclose(fingerprint, saved, rtol=0.0, atol=_FINGERPRINT_TOLERANCE * length))
 
 
 def store_encoder(store: Store, encoder: object, cache_size: int) -> TextEncoder:

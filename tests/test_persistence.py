@@ -145,6 +145,24 @@ def test_loading_with_the_wrong_encoder_is_refused(tmp_path: Path) -> None:
         SoftDict.load(tmp_path / "s")
 
 
+class Shrunk(FakeEncoder):
+    """A model whose embeddings are 10^-4 long: any two such agreed within an absolute
+    tolerance of 10^-3, and a store built on one loaded with another."""
+
+    def __init__(self, model: type[FakeEncoder]) -> None:
+        self.model = model()
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return 1e-4 * self.model.encode(texts)
+
+
+def test_the_fingerprint_compares_encoders_whatever_their_scale(tmp_path: Path) -> None:
+    SoftDict({"apple": 1.0}, encoder=Shrunk(FakeEncoder)).save(tmp_path / "s")
+    assert len(SoftDict.load(tmp_path / "s", encoder=Shrunk(FakeEncoder))) == 1
+    with pytest.raises(EncoderError, match="embeds the probe text differently"):
+        SoftDict.load(tmp_path / "s", encoder=Shrunk(OtherEncoder))
+
+
 @pytest.mark.integration
 def test_bundled_encoder_is_recorded_and_reloaded(tmp_path: Path, bundled_encoder) -> None:
     sd = SoftDict({"apple": 10, "banana": 5, "chair": 2}, encoder=bundled_encoder)
