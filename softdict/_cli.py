@@ -71,6 +71,8 @@ def _build(args: argparse.Namespace) -> int:
             f"{args.output} already holds a store of {len(sd)} keys in the collection "
             f"{args.collection!r}; build into a new collection"
         )
+    if remote and args.combination is not None:  # an empty collection made before keeps its own
+        sd.combination = args.combination  # unless set: written to the store
     sd.update(read.items)
     if not remote:  # without --force, a store saved at -o while this ran is not replaced either
         sd.save(args.output, replace=args.force)

@@ -110,7 +110,7 @@ class OptionProperties(Facade):
     @temperature.setter
     def temperature(self, value: float) -> None:
         with self._lock:
-            self._store.config = self._store.config.replace(temperature=value)
+            self._store.set_options(temperature=value)
 
     @property
     def lexical(self) -> float:
@@ -120,7 +120,7 @@ class OptionProperties(Facade):
     @lexical.setter
     def lexical(self, value: float) -> None:
         with self._lock:
-            self._store.config = self._store.config.replace(lexical=value)
+            self._store.set_options(lexical=value)
 
     @property
     def combination(self) -> str:
@@ -130,7 +130,7 @@ class OptionProperties(Facade):
     @combination.setter
     def combination(self, value: str) -> None:
         with self._lock:
-            self._store.config = self._store.config.replace(combination=value)
+            self._store.set_options(combination=value)
 
     @property
     def lexical_known(self) -> float:
@@ -141,7 +141,7 @@ class OptionProperties(Facade):
     @lexical_known.setter
     def lexical_known(self, value: float) -> None:
         with self._lock:
-            self._store.config = self._store.config.replace(lexical_known=value)
+            self._store.set_options(lexical_known=value)
 
     @property
     def top_k(self) -> int | None:

@@ -105,6 +105,11 @@ class Store(ABC):
     @abstractmethod
     def config(self, config: SoftDictConfig) -> None: ...
 
+    def set_options(self, **changes: object) -> None:
+        """Set options by name (ConfigError for a bad value). A store shared by processes
+        writes exactly these for all of them, even at the value this one already used."""
+        self.config = self.config.replace(**changes)
+
     @property
     @abstractmethod
     def dim(self) -> int | None:

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from filelock import FileLock, Timeout
 
 from softdict._errors import ConfigError, StoreFormatError, StoreUnavailableError
 
@@ -25,6 +28,7 @@ __all__ = [
     "REQUEST_BYTES",
     "RESULTS_PER_SEARCH",
     "TOKEN_VARIABLE",
+    "CollectionGone",
     "connect",
     "is_server_uri",
     "shown",
@@ -44,8 +48,13 @@ RESULTS_PER_SEARCH = 1 << 20
 # Ids in one ``get`` or ``id in [...]`` filter: the filter's cost grows with its length, and a
 # query returns at most 16,384 rows.
 IDS_PER_REQUEST = 4096
-# pymilvus's status code for a server it cannot reach.
+# pymilvus's status code for a server it cannot reach, and Milvus's for a collection that does
+# not exist (another process's clear dropped it).
 _UNAVAILABLE = 2
+_COLLECTION_NOT_FOUND = 100
+# The file names milvus-lite 2.5 opens (its server refuses others with a RuntimeError).
+_LITE_NAME = re.compile(r"[a-zA-Z0-9.\-_]+")
+_LITE_NAME_MAX = 36
 # The environment variable that holds a server's token (an API key, or "user:password"), for
 # servers and clusters with authentication on: kept out of code, URIs and messages. A URI's own
 # "https://user:password@host:19530" works too (pymilvus reads it); messages hide the password.
@@ -55,6 +64,13 @@ TOKEN_VARIABLE = "SOFTDICT_MILVUS_TOKEN"
 # The Milvus Lite files (resolved paths) this process has opened: milvus-lite serves each from a
 # process of its own, started by the first open.
 _LITE_FILES_OPENED: set[str] = set()
+# This process's hold on each Milvus Lite file it opened (``_hold_lite_file``).
+_LITE_HOLDS: dict[str, FileLock] = {}
+
+
+class CollectionGone(StoreUnavailableError):
+    """A collection a request named does not exist: another process dropped it (a clear), so
+    what this process knows of the store is stale."""
 
 
 def is_server_uri(location: str) -> bool:
@@ -98,10 +114,16 @@ def connect(location: str) -> MilvusClient:
         )
     if not is_server_uri(location):
         path = Path(location)
-        if path.suffix != ".db":
+        if path.suffix != ".db" and path.name != ".db":
             raise ConfigError(
                 f"store='milvus:{location}': a Milvus Lite file name must end in .db "
                 f"(e.g. milvus:./prices.db); a server is named by its URI (milvus:http://...)"
+            )
+        if not _LITE_NAME.fullmatch(path.name) or len(path.name) > _LITE_NAME_MAX:
+            raise ConfigError(
+                f"store='milvus:{location}': Milvus Lite takes a file name of at most "
+                f"{_LITE_NAME_MAX} characters, of ASCII letters, digits, '.', '-' and '_' "
+                f"(e.g. milvus:./prices.db); the folder's name may be any"
             )
         if not path.parent.is_dir():
             raise ConfigError(f"store='milvus:{location}': the folder {path.parent} does not exist")
@@ -121,6 +143,7 @@ def connect(location: str) -> MilvusClient:
     # read of all rows that it falls back on its own clock, which is right for one file.
     logging.getLogger("pymilvus.client.iterator.query_iterator").addFilter(_without_mvcc_warning)
     token = os.environ.get(TOKEN_VARIABLE, "") if is_server_uri(location) else ""
+    holding = not is_server_uri(location) and _hold_lite_file(location)
     try:
         try:
             client = _new_client(MilvusClient, location, token)
@@ -139,6 +162,8 @@ def connect(location: str) -> MilvusClient:
             _LITE_FILES_OPENED.add(location)
         return client
     except StoreUnavailableError as exc:
+        if holding:  # not opened here after all: another process may open it
+            _LITE_HOLDS.pop(location).release()
         if is_server_uri(location):
             # pymilvus's own message may quote what it was given: no secret leaves here.
             message = str(exc)
@@ -146,10 +171,40 @@ def connect(location: str) -> MilvusClient:
                 if secret:
                     message = message.replace(secret, "***")
             raise StoreUnavailableError(message) from None
+        # No other softdict process holds it (``_hold_lite_file``): damaged, not a Milvus Lite
+        # file, or open in a process that uses milvus-lite without softdict.
         raise StoreUnavailableError(
-            f"{exc}. A Milvus Lite file is opened by one process at a time: if another has it "
-            f"open, close it there, or share the store through a Milvus server"
+            f"{exc}. Is it a Milvus Lite file, and whole? A Milvus Lite file is opened by one "
+            f"process at a time: if a program other than softdict has it open, close it there"
         ) from None
+
+
+def _hold_lite_file(location: str) -> bool:
+    """Take this process's hold on the Milvus Lite file ``location`` (a resolved path), for the
+    rest of its life, as milvus-lite's server keeps the file (pymilvus never stops it); whether
+    it was taken now. StoreUnavailableError where another process holds it.
+
+    milvus-lite locks the file itself, but a process refused by that lock unlinks the lock file
+    as its failed server is collected, so its next try opened the file beside the holder and
+    both wrote it (a hostile-input probe found it). This lock file is softdict's own."""
+    if location in _LITE_HOLDS:
+        return False
+    path = Path(location)
+    hold = FileLock(path.with_name(f".{path.name}.softdict.lock"))
+    try:
+        hold.acquire(timeout=0)
+    except Timeout:
+        raise StoreUnavailableError(
+            f"the Milvus Lite file {location} is open in another process. A Milvus Lite file is "
+            f"opened by one process at a time: close it there (a process holds it until it "
+            f"exits), or share the store through a Milvus server"
+        ) from None
+    except OSError as exc:  # a folder this process may read but not write
+        raise StoreUnavailableError(
+            f"cannot open the Milvus Lite file {location}: its lock file cannot be made ({exc})"
+        ) from None
+    _LITE_HOLDS[location] = hold
+    return True
 
 
 def _new_client(client_class: type[MilvusClient], location: str, token: str) -> MilvusClient:
@@ -170,6 +225,8 @@ def translated(location: str, what: str) -> Iterator[None]:
         yield
     except MilvusException as exc:
         message = _message(exc)
+        if exc.code == _COLLECTION_NOT_FOUND:
+            raise CollectionGone(f"Milvus at {location} failed to {what}: {message}") from None
         if exc.code == _UNAVAILABLE or "connect" in message.lower():
             raise StoreUnavailableError(
                 f"cannot {what}: the Milvus store at {location} cannot be reached ({message}); "

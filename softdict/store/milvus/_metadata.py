@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -166,22 +166,28 @@ class StoreMetadata:
         self.write_manifest(manifest)
         self.manifest = manifest
 
-    def refresh_shape(self) -> None:
+    def refresh_shape(self) -> bool:
         """Another process may have made the key collection (dim, kind) or cleared it, or
-        recorded the encoder: this copy takes those from the stored manifest."""
+        recorded the encoder: this copy takes those from the stored manifest. Whether the
+        shape (dim, kind, first value) changed."""
         stored = self.read_manifest()
         shape = {name: getattr(stored, name) for name in ("dim", "value_kind", "exemplar")}
+        changed = any(getattr(self.manifest, name) != value for name, value in shape.items())
         self.manifest = self.manifest.model_copy(update={**shape, "encoder": stored.encoder})
+        return changed
 
-    def update_config(self, before: SoftDictConfig, after: SoftDictConfig) -> None:
-        """Write the options that changed from ``before`` to ``after`` into the stored config;
-        the others stay as stored (this process may use its own, ``adopted_config``)."""
+    def update_config(
+        self, before: SoftDictConfig, after: SoftDictConfig, named: Iterable[str] = ()
+    ) -> None:
+        """Write the options that changed from ``before`` to ``after``, and those ``named`` (set
+        by name, perhaps to what this process already used), into the stored config; the others
+        stay as stored (this process may use its own, ``adopted_config``)."""
         if any(getattr(after, name) != getattr(before, name) for name in FIXED_OPTIONS):
             raise ValueError("index, value_kind and similarity are fixed when a store is made")
         changes = {
             name: getattr(after, name)
             for name in SoftDictConfig.model_fields
-            if getattr(after, name) != getattr(before, name)
+            if getattr(after, name) != getattr(before, name) or name in named
         }
         self.update(config=self.read_manifest().config.replace(**changes))
 

@@ -22,6 +22,7 @@ __all__ = [
     "OrderClock",
     "append_every_value",
     "check_key_sizes",
+    "kept_vectors",
     "keys_of_rows",
     "rows_of_write",
     "stored_values",
@@ -151,3 +152,14 @@ def keys_of_rows(rows: KeyRows | None, ids: np.ndarray) -> list[str]:
         return [found[i] for i in np.asarray(ids).tolist()]
     except KeyError:
         raise changed_during_lookup() from None
+
+
+def kept_vectors(
+    rows: KeyRows | None, found: dict[str, dict[str, Any]], kept: list[str]
+) -> dict[str, Any]:
+    """The stored vectors of the ``kept`` keys (found in ``rows``: their rows by key), which a
+    write of their values alone keeps; None for a key deleted since it was found."""
+    assert rows is not None
+    ids = np.array([found[key]["id"] for key in kept], np.int64)
+    held = {row["id"]: row["vector"] for row in rows.get(ids, ["vector"])}
+    return {key: held.get(found[key]["id"]) for key in kept}

@@ -7,16 +7,12 @@ primary key, ``len`` a count, so each call sees every write another process has 
 collections are read with Strong consistency).
 
 **What is cached, and how it stays right.** A store of more than ``EXACT_MAX_KEYS`` keys keeps
-nothing per key here: Milvus serves its lookups, dense search and spelling candidates (the keys'
-3-gram field, ``_spelling``) and samples of the tail (``backend``), and these requests return
-the keys and values the lookup then needs; the spelling forms of keys are cached by id, a
-bounded number (an id never names another text). A smaller store (or a
-large one whose collection predates the 3-gram field) reads its keys into this process's key
-directory (``_directory``). Every process that writes keeps a counter row in the metadata
-(``writer:<uuid>``), raised with the ids a write changes before its rows change and closed
-after (``_metadata.StoreMetadata.writing``); a process reuses its directory while every counter
-is as it was and no write is open, which one small query tells, and else fetches the keys the
-logs name.
+nothing per key here (but spelling forms by id, a bounded number): Milvus serves its lookups
+(``backend``, ``_spelling``). A smaller one keeps its keys in this process's key directory
+(``_directory``), reused while no writer's counter row (``writer:<uuid>``) moved. Another
+process's ``clear`` drops the key collection: a call that finds it gone forgets what this
+process knew of the store's rows and shape and is tried once more (``_shared``), a lookup says
+to try again, and a write first reads the store's dimension and kind as they are now.
 
 **Writes.** ``stage`` validates the whole write (values, embeddings, key lengths) before anything
 is sent, so bad input changes nothing. ``commit`` then upserts whole rows (``_rows``), in
@@ -30,13 +26,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import numpy as np
 
 from softdict._config import SoftDictConfig
-from softdict._errors import ConfigError, EmptyStoreError, StoreFormatError, ValueShapeError
+from softdict._errors import EmptyStoreError, StoreFormatError, ValueShapeError
 from softdict._files import StoreFiles
 from softdict._manifest import EncoderEntry
 from softdict._types import Value
@@ -51,13 +47,8 @@ from softdict.store.base import (
     write_column,
 )
 from softdict.store.memory import MemoryStore
-from softdict.store.milvus._client import connect, schema_error, shown
-from softdict.store.milvus._collection import (
-    KeyRows,
-    check_collection_name,
-    index_type,
-    meta_name,
-)
+from softdict.store.milvus._client import CollectionGone, connect, schema_error, shown
+from softdict.store.milvus._collection import KeyRows, check_collection_name, index_type, meta_name
 from softdict.store.milvus._collector import collector_paused
 from softdict.store.milvus._directory import KeyDirectory
 from softdict.store.milvus._ids import rows_of_keys
@@ -73,16 +64,18 @@ from softdict.store.milvus._rows import (
     OrderClock,
     append_every_value,
     check_key_sizes,
+    kept_vectors,
     keys_of_rows,
     rows_of_write,
     stored_values,
     values_of_rows,
 )
+from softdict.store.milvus._shared import again_after_a_clear, holdable
 from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
 from softdict.values.base import ValueColumn
 from softdict.values.registry import column_class
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MilvusStore", "open_milvus_store"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MilvusStore"]
 
 
 class MilvusStore(Store):
@@ -126,6 +119,12 @@ class MilvusStore(Store):
     def _refresh_manifest(self) -> None:
         self._meta.refresh_shape()
         self._open_rows()
+
+    def _forget_shape(self) -> None:
+        """Another process cleared the store, or filled it again: its key collection, dimension
+        and kind are read again at the next call (``_key_rows``)."""
+        self._rows = None
+        self._keys.forget()
 
     def _key_rows_of(self, dim: int) -> KeyRows:
         """The key collection of this store, for ``dim``-dim vectors (whether it exists or not)."""
@@ -180,6 +179,11 @@ class MilvusStore(Store):
         self._meta.update_config(self._config, config)
         self._config = config
 
+    def set_options(self, **changes: object) -> None:
+        config = self._config.replace(**changes)
+        self._meta.update_config(self._config, config, named=changes)
+        self._config = config
+
     @property
     def dim(self) -> int | None:
         if self._meta.manifest.dim is None:
@@ -227,6 +231,7 @@ class MilvusStore(Store):
             self._refresh_manifest()
         return self._rows
 
+    @again_after_a_clear
     def __len__(self) -> int:
         return self._keys.count()
 
@@ -236,22 +241,31 @@ class MilvusStore(Store):
 
     @contextmanager
     def reading(self, spelled: bool = True) -> Iterator[None]:
-        with collector_paused(), self._keys.reading(spelled):  # (why: _collector's docstring)
-            yield
+        try:
+            with collector_paused(), self._keys.reading(spelled):  # (why: _collector's docstring)
+                yield
+        except CollectionGone:  # cleared by another process: the next lookup sees it so
+            self._forget_shape()
+            raise changed_during_lookup() from None
 
     def _found(
         self, keys: list[str], fields: list[str], *, writing: bool = False
     ) -> tuple[dict[str, dict[str, Any]], dict[str, int]]:
-        """``rows_of_keys`` in this store's key collection."""
-        return rows_of_keys(self._key_rows(), keys, fields, writing=writing)
+        """``rows_of_keys`` in this store's key collection; a key no store can hold (no str, or
+        no valid Unicode) is absent, as from a dict."""
+        held = [key for key in keys if holdable(key)]
+        return rows_of_keys(self._key_rows(), held, fields, writing=writing)
 
+    @again_after_a_clear
     def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and key in self._found([key], [])[0]
+        return holdable(key) and key in self._found([key], [])[0]  # type: ignore[list-item]
 
+    @again_after_a_clear
     def keys(self) -> list[str]:
         directory = self._keys.listing()
         return [directory.keys[i] for i in directory.by_order.tolist()]
 
+    @again_after_a_clear
     def get(self, key: str) -> Value:
         found, _ = self._found([key], ["value"])
         if key not in found:
@@ -259,6 +273,7 @@ class MilvusStore(Store):
         column = self._column_of([found[key]["value"]["v"]], [key])
         return column.get(0)
 
+    @again_after_a_clear
     def newest_key(self) -> str:
         directory = self._keys.listing()
         if not directory.keys:
@@ -268,11 +283,12 @@ class MilvusStore(Store):
     # -- values -----------------------------------------------------------------------------------
 
     def _empty_column(self) -> ValueColumn[Any] | None:
+        """A column of the store's values, empty; None before its first value is written (a
+        kind fixed by ``value_kind=`` alone: the first value makes it, as in memory, and a
+        vector column needs its length)."""
         kind, exemplar = self.value_kind, self._meta.manifest.exemplar
-        if kind is None:
+        if kind is None or exemplar is None:
             return None
-        if exemplar is None:
-            return column_class(kind)()
         return column_class(kind).for_first_value(exemplar["key"], exemplar["value"])
 
     def _column_of(self, values: list[object], keys: list[str]) -> ValueColumn[Any]:
@@ -284,6 +300,7 @@ class MilvusStore(Store):
 
     # -- writing ----------------------------------------------------------------------------------
 
+    @again_after_a_clear
     def stage(
         self,
         items: Mapping[str, object],
@@ -293,6 +310,10 @@ class MilvusStore(Store):
     ) -> StagedWrite:
         keys = list(items)
         check_key_sizes(keys)
+        # Checked against the store as it is now: another process may have cleared it, and
+        # filled it again with another kind or dimension, which this one would corrupt.
+        if self._meta.refresh_shape():
+            self._forget_shape()
         fixed = self._meta.manifest.config.value_kind
         fixed_kind = column_class(fixed) if fixed else None
         column = write_column(self._empty_column(), fixed_kind, items)
@@ -311,16 +332,13 @@ class MilvusStore(Store):
             )
             details["dim"] = raw.shape[1]
         if kept:
-            rows = self._key_rows()
-            assert rows is not None
-            ids = np.array([found[key]["id"] for key in kept], np.int64)
-            held = {row["id"]: row["vector"] for row in rows.get(ids, ["vector"])}
-            details["kept_vectors"] = {key: held.get(found[key]["id"]) for key in kept}
+            details["kept_vectors"] = kept_vectors(self._key_rows(), found, kept)
         details["values"] = stored_values(column, keys, items, staged)
         details["exemplar"] = {"key": keys[0], "value": details["values"][keys[0]]}
         details["kind"] = column.kind
         return StagedWrite(fresh, kept, missing, details)
 
+    @again_after_a_clear
     def commit(self, staged: StagedWrite) -> None:
         if staged.missing:
             raise ValueError(f"{len(staged.missing)} new keys have no embedding; stage them again")
@@ -347,6 +365,7 @@ class MilvusStore(Store):
         )
         self._rows = rows
 
+    @again_after_a_clear
     def remove(self, key: str) -> None:
         found, _ = self._found([key], [])
         if key not in found:
@@ -364,7 +383,8 @@ class MilvusStore(Store):
         rows = self._key_rows()
         with self._writing(None):
             if rows is not None:
-                rows.drop()
+                with suppress(CollectionGone):  # another process's clear came first
+                    rows.drop()
             self._rows = None
             self._meta.update(dim=None, value_kind=None, exemplar=None)
 
@@ -432,15 +452,3 @@ class MilvusStore(Store):
 
     def snapshot(self) -> tuple[StoreState, StoreFiles]:
         return self.to_memory().snapshot()
-
-
-def open_milvus_store(location: str, config: SoftDictConfig, **options: Any) -> MilvusStore:
-    """``store="milvus:LOCATION"`` with the store options ``collection`` (required) and
-    ``create`` (False: only an existing store)."""
-    unknown = sorted(set(options) - {"collection", "create"})
-    if unknown:
-        raise ConfigError(
-            f"a Milvus store takes the options collection= and create=, not {unknown}"
-        )
-    collection = check_collection_name(options.get("collection"))
-    return MilvusStore(location, collection, config, create=bool(options.get("create", True)))
