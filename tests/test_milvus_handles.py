@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from _milvus import fresh_collection
-from _support import FAKE_DIM, FakeEncoder, same_value
+from _support import FAKE_DIM, FakeEncoder, close, same_value
 
 from softdict import ConfigError, SoftDict, ValueKindError, ValueShapeError
 
@@ -165,3 +165,35 @@ for attempt in range(2):
     )
     lines = child.stdout.splitlines()
     assert len(lines) == 2 and all("open in another process" in line for line in lines), lines
+
+
+def test_the_next_writer_deletes_the_rows_of_idle_writers(milvus_store_location: str) -> None:
+    """Every process that wrote kept its counter row, which every lookup reads: thousands of
+    short-lived writers would make each lookup read megabytes. A process's first write deletes
+    those idle an hour (a day, where their write was left open); reads delete nothing."""
+    import json
+    import time
+
+    first, second = handles(milvus_store_location, {"apple": 1.0})
+    metadata = first._store._meta  # type: ignore[attr-defined]
+    now = time.time()
+
+    def row(age: float, open_write: int | None = None) -> str:
+        return json.dumps(
+            {"writes": 1, "changed": [[1, [5]]], "open": open_write, "time": now - age}
+        )
+
+    rows = {
+        "writer:idle": row(2 * 3600),
+        "writer:recent": row(60),
+        "writer:open-for-hours": row(2 * 3600, 1),
+        "writer:open-for-days": row(2 * 86400, 1),
+        "writer:of-an-older-softdict": json.dumps({"writes": 1, "changed": [], "open": None}),
+    }
+    metadata.rows.write(rows)
+    assert second.lookup("apple") == 1.0 and set(rows) <= set(metadata.writers())
+    second["pear"] = 2.0
+    left = set(metadata.writers())
+    assert not left & {"writer:idle", "writer:open-for-days"}
+    assert {"writer:recent", "writer:open-for-hours", "writer:of-an-older-softdict"} <= left
+    assert list(first) == ["apple", "pear"] and first.lookup("pear") == close(2.0)
