@@ -278,6 +278,29 @@ def test_the_character_count_ceiling_bounds_the_spelling_similarity(
     assert np.all(ceiling >= exact - 1e-6), (query_form, forms, ceiling, exact)  # float32
 
 
+@given(
+    query=st.text(alphabet="aabeen", min_size=255, max_size=400),  # forms as long
+    keys=st.lists(st.text(alphabet="abe nz", max_size=300), min_size=1, max_size=6),
+)
+@settings(max_examples=60, deadline=None)
+def test_a_query_past_255_characters_has_a_ceiling_below_1(query: str, keys: list[str]) -> None:
+    """Its counts saturate: it was bounded by 1 for every key, so a 100,000-character query had
+    rapidfuzz score every key of a store (1.5 s at 10^4 keys). min(|q|, |k|) bounds what it
+    shares: still at least the exact similarity, and small for short keys."""
+    from softdict.spelling import spelling_form
+    from softdict.spelling.bounds import character_counts, similarity_ceiling
+
+    forms = [spelling_form(key) for key in keys]
+    query_form = spelling_form(query)
+    lengths = np.array([len(form) for form in forms], dtype=np.float32)
+    query_counts, key_counts = character_counts([query_form])[0], character_counts(forms).T
+    ceiling = similarity_ceiling(query_counts, len(query_form), key_counts, lengths)
+    exact = np.array([naive_spelling(query, key) for key in keys])
+    assert np.all(ceiling >= exact - 1e-6), (query_form, forms, ceiling, exact)  # float32
+    short = lengths <= 10
+    assert np.all(ceiling[short] < 0.1), (ceiling, lengths)
+
+
 # A few words of letters with and without accents, in any order: where an accented word sorts
 # after a plain one that its form sorts before ("ávila" after "costa", "avila" before).
 _ACCENTED_WORDS = st.lists(
