@@ -364,9 +364,12 @@ def test_a_batch_is_one_index_search() -> None:
     sd.lookup_embeddings(X[:32])
     sd.attend_embeddings(X[:32])
     sd.nearest([f"key{i}" for i in range(5)], k=3)
-    # nearest by text also ranks by spelling: one dense search for the batch, for at least
-    # SPELLING_CANDIDATES keys each, to choose the k best combined scores from.
-    assert recording.searches == [(32, 10), (32, 10), (5, SPELLING_CANDIDATES)]
+    # nearest by text also ranks by spelling: one dense search for the batch, for the keys full
+    # attention's rounds take (on IVF, one search at the head's size, cut where each query's
+    # rounds stop) and at least SPELLING_CANDIDATES, to choose the k best combined scores from.
+    assert recording.searches[:2] == [(32, 10), (32, 10)] and len(recording.searches) == 3
+    queries, k = recording.searches[2]
+    assert queries == 5 and k >= SPELLING_CANDIDATES
 
 
 @pytest.mark.usefixtures("without_scan")

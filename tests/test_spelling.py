@@ -442,6 +442,26 @@ def test_a_large_store_takes_the_union_and_its_tail_bound_holds(
         assert np.mean(covered) >= 0.85 and max(errors) <= 0.03
 
 
+def test_a_fixed_k_keeps_the_keys_full_attention_ranks_first(
+    large_store: SoftDict, english_words: list[str]
+) -> None:
+    """Above the exact size, ``nearest(q, k)`` and ``top_k`` searched a fixed 64 dense keys, while
+    full attention's rounds search until its bound is met: a key spelled like the query but
+    sharing no 3-gram with it, of middling meaning, was found by ``attend`` and missed by
+    ``nearest(q, 1)`` (a hostile-input probe: "dxnqz" for "xqzv"). Both now take the rounds'
+    keys: the same best keys, with the same scores (``nearest`` is a lookup with ``top_k``)."""
+    sd = large_store.copy()
+    rng = np.random.default_rng(5)
+    letters = list("abcdefghijklmnopqrstuvwxyz")
+    queries = list(typo_queries([w for w in english_words if len(w) >= 5][:300], 40))
+    queries += ["".join(rng.choice(letters, 4)) for _ in range(40)]  # like nothing stored
+    for query in queries:
+        attention = sd.attend(query)
+        best = sd.nearest(query, 3)
+        assert [key for key, _ in best] == list(attention.keys[:3]), query
+        assert_close([score for _, score in best], attention.scores[:3], atol=1e-6)
+
+
 def test_a_large_store_proposes_the_keys_a_mark_could_lift(english_words: list[str]) -> None:
     """Past the exact size, a query that is a key's initials ("HCMC" for Ho Chi Minh City) or
     has its letters in order shares no 3-gram with it, yet bears a mark, which ``rule-3``

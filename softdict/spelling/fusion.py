@@ -5,7 +5,8 @@ cases on that combined score:
 * every key: both channels over every allowed key (``every_key_with_spelling``); a fixed k is
   then the k best combined scores, and its tail bound holds exactly.
 * otherwise, a union of candidates (``union_with_spelling``): the dense index's best keys by
-  meaning (a fixed k, or the adaptive rounds, each judged by a bound on the combined score) and
+  meaning (the adaptive rounds, each judged by a bound on the combined score; for a fixed k at
+  least k of them) and
   the spelling index's ``SPELLING_CANDIDATES`` keys to which spelling and marks add most, each
   scored in the other channel (meaning through ``IndexBackend.score_ids``), then ranked by the
   combined score. A key in neither list scores at most (the last dense key's meaning part) +
@@ -257,8 +258,8 @@ def union_with_spelling(
     spelling: SpellingRequest,
 ) -> Selection:
     """The union of dense and spelling candidates, ranked by the combined score (module
-    docstring): a fixed k keeps the k best; otherwise the dense rounds grow until a bound on
-    the combined tail is met, and the union is attended to whole."""
+    docstring): the dense rounds grow until a bound on the combined tail is met, and the union
+    is attended to whole, or a fixed k keeps its k best."""
     m, temperature = len(queries), policy.temperature
     lexical = _spelling_candidates(
         backend,
@@ -275,13 +276,15 @@ def union_with_spelling(
         combined, _, _, _, ceiling = _merge(scores, ids, lexical, spelling, rows, exact=False)
         return tail_mass_bound(combined, route.n_allowed, temperature, ceiling)
 
+    # A fixed k takes the dense keys full attention's rounds take, and at least max(k, 64):
+    # its k best are then full attention's. A fixed search of max(k, 64) alone missed a key that
+    # the rounds found, spelled like the query but sharing no 3-gram with it, so nearest(q, 1)
+    # and attend(q) named different best keys (a hostile-input probe, past 10^4 keys).
+    dense_scores, dense_ids = adaptive_top_k(backend, queries, policy, allow, route, round_bound)
     if policy.top_k is not None:
         dense_k = min(max(policy.top_k, INITIAL_K), route.n_allowed)
-        dense_scores, dense_ids = backend.search(queries, dense_k, allow)
-    else:
-        dense_scores, dense_ids = adaptive_top_k(
-            backend, queries, policy, allow, route, round_bound
-        )
+        if dense_scores.shape[1] < dense_k:
+            dense_scores, dense_ids = backend.search(queries, dense_k, allow)
     combined, ids, meaning, similarity, ceiling = _merge(
         dense_scores, dense_ids, lexical, spelling, every
     )
