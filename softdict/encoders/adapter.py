@@ -183,8 +183,8 @@ class TextEncoder:
 
 
 def described(exc: BaseException) -> str:
-    """ "Type: message" of an exception, or its type alone where its message cannot be read
-    (a ``__str__`` that raises would otherwise escape in place of the error that reports it)."""
+    """An exception as "Type: message", or its type alone where its message cannot be read (a
+    ``__str__`` that raises would otherwise escape in place of the error that reports it)."""
     try:
         return f"{type(exc).__name__}: {exc}"
     except Exception:

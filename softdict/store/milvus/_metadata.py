@@ -205,8 +205,8 @@ class StoreMetadata:
         change, and close the write after, whether the rows were written or not. A reader
         fetches an open write's ids again at every lookup (``changed_since``), so a writer
         killed in between leaves no reader answering with what it deleted or overwrote."""
-        if not self._writes:  # this process's first write: it may delete rows, as readers not
-            self._forget_idle_writers()
+        if not self._writes:  # this process's first write (a writer may delete rows; a
+            self._forget_idle_writers()  # reader, perhaps with read-only rights, never does)
         self._writes += 1
         if changed is None or len(changed) > CHANGES_KEPT:
             self._log = []  # a gap: a reader from before it reads every key again
