@@ -32,7 +32,6 @@ from softdict._errors import (
     ConfigError,
     EmptyStoreError,
     KeyTypeError,
-    ValueKindError,
     ValueShapeError,
 )
 from softdict._files import StoreFiles
@@ -40,18 +39,15 @@ from softdict._types import Mask, Value
 from softdict.encoders.base import EncoderIdentity
 from softdict.index.base import Allow, IndexBackend, require_vectors
 from softdict.spelling import SpellingSource
-from softdict.values.base import ValueColumn, describe_value, number_hint
-from softdict.values.registry import infer_column_class
+from softdict.values.base import ValueColumn
 
 __all__ = [
     "StagedWrite",
     "Store",
     "StoreState",
-    "check_inferred_kind",
     "check_projection_fits",
     "copy_into",
     "dump_files",
-    "write_column",
 ]
 
 
@@ -406,40 +402,6 @@ def copy_into(source: Store, target: StoreT, batch: int = 4096) -> StoreT:
     if projection is not None:
         target.projection = projection
     return target
-
-
-def write_column(
-    column: ValueColumn[Any] | None,
-    fixed_kind: type[ValueColumn[Any]] | None,
-    items: Mapping[str, object],
-) -> ValueColumn[Any]:
-    """The column a write of ``items`` goes into: the store's ``column``, or for a store that
-    holds no value yet, one of the kind ``value_kind=`` fixed, else of the first value's kind."""
-    if column is not None:
-        return column
-    first_key, first_value = next(iter(items.items()))
-    kind = fixed_kind or infer_column_class(first_value)
-    # No kind took it: say what to do with a complex number or a time (not "no JSON label").
-    if fixed_kind is None and not kind.accepts(first_value) and number_hint(first_value):
-        raise ValueKindError(
-            f"value for key {first_key!r} is {describe_value(first_value)}; "
-            f"{number_hint(first_value)}"
-        )
-    return kind.for_first_value(first_key, first_value)
-
-
-def check_inferred_kind(
-    column: ValueColumn[Any],
-    fixed_kind: type[ValueColumn[Any]] | None,
-    items: Iterable[tuple[str, object]],
-) -> None:
-    """ValueKindError for a value of another kind than ``column``'s in a store whose kind was
-    inferred: any JSON value could be a label, but a number or a vector would have made a scalar
-    or vector store. (Called after the column staged the values, whose errors come first.)"""
-    if fixed_kind is None:
-        for key, value in items:
-            if infer_column_class(value) is not type(column):
-                raise column.kind_error(key, value)
 
 
 def check_projection_fits(projection_shape: tuple[int, ...] | None, dim: int) -> None:

@@ -24,16 +24,9 @@ from softdict._types import Value
 from softdict.index.base import IndexBackend
 from softdict.index.registry import BackendSpec, backend_spec
 from softdict.spelling import SpellingIndex
-from softdict.store.base import (
-    StagedWrite,
-    Store,
-    StoreState,
-    check_inferred_kind,
-    dump_files,
-    write_column,
-)
+from softdict.store.base import StagedWrite, Store, StoreState, dump_files
 from softdict.values.base import ValueColumn
-from softdict.values.registry import column_class
+from softdict.values.registry import check_inferred_kind, column_class, write_column
 
 __all__ = ["MemoryStore"]
 

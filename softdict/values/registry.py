@@ -1,14 +1,23 @@
-"""Which column a ``value_kind=`` name means, and which kind a first value infers."""
+"""Which column a ``value_kind=`` name means, which kind a first value infers, and which column
+a write goes into (``write_column``, ``check_inferred_kind``: every store's writes)."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from softdict._errors import ConfigError
-from softdict.values.base import ValueColumn
+from softdict._errors import ConfigError, ValueKindError
+from softdict.values.base import ValueColumn, describe_value, number_hint
 
-__all__ = ["column_class", "infer_column_class", "kind_names", "register_value_kind"]
+__all__ = [
+    "check_inferred_kind",
+    "column_class",
+    "infer_column_class",
+    "kind_names",
+    "register_value_kind",
+    "write_column",
+]
 
 _KINDS: dict[str, type[ValueColumn[Any]]] = {}
 # The built-in kinds a first value is tried against, most specific first; the last accepts any
@@ -47,3 +56,37 @@ def infer_column_class(value: object) -> type[ValueColumn[Any]]:
         if column.accepts(value):
             return column
     return _INFERRED[-1]
+
+
+def write_column(
+    column: ValueColumn[Any] | None,
+    fixed_kind: type[ValueColumn[Any]] | None,
+    items: Mapping[str, object],
+) -> ValueColumn[Any]:
+    """The column a write of ``items`` goes into: the store's ``column``, or for a store that
+    holds no value yet, one of the kind ``value_kind=`` fixed, else of the first value's kind."""
+    if column is not None:
+        return column
+    first_key, first_value = next(iter(items.items()))
+    kind = fixed_kind or infer_column_class(first_value)
+    # No kind took it: say what to do with a complex number or a time (not "no JSON label").
+    if fixed_kind is None and not kind.accepts(first_value) and number_hint(first_value):
+        raise ValueKindError(
+            f"value for key {first_key!r} is {describe_value(first_value)}; "
+            f"{number_hint(first_value)}"
+        )
+    return kind.for_first_value(first_key, first_value)
+
+
+def check_inferred_kind(
+    column: ValueColumn[Any],
+    fixed_kind: type[ValueColumn[Any]] | None,
+    items: Iterable[tuple[str, object]],
+) -> None:
+    """ValueKindError for a value of another kind than ``column``'s in a store whose kind was
+    inferred: any JSON value could be a label, but a number or a vector would have made a scalar
+    or vector store. (Called after the column staged the values, whose errors come first.)"""
+    if fixed_kind is None:
+        for key, value in items:
+            if infer_column_class(value) is not type(column):
+                raise column.kind_error(key, value)

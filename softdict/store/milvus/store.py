@@ -38,14 +38,7 @@ from softdict._manifest import EncoderEntry
 from softdict._types import Value
 from softdict.encoders import EncoderIdentity
 from softdict.spelling import SpellingSource
-from softdict.store.base import (
-    StagedWrite,
-    Store,
-    StoreState,
-    check_inferred_kind,
-    copy_into,
-    write_column,
-)
+from softdict.store.base import StagedWrite, Store, StoreState, copy_into
 from softdict.store.memory import MemoryStore
 from softdict.store.milvus._client import CollectionGone, connect, schema_error, shown
 from softdict.store.milvus._collection import KeyRows, check_collection_name, index_type, meta_name
@@ -73,7 +66,7 @@ from softdict.store.milvus._rows import (
 from softdict.store.milvus._shared import again_after_a_clear, holdable
 from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
 from softdict.values.base import ValueColumn
-from softdict.values.registry import column_class
+from softdict.values.registry import check_inferred_kind, column_class, write_column
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "MilvusStore"]
 
