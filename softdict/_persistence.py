@@ -162,25 +162,24 @@ def _siblings(path: Path, tag: str) -> list[Path]:
 
 def save_store(
     store: Store,
-    encoder: EncoderIdentity,
+    identity: EncoderIdentity,
     path: str | os.PathLike[str],
     timeout: float = LOCK_TIMEOUT,
     replace: bool = True,
 ) -> None:
-    """Write ``store`` (embedded by the ``encoder`` of that identity) to the folder ``path``
+    """Write ``store`` (embedded by the encoder of that ``identity``) to the folder ``path``
     atomically, holding the folder's lock (see ``_locked``); with ``replace`` False, refusing a
     store already there. The caller fingerprints its encoder before it takes the store's own
     lock: encoding the probe text may be slow, and lookups wait for that lock."""
     target = store_folder(path, "save to")
     # Taken before the folder's lock: the snapshot takes the longest.
     state, part_files = store.snapshot()
-    identity = dataclasses.asdict(encoder)
     with _locked(target, timeout, writing=True):
         # Under the lock: a store another process saved here since the caller looked stays.
         if not replace and (target / MANIFEST).is_file():
             raise StoreFormatError(f"cannot save to {target}: it holds a store and replace=False "
                                    f"(the command line's --force replaces it)")  # fmt: skip
-        _save_locked(target, state, part_files, identity)
+        _save_locked(target, state, part_files, dataclasses.asdict(identity))
 
 
 def _save_locked(
