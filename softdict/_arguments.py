@@ -22,6 +22,7 @@ __all__ = [
     "checked_embeddings",
     "embedding_array",
     "embedding_items",
+    "is_unicode",
     "projected_queries",
     "query_texts",
     "update_items",
@@ -70,6 +71,15 @@ def embedding_items(keys: object, values: object) -> tuple[list[str], list[objec
             f"({values!r:.60}); pass a list of values, [value] for one"
         )
     return [check_key(key, f" (item #{i})") for i, key in enumerate(keys)], list(values)
+
+
+def is_unicode(text: str) -> bool:
+    """Whether ``text`` is valid Unicode, which UTF-8 holds: no lone surrogate."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_unicode(text: str, what: str, doing: str | None = None) -> None:

@@ -14,6 +14,7 @@ import os
 import threading
 from collections.abc import Callable
 
+from softdict._arguments import is_unicode
 from softdict._errors import ConfigError, EncoderError
 from softdict.encoders.adapter import TextEncoder
 from softdict.encoders.base import Encoder
@@ -70,12 +71,10 @@ def register_encoder_name(
 def _check_name(name: object, what: str) -> None:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"an encoder's {what} must be a non-empty str, got {name!r}")
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
+    if not is_unicode(name):
         raise ConfigError(
             f"an encoder's {what} must be valid Unicode text (a store records it), got {name!r}"
-        ) from None
+        )
 
 
 def are_variants(first: str, second: str) -> bool:
@@ -139,10 +138,9 @@ def _object_name(encoder: object) -> str:
     or one that cannot be read or written (its lookup raises, or it is no valid Unicode)."""
     try:
         name = str(getattr(encoder, "name", None) or "")
-        name.encode("utf-8")
-    except Exception:  # a property that raises, a str() that raises, a lone surrogate
+    except Exception:  # a property that raises, a str() that raises
         name = ""
-    return name or type(encoder).__name__
+    return name if name and is_unicode(name) else type(encoder).__name__
 
 
 def _by_name(name: str, query_cache_size: int) -> TextEncoder:

@@ -8,6 +8,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from softdict._arguments import is_unicode
 from softdict.store.milvus._client import CollectionGone
 
 __all__ = ["again_after_a_clear", "holdable"]
@@ -22,13 +23,7 @@ class _Handle(Protocol):
 def holdable(key: object) -> bool:
     """Whether ``key`` is one a store could hold: a str of valid Unicode (a lone surrogate has
     no UTF-8, which a key's id hashes). Any other is absent, as from a dict."""
-    if not isinstance(key, str):
-        return False
-    try:
-        key.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return isinstance(key, str) and is_unicode(key)
 
 
 def again_after_a_clear(method: Callable[..., T]) -> Callable[..., T]:
