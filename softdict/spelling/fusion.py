@@ -280,9 +280,13 @@ def union_with_spelling(
     # its k best are then full attention's. A fixed search of max(k, 64) alone missed a key that
     # the rounds found, spelled like the query but sharing no 3-gram with it, so nearest(q, 1)
     # and attend(q) named different best keys (a hostile-input probe, past 10^4 keys).
-    dense_scores, dense_ids = adaptive_top_k(backend, queries, policy, allow, route, round_bound)
-    if policy.top_k is not None:
-        dense_k = min(max(policy.top_k, INITIAL_K), route.n_allowed)
+    dense_k = 0 if policy.top_k is None else min(max(policy.top_k, INITIAL_K), route.n_allowed)
+    if dense_k >= route.head_k:  # the fixed search holds whatever the rounds (capped) would take
+        dense_scores, dense_ids = backend.search(queries, dense_k, allow)
+    else:
+        dense_scores, dense_ids = adaptive_top_k(
+            backend, queries, policy, allow, route, round_bound
+        )
         if dense_scores.shape[1] < dense_k:
             dense_scores, dense_ids = backend.search(queries, dense_k, allow)
     combined, ids, meaning, similarity, ceiling = _merge(
