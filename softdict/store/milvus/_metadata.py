@@ -232,16 +232,13 @@ class StoreMetadata:
         probe), and a few thousand would pass gRPC's 64 MB. A reader that saw a row deleted
         reads every key again once (``changed_since``), and a writer's next write writes its row
         again: nothing is missed. Rows without a time (an older softdict's) are kept."""
-        now = time.time()
-        idle = []
+        now, idle = time.time(), []
         for name, text in self.writers().items():
-            try:
-                record = json.loads(text)
-                since = now - float(record["time"])
-                limit = WRITER_IDLE_SECONDS if record.get("open") is None else OPEN_WRITE_SECONDS
-            except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+            counter = _counter_of(text)
+            if name == self._writer or counter is None or counter.time is None:
                 continue
-            if name != self._writer and since > limit:
+            limit = WRITER_IDLE_SECONDS if counter.open is None else OPEN_WRITE_SECONDS
+            if now - counter.time > limit:
                 idle.append(name)
         self.rows.delete(idle)
 
@@ -308,11 +305,13 @@ class StoreMetadata:
 
 @dataclass(frozen=True)
 class _Counter:
-    """A writer row: its count of writes, the ids of its logged writes, the write still open."""
+    """A writer row: its count of writes, the ids of its logged writes, the write still open,
+    and when it last wrote (None: a row of softdict before the time was kept)."""
 
     writes: int
     log: dict[int, list[int]]
     open: int | None
+    time: float | None = None
 
 
 def _counter_of(text: str | None) -> _Counter | None:
@@ -323,8 +322,13 @@ def _counter_of(text: str | None) -> _Counter | None:
     try:
         parsed = json.loads(text)
         log = {int(n): [int(i) for i in ids] for n, ids in parsed["changed"]}
-        opened = parsed.get("open")
-        return _Counter(int(parsed["writes"]), log, None if opened is None else int(opened))
+        opened, written = parsed.get("open"), parsed.get("time")
+        return _Counter(
+            int(parsed["writes"]),
+            log,
+            None if opened is None else int(opened),
+            None if written is None else float(written),
+        )
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
 
