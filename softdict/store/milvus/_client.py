@@ -61,10 +61,8 @@ _LITE_NAME_MAX = 36
 TOKEN_VARIABLE = "SOFTDICT_MILVUS_TOKEN"
 
 
-# The Milvus Lite files (resolved paths) this process has opened: milvus-lite serves each from a
-# process of its own, started by the first open.
-_LITE_FILES_OPENED: set[str] = set()
-# This process's hold on each Milvus Lite file it opened (``_hold_lite_file``).
+# This process's hold on each Milvus Lite file (resolved path) it opened (``_hold_lite_file``):
+# milvus-lite serves each from a process of its own, started by the first open.
 _LITE_HOLDS: dict[str, FileLock] = {}
 
 
@@ -153,13 +151,11 @@ def connect(location: str) -> MilvusClient:
             # GOAWAY, "too_many_pings", to a connection idle for a minute or two), the first new
             # client fails on it and the next gets a new connection (measured on a Lite file and
             # a served binary after 100 s idle). A server that is down fails again. A Lite file
-            # is tried again only where this process opened it before: the first failure to
-            # open one is another process holding it, and a second try got past that.
-            if not (is_server_uri(location) or location in _LITE_FILES_OPENED):
+            # is tried again only where this process opened it before (it held it already): the
+            # first failure to open one is no dropped connection.
+            if holding:
                 raise
             client = _new_client(MilvusClient, location, token)
-        if not is_server_uri(location):
-            _LITE_FILES_OPENED.add(location)
         return client
     except StoreUnavailableError as exc:
         if holding:  # not opened here after all: another process may open it
