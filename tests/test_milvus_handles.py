@@ -15,7 +15,14 @@ import pytest
 from _milvus import fresh_collection
 from _support import FAKE_DIM, FakeEncoder, close, same_value
 
-from softdict import ConfigError, SoftDict, ValueKindError, ValueShapeError
+from softdict import (
+    ConfigError,
+    SoftDict,
+    StoreFormatError,
+    StoreUnavailableError,
+    ValueKindError,
+    ValueShapeError,
+)
 
 pytestmark = pytest.mark.milvus
 
@@ -120,6 +127,29 @@ def test_a_file_name_milvus_lite_refuses_is_a_config_error(tmp_path, name: str) 
     with pytest.raises(ConfigError, match="ASCII letters, digits"):
         SoftDict(encoder=FakeEncoder(), store=f"milvus:{tmp_path / name}", collection="c")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_another_programs_sqlite_database_is_refused_and_left_as_it_was(tmp_path) -> None:
+    """milvus-lite opened an application's own SQLite database and added its tables to it; a
+    file that is no database at all it refused. Both are refused now, byte for byte unchanged."""
+    import sqlite3
+
+    database = tmp_path / "app.db"
+    with sqlite3.connect(database) as connection:
+        connection.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+        connection.execute("INSERT INTO users VALUES (1, 'ann')")
+    connection.close()
+    notes = tmp_path / "notes.db"
+    notes.write_text("my notes, not a database\n")
+    before = {path: path.read_bytes() for path in (database, notes)}
+    with pytest.raises(StoreFormatError, match="SQLite database that Milvus Lite did not make"):
+        SoftDict({"apple": 1.0}, encoder=FakeEncoder(), store=f"milvus:{database}", collection="c")
+    with pytest.raises(StoreUnavailableError, match="Is it a Milvus Lite file"):
+        SoftDict({"apple": 1.0}, encoder=FakeEncoder(), store=f"milvus:{notes}", collection="c")
+    assert {path: path.read_bytes() for path in before} == before
+    made = tmp_path / "made.db"  # and a file Milvus Lite made opens again, in this process
+    SoftDict({"apple": 1.0}, encoder=FakeEncoder(), store=f"milvus:{made}", collection="c")
+    assert len(SoftDict(encoder=FakeEncoder(), store=f"milvus:{made}", collection="c")) == 1
 
 
 def test_a_build_into_an_empty_collection_records_the_combination_typed(

@@ -5,9 +5,11 @@ them too, so the tests meet them where a cluster would).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import sqlite3
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,6 +57,10 @@ _COLLECTION_NOT_FOUND = 100
 # The file names milvus-lite 2.5 opens (its server refuses others with a RuntimeError).
 _LITE_NAME = re.compile(r"[a-zA-Z0-9.\-_]+")
 _LITE_NAME_MAX = 36
+# A Milvus Lite file is an SQLite database (whose files begin with this header) holding this
+# table, among others (milvus-lite 2.5).
+_SQLITE_HEADER = b"SQLite format 3\x00"
+_LITE_TABLE = "collection_meta"
 # The environment variable that holds a server's token (an API key, or "user:password"), for
 # servers and clusters with authentication on: kept out of code, URIs and messages. A URI's own
 # "https://user:password@host:19530" works too (pymilvus reads it); messages hide the password.
@@ -125,6 +131,7 @@ def connect(location: str) -> MilvusClient:
             )
         if not path.parent.is_dir():
             raise ConfigError(f"store='milvus:{location}': the folder {path.parent} does not exist")
+        _refuse_another_programs_database(location, path)
         location = str(path.resolve())
         with warnings.catch_warnings():
             # milvus-lite 2.5.1 imports pkg_resources, which warns that it is deprecated on
@@ -173,6 +180,33 @@ def connect(location: str) -> MilvusClient:
             f"{exc}. Is it a Milvus Lite file, and whole? A Milvus Lite file is opened by one "
             f"process at a time: if a program other than softdict has it open, close it there"
         ) from None
+
+
+def _refuse_another_programs_database(location: str, path: Path) -> None:
+    """StoreFormatError where ``path`` is an SQLite database that Milvus Lite did not make:
+    milvus-lite opened an application's own database (an ``app.db``) and added its tables to
+    it (a hostile-input probe found it). An empty file, or one that is no SQLite database, is
+    left to milvus-lite, which makes the one and refuses the other."""
+    try:
+        with path.open("rb") as file:
+            if file.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+                return
+        # Read-only: nothing is written to a file that is not ours.
+        with contextlib.closing(
+            sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        ) as db:
+            tables = sorted(name for (name,) in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+            ))  # fmt: skip
+    except (OSError, sqlite3.Error):
+        return  # missing, unreadable, locked or damaged: milvus-lite makes it or says so
+    if tables and _LITE_TABLE not in tables:
+        shown_tables = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
+        raise StoreFormatError(
+            f"store='milvus:{location}': {path} is an SQLite database that Milvus Lite did not "
+            f"make (its tables: {shown_tables}); softdict does not add Milvus Lite's tables to "
+            f"another program's database. Name a file of its own (e.g. milvus:./prices.db)"
+        )
 
 
 def _hold_lite_file(location: str) -> bool:
