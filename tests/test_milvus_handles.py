@@ -17,6 +17,7 @@ from _support import FAKE_DIM, FakeEncoder, close, same_value
 
 from softdict import (
     ConfigError,
+    InvalidValueError,
     SoftDict,
     StoreFormatError,
     StoreUnavailableError,
@@ -59,6 +60,39 @@ def test_a_kind_fixed_to_vectors_takes_its_first_vector(milvus_store_location: s
     with pytest.raises(ValueShapeError, match="length 2"):
         sd["pear"] = [1.0, 2.0, 3.0]
     assert list(sd) == ["apple"]
+
+
+def test_a_long_first_value_keeps_the_manifest_within_a_cluster_varchar(
+    milvus_store_location: str,
+) -> None:
+    """The manifest row held the store's first value: a vector of 20,000 numbers made it 358 KB,
+    which Milvus Lite took and a cluster's 65,535-byte VARCHAR refuses. A long first value is
+    kept in a row of its own; another handle reads it from there."""
+    from softdict.store.milvus._collection import MAX_VARCHAR
+
+    first = np.arange(2_000, dtype=np.float64) / 7  # 37 KB of JSON
+    writer, reader = handles(milvus_store_location)
+    writer.update({"k" * 10_000: first, "second": first + 1})
+    manifest = writer._store._meta.rows.read(["manifest"])["manifest"]
+    assert len(manifest.encode()) < 16_384 < MAX_VARCHAR
+    assert same_value(reader["second"], first + 1) and len(reader) == 2
+    with pytest.raises(ValueShapeError, match="length 2000"):
+        reader["third"] = first[:3]
+
+
+def test_a_value_longer_than_a_cluster_json_field_is_refused(milvus_store_location: str) -> None:
+    """Milvus Lite kept values whose JSON passed a cluster's 64 KB JSON field, so a store that
+    worked on Lite failed on a cluster. Refused on both, with the store unchanged."""
+    long_label, long_vector = "label " * 12_000, np.arange(5_000) / 7
+    sd, _ = handles(milvus_store_location, {"apple": "label"})
+    with pytest.raises(InvalidValueError, match="65,536 bytes"):
+        sd.update({"pear": "label", "plum": long_label})
+    assert list(sd) == ["apple"] and sd["apple"] == "label"
+    for value in (long_label, long_vector):  # as a store's first value
+        empty, _ = handles(milvus_store_location)
+        with pytest.raises(InvalidValueError, match="a Milvus store keeps values"):
+            empty["plum"] = value
+        assert len(empty) == 0
 
 
 def test_a_clear_through_another_handle_is_seen(milvus_store_location: str) -> None:

@@ -57,6 +57,14 @@ PAIRS_FORMAT = 4
 _MANIFEST = "manifest"
 _WRITER = "writer:"
 _PROJECTION = "projection:"
+_EXEMPLAR = "exemplar:"
+# A store's first value (the exemplar its value column is made from: a vector's length) whose
+# JSON is longer than this goes in a row of its own, named by its checksum: the manifest row is
+# a VARCHAR of at most 65,535 bytes on a cluster (Milvus Lite does not hold it to that), and a
+# vector of 4,000 numbers took 70 KB of it.
+_INLINE_EXEMPLAR_BYTES = 8192
+# Characters of the first key kept beside it: the key only names the value in messages.
+_EXEMPLAR_KEY_CHARS = 200
 # Base64 characters per projection row (a VARCHAR holds 65,535 bytes).
 _CHUNK = 60_000
 # Options a store keeps from its creation (they decide how its rows were written).
@@ -153,6 +161,7 @@ class StoreMetadata:
         self._writer = writer
         self._writes = 0
         self._log: list[tuple[int, list[int]]] = []  # (write, the ids it changed), oldest first
+        self._exemplars: dict[str, object] = {}  # first values kept in rows, by their row
 
     def open(self) -> Manifest:
         """This process's copy of the stored manifest (the store exists)."""
@@ -297,6 +306,40 @@ class StoreMetadata:
                 f"checksum (another process may be writing it); open the store again"
             )
         return np.frombuffer(data, dtype=np.float32).reshape(info["shape"]).copy()
+
+    def exemplar_entry(self, key: str, value: object) -> dict[str, Any]:
+        """The manifest's entry for the store's first value (for ``key``): the value itself
+        where its JSON is short, else the name of a row written for it now. A row is never
+        rewritten with other text (its name is its checksum), so a process that made the key
+        collection at the same moment cannot leave the manifest naming a row that is not its.
+        Rows of earlier first values (before a clear) stay: a few, of at most 64 KB each."""
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        key = key[:_EXEMPLAR_KEY_CHARS]
+        if len(text.encode("utf-8")) <= _INLINE_EXEMPLAR_BYTES:
+            return {"key": key, "value": value}
+        row = _EXEMPLAR + hashlib.sha256(text.encode("utf-8")).hexdigest()
+        self.rows.write({row: text})
+        return {"key": key, "row": row}
+
+    def exemplar(self) -> tuple[str, object] | None:
+        """The store's first key (shortened) and value, from the manifest or its row; None
+        before the first value."""
+        entry = self.manifest.exemplar
+        if entry is None:
+            return None
+        if "row" not in entry:
+            return entry["key"], entry["value"]
+        row = entry["row"]
+        if row not in self._exemplars:
+            text = self.rows.read([row]).get(row, "")
+            if _EXEMPLAR + hashlib.sha256(text.encode("utf-8")).hexdigest() != row:
+                raise StoreFormatError(
+                    f"the first value of the Milvus collection {self._collection!r} (its row "
+                    f"{row[:24]}...) is missing or damaged; copy what the store holds elsewhere "
+                    f"and make it again"
+                )
+            self._exemplars[row] = json.loads(text)
+        return entry["key"], self._exemplars[row]
 
     def writers(self) -> dict[str, str]:
         """Every writer's counter: equal between two reads only if no write came between."""

@@ -6,6 +6,7 @@ upserts them); a lookup reads values and keys back from rows by id.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -14,7 +15,7 @@ import numpy as np
 
 from softdict._errors import InvalidValueError
 from softdict.store.base import StagedWrite
-from softdict.store.milvus._collection import MAX_VARCHAR, KeyRows
+from softdict.store.milvus._collection import MAX_JSON, MAX_VARCHAR, KeyRows
 from softdict.store.milvus.backend import changed_during_lookup
 from softdict.values.base import ValueColumn
 
@@ -41,6 +42,26 @@ def check_key_sizes(keys: list[str]) -> None:
             )
 
 
+# A value whose JSON could pass ``MAX_JSON`` is a sequence or text at least this long (a number
+# takes at most about 25 bytes, a character 4).
+_LONG_VALUE = MAX_JSON // 32
+
+
+def _check_value_size(key: str, value: object) -> None:
+    """InvalidValueError for a value longer than a Milvus JSON field holds ({"v": value}, as
+    pymilvus sends it): a cluster refuses the write, where Milvus Lite took it."""
+    if not isinstance(value, (list, str)) or len(value) < _LONG_VALUE:
+        return
+    size = len(json.dumps({"v": value}, separators=(",", ":"), ensure_ascii=False).encode())
+    if size > MAX_JSON:
+        raise InvalidValueError(
+            f"the value for key {key[:40]!r} is {size:,} bytes as JSON; a Milvus store keeps "
+            f"values of up to {MAX_JSON:,} bytes (a vector of up to about 3,000 numbers, a label "
+            f"of up to 65,000 characters): keep longer ones in a memory store, or elsewhere "
+            f"under a short label"
+        )
+
+
 def _json_value(value: object) -> object:
     if isinstance(value, np.ndarray):
         return value.tolist()
@@ -56,7 +77,10 @@ def stored_values(
     (``staged``: ``column``'s staging of the keys' values), as JSON."""
     echo = type(column).for_first_value(keys[0], items[keys[0]])
     echo.append(staged)
-    return {key: _json_value(echo.get(i)) for i, key in enumerate(keys)}
+    values = {key: _json_value(echo.get(i)) for i, key in enumerate(keys)}
+    for key, value in values.items():
+        _check_value_size(key, value)
+    return values
 
 
 class OrderClock:

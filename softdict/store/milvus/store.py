@@ -279,10 +279,10 @@ class MilvusStore(Store):
         """A column of the store's values, empty; None before its first value is written (a
         kind fixed by ``value_kind=`` alone: the first value makes it, as in memory, and a
         vector column needs its length)."""
-        kind, exemplar = self.value_kind, self._meta.manifest.exemplar
+        kind, exemplar = self.value_kind, self._meta.exemplar()
         if kind is None or exemplar is None:
             return None
-        return column_class(kind).for_first_value(exemplar["key"], exemplar["value"])
+        return column_class(kind).for_first_value(*exemplar)
 
     def _column_of(self, values: list[object], keys: list[str]) -> ValueColumn[Any]:
         column = self._empty_column()
@@ -353,6 +353,8 @@ class MilvusStore(Store):
                 f"the store's keys are {stored.dim}-dim embeddings (written by another process), "
                 f"and these are {dim}-dim"
             )
+        if stored.exemplar is None:
+            exemplar = self._meta.exemplar_entry(exemplar["key"], exemplar["value"])
         self._meta.update(
             dim=dim, value_kind=stored.value_kind or kind, exemplar=stored.exemplar or exemplar
         )
