@@ -345,6 +345,49 @@ def test_a_bad_value_raises_a_softdict_error_and_changes_nothing(
     assert all(same_value(sd[key], expected_back(kind, v)) for key, v in zip(KEYS[:3], values))
 
 
+@pytest.mark.parametrize("fails_in", ["append", "assign"])
+def test_a_plug_in_column_that_raises_in_a_commit_leaves_the_store_as_it_was(
+    fails_in: str, fake_encoder, tmp_path: Path
+) -> None:
+    """A plug-in's append that raised (here after appending half) left the index holding the
+    new keys and the store listing none of them: attention over 5 keys of a 3-key store, and a
+    save that load refused, over a good one (a hostile-input probe)."""
+    from _plugins import BooleanColumn
+
+    from softdict.values import register_value_kind
+
+    class Flaky(BooleanColumn):
+        kind = f"test-flaky-{fails_in}"
+        failing = False
+
+        def append(self, staged: np.ndarray) -> None:
+            if Flaky.failing and fails_in == "append":
+                super().append(staged[:1])
+                raise RuntimeError("append failed")
+            super().append(staged)
+
+        def assign(self, slots: np.ndarray, staged: np.ndarray) -> None:
+            if Flaky.failing and fails_in == "assign":
+                raise RuntimeError("assign failed")
+            super().assign(slots, staged)
+
+    register_value_kind(Flaky)
+    items = {"apple": True, "pear": False, "chair": True}
+    sd = SoftDict(items, encoder=fake_encoder, value_kind=Flaky.kind, lexical=0)
+    before = sd.lookup("apple pear")
+    sd.save(tmp_path / "good")
+    Flaky.failing = True
+    with pytest.raises(RuntimeError, match="failed"):
+        sd.update({"plum": True, "fig": False, "pear": True})  # two fresh keys, one kept
+    Flaky.failing = False
+    assert dict(sd.items()) == items and sd.attend("apple").k == 3
+    assert_close(sd.lookup("apple pear"), before)
+    sd.save(tmp_path / "good", replace=True)
+    assert dict(SoftDict.load(tmp_path / "good", encoder=fake_encoder).items()) == items
+    sd.update({"plum": True})
+    assert list(sd) == [*items, "plum"] and sd.attend("apple").k == 4
+
+
 def test_vectors_read_back_as_lists_are_staged_at_once_with_the_same_checks() -> None:
     """A batch of plain lists (as a Milvus store reads values back) is staged in one array; any
     value that is not a finite number of the right length still gets its own error."""

@@ -152,16 +152,27 @@ class MemoryStore(Store):
         details = staged.details
         column: ValueColumn[Any] = details["column"]
         if staged.fresh:
-            backend = self._backend if self._backend is not None else details["backend"]
+            backend: IndexBackend = (
+                self._backend if self._backend is not None else details["backend"]
+            )
             prepared = details["prepared"]
             new_ids = np.arange(self._next_id, self._next_id + len(staged.fresh), dtype=np.int64)
             # The slow part of the spelling index's add, which changes nothing.
             spelled = self._spelling.prepare(staged.fresh)
-            # Then a backend's add, which changes nothing if it fails; nothing below can fail.
+            # A backend's add changes nothing if it fails. Its ids are not given again, even
+            # where the add is undone below (a graph keeps a removed id's node).
             backend.add(new_ids, prepared)
+            self._next_id += len(staged.fresh)
+
+        def undo_add() -> None:
+            if staged.fresh and backend is self._backend:  # else a new backend, dropped
+                backend.remove(new_ids)
+
+        self._change_column(column, staged, undo_add)
+        # Nothing below can fail.
+        if staged.fresh:
             self._backend, self._dim = backend, prepared.shape[1]
             self._spelling.add(new_ids, spelled)  # appends only
-            self._next_id += len(staged.fresh)
         self._column = column
         replaced = [self._slot_of[key] for key in staged.fresh if key in self._slot_of]
         if replaced:
@@ -169,12 +180,8 @@ class MemoryStore(Store):
             self._backend.remove(self._id_of_slot.view[replaced])
             self._spelling.remove(self._id_of_slot.view[replaced])
             self._empty_slots(replaced)
-        if staged.kept:
-            slots = np.array([self._slot_of[key] for key in staged.kept])
-            column.assign(slots, details["staged_kept"])
         if staged.fresh:
             first_slot = len(self._key_of_slot)
-            column.append(details["staged_fresh"])
             self._id_of_slot.append(new_ids)
             self._alive.append(np.ones(len(staged.fresh), dtype=np.bool_))
             for offset, key in enumerate(staged.fresh):
@@ -185,6 +192,28 @@ class MemoryStore(Store):
         # The store is whole now; building or merging the spelling postings may take seconds,
         # and if it is interrupted, it is done by a later call.
         self._spelling.maintain()
+
+    def _change_column(
+        self, column: ValueColumn[Any], staged: StagedWrite, undo_add: Callable[[], None]
+    ) -> None:
+        """Append the fresh keys' values to ``column`` and assign the kept keys': the one step
+        of a commit that runs a plug-in's code (``extending.md``), which may raise. It then
+        undoes what it appended and the backend's add (``undo_add``), so the store is as it
+        was: a plug-in whose append raised left the index holding keys the store did not list,
+        and a save of it that load refused (a hostile-input probe). A plug-in's ``assign``
+        must itself change nothing when it raises."""
+        length = len(column)
+        try:
+            if staged.fresh:
+                column.append(staged.details["staged_fresh"])
+            if staged.kept:
+                slots = np.array([self._slot_of[key] for key in staged.kept])
+                column.assign(slots, staged.details["staged_kept"])
+        except BaseException:
+            if len(column) > length:
+                column.keep(np.arange(length))
+            undo_add()
+            raise
 
     def remove(self, key: str) -> None:
         slot = self._slot_of[key]  # KeyError(key), as a dict raises
