@@ -353,7 +353,10 @@ def nearest_keys(
         scores = np.concatenate([part.scores for part in chosen])
         ids = np.concatenate([part.ids for part in chosen])
     else:
-        scores, ids = store.backend.search(store.prepare_queries(embeddings), k, store.allow(mask))
+        allow = store.allow(mask)
+        # A backend pads its answer to k columns: k = 2**31 allocated 16 GiB (a probe).
+        k = min(k, len(store) if allow is None else len(allow))
+        scores, ids = store.backend.search(store.prepare_queries(embeddings), k, allow)
     found = ids >= 0
     return [
         list(zip(store.keys_of(row_ids[row_found]), row_scores[row_found].tolist()))

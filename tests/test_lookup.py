@@ -102,6 +102,22 @@ def test_nearest_returns_best_keys_and_scores() -> None:
     assert [len(r) for r in sd.nearest(["apple", "chair"], k=2)] == [2, 2]
 
 
+@pytest.mark.parametrize("index", ["flat", "hnsw", "ivf", "Flat"])
+@pytest.mark.parametrize("lexical", [0.0, 1.0])
+def test_nearest_with_a_k_past_the_store_lists_every_allowed_key(
+    index: str, lexical: float
+) -> None:
+    """Meaning alone asked the backend for k columns: k = 2**31 allocated 16 GiB (the process
+    was killed), 10**20 raised numpy's TypeError (a probe). k is what may come back."""
+    sd = SoftDict(dict(zip(KEYS, range(6))), encoder=FakeEncoder(), lexical=lexical, index=index)
+    for k in (7, 2**31, 10**20):
+        assert sorted(key for key, _ in sd.nearest("apple", k=k)) == sorted(KEYS)
+        assert [key for key, _ in sd.nearest("apple", k=k, mask=KEYS[:2])] in (
+            KEYS[:2],
+            KEYS[1::-1],
+        )
+
+
 def test_a_batch_is_encoded_in_one_call_and_keys_never_again() -> None:
     encoder = FakeEncoder()
     sd = SoftDict(encoder=encoder, batch_size=1000)
