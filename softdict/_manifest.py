@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Union
@@ -40,6 +41,7 @@ __all__ = [
     "FormatTwoBody",
     "Manifest",
     "check_files",
+    "check_part_names",
     "config_as_loaded",
     "read_manifest",
     "refuse_foreign_entries",
@@ -50,6 +52,8 @@ __all__ = [
 FORMAT_NAME = "softdict-store"
 FORMAT_VERSION = 4
 MANIFEST = "manifest.json"
+# The files a store folder holds beside its parts' (index, values, spelling).
+OWN_FILES = (MANIFEST, "keys.json", "ids.npy", "query_projection.npy")
 
 
 def config_as_loaded(config: SoftDictConfig, version: int) -> SoftDictConfig:
@@ -70,6 +74,21 @@ MAX_MANIFEST_BYTES = 64 * 2**20
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def check_part_names(target: Path, names: Iterable[str]) -> None:
+    """StoreFormatError, before anything is written, where a part of a store (an index or a
+    value column, perhaps a plug-in's) names a file that is the store's own or outside its
+    folder: a plug-in's "ids.npy" replaced the store's, and "../x.npy" was written beside the
+    folder, each saved as if whole and refused by load (a hostile-input probe)."""
+    for name in names:
+        if not is_bare_name(name) or name in OWN_FILES:
+            what = "one of the store's own files" if name in OWN_FILES else "no plain file name"
+            raise StoreFormatError(
+                f"cannot save to {target}: a part of the store (its index or its value column) "
+                f"names the file {name!r}, which is {what}; a plug-in's dump() must name plain "
+                f"files of its own (nothing was written)"
+            )
 
 
 def is_bare_name(name: str) -> bool:

@@ -65,6 +65,7 @@ from softdict._manifest import (
     FormatOneBody,
     FormatTwoBody,
     check_files,
+    check_part_names,
     config_as_loaded,
     read_manifest,
     refuse_foreign_entries,
@@ -193,6 +194,7 @@ def _save_locked(
         )
     if target.is_dir() and not replaces_other_data:
         refuse_foreign_entries(target)
+    check_part_names(target, part_files)
     contents: dict[str, Any] = {"keys.json": state.keys, "ids.npy": state.ids, **part_files}
     if state.projection is not None:
         contents["query_projection.npy"] = state.projection

@@ -912,3 +912,40 @@ def test_a_faiss_index_of_another_kind_or_metric_is_refused(tmp_path: Path, inde
     resign(tmp_path / "s", "index.faiss", faiss.serialize_index(fake).tobytes())
     with pytest.raises(StoreFormatError, match=r"index\.faiss is not a .* index with this store"):
         SoftDict.load(tmp_path / "s", encoder=FakeEncoder())
+
+
+@pytest.mark.parametrize("name", ["ids.npy", "manifest.json", "../escaped.npy", "sub/x.npy"])
+def test_a_plug_in_that_names_a_file_not_its_own_is_refused_before_anything_is_written(
+    name: str, tmp_path: Path
+) -> None:
+    """A plug-in column's "ids.npy" replaced the store's own, and "../escaped.npy" was written
+    beside the store folder: each save reported success, over a good store, and load refused
+    it (a hostile-input probe). Refused now, the good store as it was."""
+    from _plugins import BooleanColumn
+
+    from softdict.values import register_value_kind
+
+    class Naming(BooleanColumn):
+        kind = f"test-naming-{name}"
+        naming = False
+
+        def dump(self, slots: np.ndarray) -> dict:
+            return {name: self._flags[slots]} if Naming.naming else super().dump(slots)
+
+    register_value_kind(Naming)
+    folder = tmp_path / "stores" / "store"
+    folder.parent.mkdir()
+    sd = SoftDict({"apple": True, "pear": False}, encoder=FakeEncoder(), value_kind=Naming.kind)
+    sd.save(folder)
+    saved = {path.name: path.read_bytes() for path in folder.iterdir()}
+    Naming.naming = True
+    sd["plum"] = True
+    with pytest.raises(StoreFormatError, match=f"names the file {name!r}"):
+        sd.save(folder, replace=True)
+    assert {path.name: path.read_bytes() for path in folder.iterdir()} == saved
+    assert sorted(path.name for path in folder.parent.iterdir()) == [".store.lock", "store"]
+    Naming.naming = False
+    assert dict(SoftDict.load(folder, encoder=FakeEncoder()).items()) == {
+        "apple": True,
+        "pear": False,
+    }

@@ -32,6 +32,7 @@ from softdict._errors import (
     ConfigError,
     EmptyStoreError,
     KeyTypeError,
+    StoreFormatError,
     ValueShapeError,
 )
 from softdict._files import StoreFiles
@@ -349,13 +350,16 @@ StoreT = TypeVar("StoreT", bound=Store)
 
 
 def dump_files(*parts: StoreFiles) -> StoreFiles:
-    """The parts' files in one dict; a part that wrote a name another did is a programming
-    error, caught here rather than in a half-overwritten store."""
+    """The parts' files in one dict; a part that wrote a name another did (a plug-in's) is
+    caught here rather than in a half-overwritten store."""
     files: StoreFiles = {}
     for part in parts:
         for name, content in part.items():
             if name in files:
-                raise RuntimeError(f"two parts of the store both write {name}")
+                raise StoreFormatError(
+                    f"two parts of the store (its index, its value column, its spelling index) "
+                    f"both write the file {name!r}; a plug-in's dump() must name files of its own"
+                )
             files[name] = content
     return files
 
