@@ -202,9 +202,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
     def __contains__(self, key: object) -> bool:
         return key in self._store
 
-    # Overridden: the mixin's views are not reversible, as a dict's are; and they fetch each
-    # value by its key, raising KeyError for a key another thread deleted after the keys were
-    # listed, where these skip it, as the keys do.
+    # Overridden: the mixin's views are not reversible, as a dict's are, and raise KeyError for
+    # a key another thread deleted after the keys were listed, where these skip it, as keys do.
     def keys(self) -> LiveKeys[str]:
         return LiveKeys(self)
 
@@ -288,8 +287,10 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         ``query_cache_size``, ``batch_size`` and ``progress``) and encoder.
 
         Raises:
-            ConfigError: the target holds keys, or was made with other options.
+            ConfigError: the target holds keys, was made with other options, or cannot build
+                this store's index (a Milvus store builds "auto", "flat" or "ivf" only).
             EncoderError: the target collection records another encoder.
+            InvalidValueError: a key or value the target cannot hold; the target is left empty.
             StoreUnavailableError: the target's server cannot be reached.
         """
         with self._lock:

@@ -95,6 +95,35 @@ def test_a_value_longer_than_a_cluster_json_field_is_refused(milvus_store_locati
         assert len(empty) == 0
 
 
+def test_a_copy_that_fails_part_of_the_way_leaves_the_target_empty(
+    milvus_store_location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """copy_to commits batch by batch: a key Milvus cannot hold in the third batch left the
+    first two in the new collection, and a copy tried again was refused as into a store holding
+    keys (a probe). The target is cleared again, and a second try copies everything."""
+    import functools
+
+    import softdict._mapping
+    from softdict.store.base import copy_into
+
+    monkeypatch.setattr(softdict._mapping, "copy_into", functools.partial(copy_into, batch=100))
+    rng = np.random.default_rng(0)
+    keys = [f"key {i}" for i in range(300)]
+    keys[250] = "x" * 70_000  # more than a Milvus VARCHAR holds; memory holds it
+    source = SoftDict(encoder=FakeEncoder(), lexical=0)
+    source.add_embeddings(
+        keys, rng.standard_normal((300, FAKE_DIM)), [float(i) for i in range(300)]
+    )
+    collection = fresh_collection()
+    with pytest.raises(InvalidValueError, match="70,000 bytes"):
+        source.copy_to(milvus_store_location, collection=collection)
+    target = SoftDict(encoder=FakeEncoder(), store=milvus_store_location, collection=collection)
+    assert len(target) == 0 and len(source) == 300
+    del source["x" * 70_000]
+    copied = source.copy_to(milvus_store_location, collection=collection)
+    assert list(copied) == list(source) and copied["key 299"] == 299.0
+
+
 def test_a_clear_through_another_handle_is_seen(milvus_store_location: str) -> None:
     first, second = handles(milvus_store_location, {"apple": 1, "pear": 2})
     first.lookup("apple")  # the first handle reads its directory

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Container, Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -391,20 +391,28 @@ def _checked_predicate(predicate: Callable[[str], object]) -> Callable[[str], bo
 def copy_into(source: Store, target: StoreT, batch: int = 4096) -> StoreT:
     """Every key of ``source`` with its value and vector, and its query projection, written
     into the empty ``target``, in batches; nothing is encoded again. The vectors go as the source
-    prepared them (preparing them again changes nothing)."""
+    prepared them (preparing them again changes nothing). A copy that fails part of the way
+    (a key or value the target cannot hold, say a Milvus store's 64 KB limits) clears the
+    target again, so that it can be tried again: it kept the batches before, and a second
+    copy_to was refused as into a store holding keys (a hostile-input probe)."""
     if len(source):
         require_vectors(source.backend, "copying a store")
     ids, keys = source.ids(), source.keys()
-    for start in range(0, len(keys), batch):
-        part_ids = ids[start : start + batch]
-        part_keys = keys[start : start + batch]
-        column, slots = source.values_of(part_ids)
-        vectors = source.backend.vectors(part_ids)
-        items = {key: column.get(int(slot)) for key, slot in zip(part_keys, slots.tolist())}
-        target.commit(target.stage(items, dict(zip(part_keys, vectors))))
-    projection = source.projection
-    if projection is not None:
-        target.projection = projection
+    try:
+        for start in range(0, len(keys), batch):
+            part_ids = ids[start : start + batch]
+            part_keys = keys[start : start + batch]
+            column, slots = source.values_of(part_ids)
+            vectors = source.backend.vectors(part_ids)
+            items = {key: column.get(int(slot)) for key, slot in zip(part_keys, slots.tolist())}
+            target.commit(target.stage(items, dict(zip(part_keys, vectors))))
+        projection = source.projection
+        if projection is not None:
+            target.projection = projection
+    except BaseException:
+        with suppress(Exception):  # a server that is down: its own error says more
+            target.clear()
+        raise
     return target
 
 
