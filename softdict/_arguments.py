@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from softdict._config import check_number
-from softdict._errors import InvalidValueError, KeyTypeError, ValueShapeError
+from softdict._errors import ConfigError, InvalidValueError, KeyTypeError, ValueShapeError
 
 __all__ = [
     "check_key",
     "check_min_score",
+    "check_plug_in",
     "check_unicode",
     "checked_embeddings",
     "embedding_array",
@@ -71,6 +72,28 @@ def embedding_items(keys: object, values: object) -> tuple[list[str], list[objec
             f"({values!r:.60}); pass a list of values, [value] for one"
         )
     return [check_key(key, f" (item #{i})") for i, key in enumerate(keys)], list(values)
+
+
+def check_plug_in(name: object, what: str, make: object = callable, *, forbidden: str = "") -> None:
+    """ConfigError unless ``name`` (``what``: "index backend name", ...) is a non-empty str of
+    valid Unicode without the characters ``forbidden``, and ``make`` (the plug-in's factory) is
+    callable. A registry took any name: 5 made every "unknown option" error that lists the names
+    sorted a raw TypeError, and a factory 42 failed at the first insert (a hostile-input probe)."""
+    if (
+        not isinstance(name, str)
+        or not name
+        or not is_unicode(name)
+        or any(character in name for character in forbidden)
+    ):
+        without = f", without {forbidden!r}" if forbidden else ""
+        raise ConfigError(
+            f"the {what} must be a non-empty str of valid Unicode{without}, got {name!r:.60}"
+        )
+    if not callable(make):
+        raise ConfigError(
+            f"the {what} {name!r} is registered with {type(make).__name__}, which is not "
+            f"callable: register the function or class that makes one"
+        )
 
 
 def is_unicode(text: str) -> bool:

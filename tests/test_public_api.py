@@ -142,3 +142,42 @@ def test_only_the_package_root_imports_the_facade() -> None:
                 assert node.module != "softdict._mapping", f"{path} imports the façade"
             if isinstance(node, ast.Import):
                 assert all(alias.name != "softdict._mapping" for alias in node.names), path
+
+
+def test_a_registration_that_could_not_work_is_refused_when_made() -> None:
+    """The registries took anything: a name 5 made every error that lists the names sorted
+    (index="typo") a raw TypeError, a factory 42 failed at the first insert, a value kind
+    registered as an instance made categorical stores, and a store opener that returned None
+    an AttributeError (a hostile-input probe)."""
+    from _plugins import BooleanColumn, DictBackend
+
+    from softdict.index import backend_names, register_backend
+    from softdict.store import register_store, store_schemes
+    from softdict.values import kind_names, register_value_kind
+
+    class Numbered(BooleanColumn):
+        kind = 5  # type: ignore[assignment]
+
+    before = (backend_names(), kind_names(), store_schemes())
+    refused = [
+        lambda: register_backend(5, DictBackend),  # type: ignore[arg-type]
+        lambda: register_backend("", DictBackend),
+        lambda: register_backend("public-api-bad", 42),  # type: ignore[arg-type]
+        lambda: register_backend("public-api-bad", DictBackend, description=3),  # type: ignore[arg-type]
+        lambda: register_value_kind(Numbered),
+        lambda: register_value_kind(BooleanColumn()),  # type: ignore[arg-type]
+        lambda: register_value_kind(dict),  # type: ignore[arg-type]
+        lambda: register_store(5, lambda *a, **k: None),  # type: ignore[arg-type]
+        lambda: register_store("a:b", lambda *a, **k: None),
+        lambda: register_store("public-api-bad", "opener"),  # type: ignore[arg-type]
+        lambda: register_store("bad\ud800", lambda *a, **k: None),
+    ]
+    for register in refused:
+        with pytest.raises(softdict.ConfigError):
+            register()
+    assert (backend_names(), kind_names(), store_schemes()) == before
+    with pytest.raises(softdict.ConfigError, match="index='typo'"):
+        softdict.SoftDict(index="typo")
+    register_store("public-api-none", lambda location, config, **options: None)
+    with pytest.raises(softdict.ConfigError, match="opened NoneType, not a softdict"):
+        softdict.SoftDict(store="public-api-none:x")

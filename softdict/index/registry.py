@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from softdict._arguments import check_plug_in
 from softdict._errors import ConfigError
 from softdict._similarity import Metric
 from softdict.index.base import IndexBackend
@@ -34,7 +35,14 @@ def register_backend(
     name: str, create: Callable[[int, Metric], IndexBackend], *, description: str | None = None
 ) -> None:
     """Make ``index=name`` create ``create(dim, metric)``; ``description`` is shown before the
-    first key (default: the name). Registering a name again replaces it."""
+    first key (default: the name). Registering a name again replaces it.
+
+    Raises:
+        ConfigError: ``name`` is no non-empty str, or ``create`` is not callable.
+    """
+    check_plug_in(name, "index backend name", create)
+    if description is not None and not isinstance(description, str):
+        raise ConfigError(f"register_backend's description must be a str, got {description!r:.60}")
     with _LOCK:
         _NAMED[name] = BackendSpec(name, create, description or name)
 

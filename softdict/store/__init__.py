@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from softdict._arguments import check_plug_in
 from softdict._config import SoftDictConfig
 from softdict._errors import ConfigError
 from softdict.store.base import StagedWrite, Store, StoreState, copy_into
@@ -34,7 +35,14 @@ _LOCK = threading.Lock()
 
 def register_store(scheme: str, open_store: Callable[..., Store]) -> None:
     """Make ``store="scheme:location"`` open ``open_store(location, config, **options)``, where
-    ``options`` are the store options given (``collection=``), if any."""
+    ``options`` are the store options given (``collection=``), if any. Registering a scheme again
+    replaces it.
+
+    Raises:
+        ConfigError: ``scheme`` is no non-empty str without ":", or ``open_store`` is not
+            callable.
+    """
+    check_plug_in(scheme, "store scheme", open_store, forbidden=":")
     with _LOCK:
         _SCHEMES[scheme] = open_store
 
@@ -55,7 +63,13 @@ def open_store(uri: str, config: SoftDictConfig, **options: object) -> Store:
             f"{store_schemes()} (e.g. store='memory')"
         )
     given = {name: value for name, value in options.items() if value is not None}
-    return _SCHEMES[scheme](location, config, **given)
+    store = _SCHEMES[scheme](location, config, **given)
+    if not isinstance(store, Store):
+        raise ConfigError(
+            f"store={uri!r}: the store registered as {scheme!r} opened {type(store).__name__}, "
+            f"not a softdict.store.Store"
+        )
+    return store
 
 
 def _open_memory(location: str, config: SoftDictConfig, **options: object) -> MemoryStore:

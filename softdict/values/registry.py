@@ -7,6 +7,7 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from softdict._arguments import check_plug_in
 from softdict._errors import ConfigError, ValueKindError
 from softdict.values.base import ValueColumn, describe_value, number_hint
 
@@ -28,7 +29,19 @@ _LOCK = threading.Lock()
 
 def register_value_kind(column: type[ValueColumn[Any]], *, inferred: bool = False) -> None:
     """Make ``value_kind=column.kind`` use ``column``. ``inferred`` (for the built-ins) also
-    tries it, in registration order, on the first value of a store created without a kind."""
+    tries it, in registration order, on the first value of a store created without a kind.
+    Registering a kind again replaces it, a built-in one too, for every store of this process.
+
+    Raises:
+        ConfigError: ``column`` is no ValueColumn subclass (an instance made a store of another
+            kind) or its ``kind`` no non-empty str.
+    """
+    if not (isinstance(column, type) and issubclass(column, ValueColumn)):
+        raise ConfigError(
+            f"register_value_kind takes a ValueColumn subclass (the class itself), got "
+            f"{column!r:.60}"
+        )
+    check_plug_in(getattr(column, "kind", None), "value kind", column)
     with _LOCK:
         _KINDS[column.kind] = column
         if inferred:
@@ -68,7 +81,7 @@ def write_column(
     if column is not None:
         return column
     first_key, first_value = next(iter(items.items()))
-    kind = fixed_kind or infer_column_class(first_value)
+    kind = fixed_kind if fixed_kind is not None else infer_column_class(first_value)
     # No kind took it: say what to do with a complex number or a time (not "no JSON label").
     if fixed_kind is None and not kind.accepts(first_value) and number_hint(first_value):
         raise ValueKindError(
