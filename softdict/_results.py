@@ -13,7 +13,7 @@ from softdict.values.distribution import Distribution
 __all__ = ["Attention"]
 
 
-@dataclass(frozen=True, repr=False)
+@dataclass(frozen=True, repr=False, eq=False)
 class Attention:
     """How one query attended over the store, and the value that came out.
 
@@ -101,6 +101,18 @@ class Attention:
     value_stderr: float | np.ndarray | None = None
     weight_error: float = 0.0
 
+    # Compared field by field, arrays whole (NaN, a key not spelled, equal to NaN): the
+    # dataclass's == raised numpy's "truth value of an array is ambiguous" (a probe).
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Attention):
+            return NotImplemented
+        return all(
+            _same(getattr(self, field.name), getattr(other, field.name))
+            for field in dataclasses.fields(self)
+        )
+
     def top(self, n: int = 5) -> list[tuple[str, float]]:
         """The ``n`` keys with the largest weights, as (key, weight) pairs."""
         return [(key, float(w)) for key, w in zip(self.keys[:n], self.weights[:n])]
@@ -119,3 +131,15 @@ class Attention:
             f"Attention(query={self.query!r}, value={value}, k={self.k}{sampled}, "
             f"tail_mass={tail}, top=[{shown}{more}])"
         )
+
+
+def _same(a: object, b: object) -> bool:
+    """Whether two fields of an Attention are equal: arrays by shape and items, NaN equal to
+    NaN; tuples item by item (a value_stderr, a label, may be an array)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        a, b = np.asarray(a), np.asarray(b)
+        floats = a.dtype.kind == "f" and b.dtype.kind == "f"
+        return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=floats))
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return bool(a == b)

@@ -360,3 +360,20 @@ def test_attention_names_each_key_with_its_own_weight_and_score() -> None:
                 sum(w * sd[k] for k, w in zip(attention.keys, attention.weights))
             )
             sd.pop("green apple", None)  # leaves an empty slot for the second round
+
+
+def test_attentions_and_distributions_compare_by_what_they_hold() -> None:
+    """``==`` on two Attentions raised numpy's "truth value of an array is ambiguous" (but for
+    a store of one key), and on a Distribution with a dict label TypeError (a probe)."""
+    sd = SoftDict({"red apple": 1.0, "green apple": 2.0, "blue chair": 3.0}, encoder=FakeEncoder())
+    first = sd.attend("apple")
+    assert first == sd.attend("apple") and first in [sd.attend("apple")]
+    assert first != sd.attend("chair") and first != "apple"
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(first)
+    labels = SoftDict({"a": {"id": 1}, "b": "y"}, encoder=FakeEncoder())
+    distribution = labels.attend("a").distribution
+    assert distribution is not None and distribution == labels.attend("a").distribution
+    assert distribution != labels.attend("b").distribution and distribution != {"y": 1.0}
+    plain = SoftDict({"a": "x", "b": "y"}, encoder=FakeEncoder()).attend("a").distribution
+    assert plain == {label: p for label, p in plain.items()}

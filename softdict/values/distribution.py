@@ -55,6 +55,20 @@ class Distribution(Mapping[Label, float]):
     def __len__(self) -> int:
         return len(self._pairs)
 
+    # Mapping's == made a dict of each side, which a dict or list label cannot key (a probe).
+    __hash__ = None  # type: ignore[assignment]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Mapping):
+            return NotImplemented
+        try:
+            theirs = {canonical_json(label): p for label, p in other.items()}
+        except (TypeError, ValueError):  # a key that is no JSON label
+            return False
+        return len(theirs) == len(self._pairs) and all(
+            theirs.get(canonical_json(label)) == p for label, p in self._pairs
+        )
+
     def most_likely(self) -> Label:
         """The label with the largest probability."""
         return self._pairs[0][0]
