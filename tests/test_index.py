@@ -272,3 +272,69 @@ def test_the_id_set_helpers_equal_numpys() -> None:
         pool = rng.integers(-3, 60, rng.integers(0, 50))
         np.testing.assert_array_equal(sorted_unique(values), np.unique(values))
         np.testing.assert_array_equal(is_in(values, pool), np.isin(values, pool))
+
+
+def _misbehaving(answer: str) -> type[DictBackend]:
+    """A plug-in backend whose search answers wrongly in one way (``answer``)."""
+
+    class Misbehaving(DictBackend):
+        def search(self, queries, k, allow=None):  # type: ignore[no-untyped-def]
+            scores, ids = super().search(
+                queries, k, None if answer == "ignores the mask" else allow
+            )
+            if answer == "an id twice":
+                ids[:, 1] = ids[:, 0]
+            elif answer == "an unknown id":
+                ids[:, 0] = 10**6
+            elif answer == "the id -2":
+                ids[:, 0] = -2
+            elif answer == "a NaN score":
+                scores[:, 0] = np.nan
+            elif answer == "one row, flat":
+                return scores[0], ids[0]
+            return scores, ids
+
+        def score_all(self, queries, allow=None):  # type: ignore[no-untyped-def]
+            scores, ids = super().score_all(queries, allow)
+            return (scores[:, :-1], ids) if answer == "scores of too few columns" else (scores, ids)
+
+    return Misbehaving
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "ignores the mask",
+        "an id twice",
+        "an unknown id",
+        "the id -2",
+        "a NaN score",
+        "one row, flat",
+        "scores of too few columns",
+    ],
+)
+def test_a_plug_in_backend_that_answers_wrongly_is_a_store_format_error(answer: str) -> None:
+    """A lookup trusted a plug-in's answers: a key the mask left out came back, an unknown id
+    was read as a neighbour's key, a NaN score made the lookup NaN, a flat answer raised numpy's
+    AxisError (a hostile-input probe)."""
+    from _support import FakeEncoder
+
+    from softdict import SoftDict, StoreFormatError
+    from softdict.index import register_backend
+
+    register_backend(f"test-misbehaving-{answer}", _misbehaving(answer))
+    keys = ["red apple", "green apple", "red car", "blue sofa", "old chair"]
+    sd = SoftDict(
+        dict(zip(keys, range(5))),
+        encoder=FakeEncoder(),
+        index=f"test-misbehaving-{answer}",
+        lexical=0,
+    )
+    calls = [  # a lookup scores every key (score_all); nearest by meaning searches
+        lambda: sd.lookup("red apple", mask=keys[2:]),
+        lambda: sd.nearest("apple", k=3, mask=keys[1:]),
+    ]
+    for call in calls[1:] if answer != "scores of too few columns" else calls:
+        with pytest.raises(StoreFormatError, match=r"the index \(test-dict\)"):
+            call()
+    assert list(sd) == keys

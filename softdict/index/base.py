@@ -22,6 +22,7 @@ from softdict._errors import ConfigError
 from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric, metric_scores
 from softdict.index._ids import IdRows
+from softdict.index._plug_in_checks import checked_score_all, checked_search
 
 __all__ = [
     "Allow",
@@ -150,6 +151,16 @@ class IndexBackend(ABC):
     def __init__(self, dim: int, metric: Metric) -> None:
         self.dim = dim
         self.metric = metric
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A backend defined outside softdict (a plug-in) has its search and score_all answers
+        checked (``_plug_in_checks``); softdict's own are tested instead."""
+        super().__init_subclass__(**kwargs)
+        if cls.__module__.split(".")[0] == "softdict":
+            return
+        for name, check in (("search", checked_search), ("score_all", checked_score_all)):
+            if name in cls.__dict__:
+                setattr(cls, name, check(cls.__dict__[name]))
 
     @abstractmethod
     def __len__(self) -> int:

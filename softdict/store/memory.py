@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from softdict._config import SoftDictConfig
-from softdict._errors import EmptyStoreError
+from softdict._errors import EmptyStoreError, StoreFormatError
 from softdict._files import FileReader, StoreFiles
 from softdict._rows import GrowableRows, compaction_due, positions_of
 from softdict._similarity import Similarity, squared_norms
@@ -286,7 +286,16 @@ class MemoryStore(Store):
         if not len(held):
             return np.zeros(np.shape(ids), dtype=np.int64)
         # Padding (-1) points at slot 0: it has weight 0.
-        return positions_of(held, np.maximum(ids, 0))
+        slots = positions_of(held, np.maximum(ids, 0))
+        found = ids >= 0
+        if (ids < -1).any() or not np.array_equal(held[slots[found]], ids[found]):
+            # A plug-in backend's unknown id had been read as a neighbour's (a probe).
+            unknown = ids[(ids < -1) | (found & (held[slots] != ids))][:3].tolist()
+            raise StoreFormatError(
+                f"the index ({self.backend.describe()}) answered ids {unknown} that the store "
+                f"does not hold; an index answers the ids it was given, -1 for padding"
+            )
+        return slots
 
     def values_of(self, ids: np.ndarray) -> tuple[ValueColumn[Any], np.ndarray]:
         assert self._column is not None
