@@ -245,7 +245,7 @@ class ValueColumn(ABC, Generic[Staged]):
         advice = number_hint(value) or "store different kinds of value in separate SoftDicts"
         return ValueKindError(
             f"value for key {key!r} is {describe_value(value)}, but this store holds "
-            f"{self.describe()} values (fixed by its first insert); {advice}"
+            f"{self.describe()} values (fixed by its first insert, or by value_kind=); {advice}"
         )
 
 
