@@ -14,7 +14,7 @@ import os
 import threading
 from collections.abc import Callable
 
-from softdict._arguments import is_unicode
+from softdict._arguments import check_plug_in, is_unicode
 from softdict._errors import ConfigError, EncoderError
 from softdict.encoders.adapter import TextEncoder
 from softdict.encoders.base import Encoder
@@ -52,9 +52,9 @@ def register_encoder_name(
         ConfigError: ``name`` is no non-empty str of valid Unicode (a store records it), or
             ``load`` is not callable.
     """
-    _check_name(name, "name")
+    check_plug_in(name, "encoder's name")
     if variant_of is not None:
-        _check_name(variant_of, "variant_of")
+        check_plug_in(variant_of, "encoder's variant_of")
     if not callable(load):
         raise ConfigError(
             f"register_encoder_name({name!r}, load): load must be a function that returns the "
@@ -66,15 +66,6 @@ def register_encoder_name(
             _DEFAULT[:] = [name]
         if variant_of is not None:
             _VARIANT_OF[name] = variant_of
-
-
-def _check_name(name: object, what: str) -> None:
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"an encoder's {what} must be a non-empty str, got {name!r}")
-    if not is_unicode(name):
-        raise ConfigError(
-            f"an encoder's {what} must be valid Unicode text (a store records it), got {name!r}"
-        )
 
 
 def are_variants(first: str, second: str) -> bool:
