@@ -54,7 +54,7 @@ def _build(args: argparse.Namespace) -> int:
     sd = SoftDict(
         encoder=args.encoder,
         **{name: value for name, value in typed.items() if value is not None},
-        value_kind=args.value_kind,
+        value_kind=read.value_kind,
         progress=True if sys.stderr.isatty() else None,
         store=remote.get("store", "memory"),
         collection=remote.get("collection"),
@@ -64,9 +64,13 @@ def _build(args: argparse.Namespace) -> int:
             f"{args.output} already holds a store of {len(sd)} keys in the collection "
             f"{args.collection!r}; build into a new collection"
         )
-    if remote and args.combination is not None:  # an empty collection made before keeps its own
-        sd.combination = args.combination  # unless set: written to the store
-    sd.update(read.items)
+    try:
+        if remote and args.combination is not None:  # an empty collection made before keeps
+            sd.combination = args.combination  # its own unless set: written to the store
+        sd.update(read.items)
+    except BaseException:  # a Milvus collection this build made goes again (Ctrl-C too)
+        sd._abandon()
+        raise
     if not remote:  # without --force, a store saved at -o while this ran is not replaced either
         sd.save(args.output, replace=args.force)
     kind = sd.value_kind
@@ -105,22 +109,27 @@ def _remote(store: str, collection: str | None) -> dict[str, str]:
 
 
 def _open(args: argparse.Namespace) -> Any:
+    """The store, with query's --temperature and --lexical for this command alone: set on a
+    Milvus store they were written to it for every later reader, even by a query that failed
+    (a probe). Checked before the store and its encoder load."""
     from softdict import SoftDict
 
+    named = {name: getattr(args, name, None) for name in ("temperature", "lexical")}
+    options = {name: value for name, value in named.items() if value is not None}
+    SoftDictConfig.build(**options)  # ConfigError for a bad one
     remote = _remote(args.store, args.collection)
     if remote:
-        return SoftDict.open(remote["store"], collection=remote["collection"])
-    return SoftDict.load(args.store)
+        return SoftDict.open(remote["store"], collection=remote["collection"], **options)
+    sd = SoftDict.load(args.store)
+    for name, value in options.items():  # a folder's store is in memory: nothing is written
+        setattr(sd, name, value)
+    return sd
 
 
 def _query(args: argparse.Namespace) -> int:
     # main() made sure there is one of TEXT and --file.
     texts = [args.text] if args.text is not None else read_queries(args.file)
     sd = _open(args)
-    if args.temperature is not None:
-        sd.temperature = args.temperature  # ConfigError for a bad one
-    if args.lexical is not None:
-        sd.lexical = args.lexical
     if not (args.explain or args.json or args.min_score is not None):
         # Values alone: the bulk path (one encoder call, no Attention per query).
         for value in _listed(sd.lookup(texts)):
@@ -333,6 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:  # a file that vanished, a full disk, a folder without permission
         print(f"softdict: error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: a folder store is whole, a Milvus one this build made gone
+        print("softdict: interrupted", file=sys.stderr)
+        return 130
     except Exception as exc:  # a bug: still one line, never a traceback
         print(
             f"softdict: internal error: {type(exc).__name__}: {exc} (a bug in softdict; please "

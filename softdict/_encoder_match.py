@@ -79,11 +79,16 @@ def _alike(fingerprint: np.ndarray, saved: np.ndarray) -> bool:
 
 def store_encoder(store: Store, encoder: object, cache_size: int) -> TextEncoder:
     """The encoder of a store just opened: for a store that recorded one (a collection made
-    before), the recorded one or one that embeds like it; else ``encoder``, then recorded."""
-    recorded = store.recorded_encoder()
-    if recorded is not None:
-        return matching_encoder(recorded, encoder, cache_size)
-    text_encoder = resolve_encoder(encoder, query_cache_size=cache_size)
-    if type(store).record_encoder is not Store.record_encoder:
-        store.record_encoder(text_encoder.identity())
-    return text_encoder
+    before), the recorded one or one that embeds like it; else ``encoder``, then recorded. A
+    store made by this open is dropped again where no encoder comes of it (``Store.abandon``)."""
+    try:
+        recorded = store.recorded_encoder()
+        if recorded is not None:
+            return matching_encoder(recorded, encoder, cache_size)
+        text_encoder = resolve_encoder(encoder, query_cache_size=cache_size)
+        if type(store).record_encoder is not Store.record_encoder:
+            store.record_encoder(text_encoder.identity())
+        return text_encoder
+    except BaseException:
+        store.abandon()
+        raise

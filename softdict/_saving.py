@@ -48,6 +48,12 @@ class Saving(Facade):
         with self._lock:
             save_store(self._store, identity, path, float(timeout), replace=replace)
 
+    def _abandon(self) -> None:
+        """Drop the store where this SoftDict made it and nothing was written to it
+        (``Store.abandon``): the command line's build that failed."""
+        with self._lock:
+            self._store.abandon()
+
     @classmethod
     def open(
         cls: type[S],
@@ -56,6 +62,8 @@ class Saving(Facade):
         collection: str | None = None,
         encoder: object = None,
         query_cache_size: int = 1024,
+        temperature: float | None = None,
+        lexical: float | None = None,
     ) -> S:
         """Open an existing store kept outside this process (``store="milvus:..."``) with its
         own options and encoder; unlike ``SoftDict(store=..., collection=...)``, never make one.
@@ -66,13 +74,20 @@ class Saving(Facade):
             encoder: the encoder to use; it must embed like the store's. None loads the
                 recorded one.
             query_cache_size: how many query embeddings to keep in this process.
+            temperature, lexical: what this process uses in place of the store's options,
+                which stay as they are (setting ``sd.temperature`` writes them to the store);
+                None: the store's.
 
         Raises:
             StoreFormatError: no softdict store is there, or the collection is not one.
             EncoderError: the encoder does not match the store's.
             StoreUnavailableError: the store's server cannot be reached.
         """
-        config = SoftDictConfig.build(query_cache_size=query_cache_size)
+        named = {"temperature": temperature, "lexical": lexical}
+        config = SoftDictConfig.build(
+            query_cache_size=query_cache_size,
+            **{name: value for name, value in named.items() if value is not None},
+        )
         opened = open_store(store, config, collection=collection, create=False)
         return cls._from_store(opened, store_encoder(opened, encoder, query_cache_size))
 

@@ -64,11 +64,14 @@ class TableItems:
     items: dict[str, object]
     skipped: list[str] = field(default_factory=list)  # one description per row left out
     duplicates: list[str] = field(default_factory=list)  # one description per repeated key
+    # "categorical" where the one value column was read as labels (most of its cells are no
+    # numbers): the store is made so, where its first value, a number, would make it scalar.
+    value_kind: str | None = None
 
 
 def read_table(path: Path, fmt: str | None) -> Table:
     """The rows of ``path`` (format by ``fmt`` or the file's extension)."""
-    if not path.is_file():
+    if not path.exists() or path.is_dir():  # a pipe or a device is read as a file is
         what = "a folder, not a file" if path.is_dir() else "no such file"
         raise InputError(f"{path}: {what}")
     fmt = fmt or FORMATS.get(path.suffix.lower())
@@ -329,7 +332,8 @@ def read_items(
         column: numeric([row.get(column) for row in table.rows], value_kind, several)
         for column in columns
     }
-    result = TableItems({})
+    labels = len(columns) == 1 and not vector and not holds_numbers[columns[0]]
+    result = TableItems({}, value_kind="categorical" if labels else value_kind)
     first_line: dict[str, int] = {}
     length: tuple[int, int] | None = None  # a vector column's length, and the line that set it
     padded = value_kind in ("scalar", "vector")  # "007" is 7 only where numbers were asked for

@@ -749,3 +749,43 @@ def test_explain_and_json_show_meaning_and_spelling(tmp_path: Path, combination:
 
 def _no_nan(name: str) -> None:
     raise AssertionError(f"{name} is not JSON")
+
+
+def test_ctrl_c_is_one_line_and_exit_status_130(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Ctrl-C printed Python's KeyboardInterrupt traceback (a probe)."""
+    import softdict._cli
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(softdict._cli, "read_items", interrupted)
+    table = tmp_path / "prices.csv"
+    table.write_text("name,price\napple,10\n")
+    arguments = ["build", str(table), "--key", "name", "--value", "price"]
+    assert main([*arguments, "-o", str(tmp_path / "store")]) == 130
+    assert capsys.readouterr().err == "softdict: interrupted\n"
+    assert not (tmp_path / "store").exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "rows"),
+    [
+        ("sizes.jsonl", '{"name": "a", "v": "small"}\n{"name": "b", "v": "large"}\n'
+         '{"name": "c", "v": 0}\n'),
+        ("first.json", '[{"name": "a", "v": 1}, {"name": "b", "v": "x"}, {"name": "c", "v": "y"}]'),
+    ],
+)  # fmt: skip
+def test_a_label_column_with_a_number_in_it_is_a_label_store(
+    tmp_path: Path, name: str, rows: str
+) -> None:
+    """The table was read as labels, but the store took its kind from its first value: a number
+    first made it scalar, and a number later was refused as another kind (a probe)."""
+    table = tmp_path / name
+    table.write_text(rows)
+    store = str(tmp_path / "store")
+    arguments = ["build", str(table), "--key", "name", "--value", "v", "-o", store]
+    assert main([*arguments, "--encoder", "test-hashing"]) == 0
+    loaded = SoftDict.load(store)
+    assert loaded.value_kind == "categorical" and len(loaded) == 3

@@ -290,3 +290,65 @@ def test_the_next_writer_deletes_the_rows_of_idle_writers(milvus_store_location:
     assert not left & {"writer:idle", "writer:open-for-days"}
     assert {"writer:recent", "writer:open-for-hours", "writer:of-an-older-softdict"} <= left
     assert list(first) == ["apple", "pear"] and first.lookup("pear") == close(2.0)
+
+
+def test_the_command_line_leaves_a_milvus_store_as_it_found_it(
+    milvus_lite_file: str, tmp_path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Three probes of the command line on Milvus: query's --temperature and --lexical were
+    written to the store for every later reader, even by a query that failed; query and info
+    of a mistyped Lite path made that file; a build that failed left an empty collection that
+    kept the attempt's options and encoder, and refused the next build's."""
+    from softdict._cli import main
+
+    table = tmp_path / "prices.csv"
+    table.write_text("name,price\napple,10\nbanana,5\nchair,2\n")
+    store, collection = "milvus:" + milvus_lite_file, fresh_collection()
+    build = ["build", str(table), "--key", "name", "--value", "price", "-o", store]
+    assert main([*build, "--collection", collection]) == 0
+    query = ["query", store, "fruit", "--collection", collection]
+    assert main([*query, "--temperature", "3", "--lexical", "0.3", "--json"]) == 0
+    assert main([*query, "--temperature", "3", "--lexical", "-1"]) == 1
+    capsys.readouterr()
+    assert main(["info", store, "--collection", collection]) == 0
+    assert "temperature 0.05" in capsys.readouterr().out
+    assert SoftDict.open(store, collection=collection).lexical == 1.0
+
+    typo = tmp_path / "typo.db"
+    for command in (["query", f"milvus:{typo}", "fruit"], ["info", f"milvus:{typo}"]):
+        assert main([*command, "--collection", collection]) == 1
+        assert "no Milvus Lite file" in capsys.readouterr().err
+    assert not typo.exists()
+
+    long_label = tmp_path / "labels.csv"
+    long_label.write_text(f"name,label\napple,fruit\nchair,{'x' * 70_000}\n")
+    failed = fresh_collection()
+    arguments = ["build", str(long_label), "--key", "name", "--value", "label", "-o", store]
+    assert main([*arguments, "--collection", failed]) == 1
+    assert "65,536 bytes" in capsys.readouterr().err
+    with pytest.raises(StoreFormatError, match="no softdict store in the collection"):
+        SoftDict.open(store, collection=failed)
+
+
+def test_a_store_made_for_an_encoder_that_fails_to_load_is_not_left(
+    milvus_store_location: str,
+) -> None:
+    """The collection was made before the encoder loaded, and stayed, empty, after it failed."""
+    from softdict import EncoderError
+    from softdict.encoders import register_encoder_name
+
+    def weights_gone() -> FakeEncoder:
+        raise FileNotFoundError("weights gone")
+
+    register_encoder_name("test-milvus-weights-gone", weights_gone)
+    collection = fresh_collection()
+    with pytest.raises(EncoderError, match="weights gone"):
+        SoftDict(
+            store=milvus_store_location, collection=collection, encoder="test-milvus-weights-gone"
+        )
+    with pytest.raises(StoreFormatError, match="no softdict store in the collection"):
+        SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())
+    made = SoftDict(
+        {"apple": 1.0}, encoder=FakeEncoder(), store=milvus_store_location, collection=collection
+    )
+    assert list(made) == ["apple"]

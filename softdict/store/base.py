@@ -337,6 +337,13 @@ class Store(ABC):
         keeps it; ``save`` records it in the folder for the others)."""
         return None  # held in this process: nothing to record
 
+    def abandon(self) -> None:
+        """Undo the making of this store where this handle made it and nothing was written to
+        it since: an open whose encoder then failed to load, or a ``softdict build`` that
+        failed, left an empty Milvus collection recording that attempt's options and encoder,
+        which refused the next build's (a probe). A store in memory has nothing to undo."""
+        return None
+
     @abstractmethod
     def copy(self) -> Store:
         """An independent store with the same options and contents (``SoftDict.copy``)."""

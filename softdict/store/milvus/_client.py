@@ -102,9 +102,11 @@ def _without_mvcc_warning(record: logging.LogRecord) -> bool:
     return "mvccTs" not in record.getMessage()
 
 
-def connect(location: str) -> MilvusClient:
+def connect(location: str, *, must_exist: bool = False) -> MilvusClient:
     """A client for ``location``: a server's URI (``http://host:19530``) or the path of a Milvus
-    Lite file (``./prices.db``), which Milvus Lite opens in a process of its own."""
+    Lite file (``./prices.db``), which Milvus Lite opens in a process of its own. With
+    ``must_exist``, a Lite file that is not there is a StoreFormatError: milvus-lite makes one,
+    and ``SoftDict.open`` of a mistyped path left a new database behind (a probe)."""
     try:
         from pymilvus import MilvusClient
     except ImportError:
@@ -131,6 +133,11 @@ def connect(location: str) -> MilvusClient:
             )
         if not path.parent.is_dir():
             raise ConfigError(f"store='milvus:{location}': the folder {path.parent} does not exist")
+        if must_exist and not path.is_file():
+            raise StoreFormatError(
+                f"store='milvus:{location}': there is no Milvus Lite file at {path}; build a store "
+                f"there first (SoftDict(store=..., collection=...) or softdict build make it)"
+            )
         _refuse_another_programs_database(location, path)
         location = str(path.resolve())
         with warnings.catch_warnings():

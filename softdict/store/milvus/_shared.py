@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any, Protocol, TypeVar
 
 from softdict._arguments import is_unicode
+from softdict._errors import StoreUnavailableError
 from softdict.store.milvus._client import CollectionGone
+from softdict.store.milvus._collection import CollectionRows
 
-__all__ = ["again_after_a_clear", "holdable"]
+__all__ = ["again_after_a_clear", "drop_collections", "holdable"]
 
 T = TypeVar("T")
 
@@ -40,3 +43,12 @@ def again_after_a_clear(method: Callable[..., T]) -> Callable[..., T]:
             return method(self, *args, **kwargs)
 
     return again
+
+
+def drop_collections(*collections: CollectionRows | None) -> None:
+    """Drop those of ``collections`` that exist (``Store.abandon``); a server that cannot be
+    reached keeps them, and the error that led here says more."""
+    for rows in collections:
+        if rows is not None:
+            with suppress(CollectionGone, StoreUnavailableError):
+                rows.drop()

@@ -63,7 +63,7 @@ from softdict.store.milvus._rows import (
     stored_values,
     values_of_rows,
 )
-from softdict.store.milvus._shared import again_after_a_clear, holdable
+from softdict.store.milvus._shared import again_after_a_clear, drop_collections, holdable
 from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
 from softdict.values.base import ValueColumn
 from softdict.values.registry import check_inferred_kind, column_class, write_column
@@ -80,7 +80,7 @@ class MilvusStore(Store):
         self, location: str, collection: str, config: SoftDictConfig, *, create: bool = True
     ) -> None:
         check_collection_name(collection)
-        self._client = connect(location)
+        self._client = connect(location, must_exist=not create)
         location = shown(location)  # messages and descriptions show no password
         self._location = location
         self._collection = collection
@@ -88,7 +88,8 @@ class MilvusStore(Store):
         self._meta = StoreMetadata(meta_rows, location, collection, new_writer(uuid.uuid4().hex))
         self._clock = OrderClock()
         self._projection: np.ndarray | None = None
-        if self._meta.rows.exists():
+        self.made_here = not self._meta.rows.exists()  # ``abandon`` drops only such a store
+        if not self.made_here:
             stored = self._meta.open()
             self._config = adopted_config(stored.config, config, collection, stored.value_kind)
         else:
@@ -121,23 +122,15 @@ class MilvusStore(Store):
 
     def _key_rows_of(self, dim: int) -> KeyRows:
         """The key collection of this store, for ``dim``-dim vectors (whether it exists or not)."""
-        return KeyRows(
-            self._client,
-            self._location,
-            self._collection,
-            dim,
-            self._meta.manifest.config.similarity.metric,
-            self._index,
-            pairs=self._meta.manifest.holds_pairs,
-        )
+        manifest = self._meta.manifest
+        return KeyRows(self._client, self._location, self._collection, dim,
+                       manifest.config.similarity.metric, self._index,
+                       pairs=manifest.holds_pairs)  # fmt: skip
 
     def _open_rows(self) -> None:
         dim = self._meta.manifest.dim
-        if dim is None:
-            self._rows = None
-            return
-        rows = self._key_rows_of(dim)
-        self._rows = rows if rows.exists() else None
+        rows = None if dim is None else self._key_rows_of(dim)
+        self._rows = rows if rows is not None and rows.exists() else None
         if self._rows is not None:
             self._rows.check_schema(self._collection)
 
@@ -147,6 +140,10 @@ class MilvusStore(Store):
 
     def record_encoder(self, identity: EncoderIdentity) -> None:
         self._meta.update(encoder=EncoderEntry.of(identity))
+
+    def abandon(self) -> None:
+        if self.made_here and not len(self):
+            drop_collections(self._key_rows(), self._meta.rows)
 
     @contextmanager
     def _writing(self, changed: np.ndarray | None) -> Iterator[None]:
