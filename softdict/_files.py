@@ -19,12 +19,36 @@ import numpy as np
 
 from softdict._errors import ConfigError, StoreFormatError
 
-__all__ = ["FileReader", "StoreFiles", "encode_file", "store_folder"]
+__all__ = [
+    "FileReader",
+    "StoreFiles",
+    "encode_file",
+    "fsync_dir",
+    "store_folder",
+    "write_durably",
+]
 
 StoreFiles: TypeAlias = dict[str, Union[np.ndarray, list[Any], bytes]]  # noqa: UP007
 
 # A JSON escape of a surrogate ("\ud83d"): half of a pair, or a lone one no text can hold.
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Write ``data`` to the new file ``path`` and flush it to the disk."""
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    """Flush the folder ``path``'s entries (a file made or renamed in it) to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def store_folder(path: object, doing: str) -> Path:

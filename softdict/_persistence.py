@@ -57,7 +57,15 @@ from filelock import FileLock, Timeout
 
 from softdict._encoder_match import matching_encoder
 from softdict._errors import ConfigError, StoreBusyError, StoreFormatError
-from softdict._files import FileReader, StoreFiles, canonical_json, encode_file, store_folder
+from softdict._files import (
+    FileReader,
+    StoreFiles,
+    canonical_json,
+    encode_file,
+    fsync_dir,
+    store_folder,
+    write_durably,
+)
 from softdict._manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -88,21 +96,6 @@ __all__ = [
 
 # How long save and load wait for another process's save or load of the same store, by default.
 LOCK_TIMEOUT = 60.0
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    with open(path, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextmanager
@@ -176,7 +169,9 @@ def save_store(
     # Taken before the folder's lock: the snapshot takes the longest.
     state, part_files = store.snapshot()
     with _locked(target, timeout, writing=True):
-        # Under the lock: a store another process saved here since the caller looked stays.
+        # Under the lock: a store saved here since the caller looked stays, as does one whose save
+        # was cut short between its renames, finished first as a load would (a probe lost it).
+        _recover(target)
         if not replace and (target / MANIFEST).is_file():
             raise StoreFormatError(f"cannot save to {target}: it holds a store and replace=False "
                                    f"(the command line's --force replaces it)")  # fmt: skip
@@ -232,10 +227,10 @@ def _swap_in(target: Path, files: dict[str, bytes], manifest: bytes) -> None:
     try:
         fresh.mkdir()
         for name, data in files.items():
-            _write_durably(fresh / name, data)
+            write_durably(fresh / name, data)
         # The manifest goes last: a folder with a valid manifest has every file it lists.
-        _write_durably(fresh / MANIFEST, manifest)
-        _fsync_dir(fresh)
+        write_durably(fresh / MANIFEST, manifest)
+        fsync_dir(fresh)
     except BaseException as exc:
         shutil.rmtree(fresh, ignore_errors=True)
         if isinstance(exc, OSError):
@@ -256,7 +251,7 @@ def _swap_in(target: Path, files: dict[str, bytes], manifest: bytes) -> None:
                 os.rename(old, target)
             shutil.rmtree(fresh, ignore_errors=True)
         raise _not_saved(target, exc) from None
-    _fsync_dir(target.parent)
+    fsync_dir(target.parent)
     for leftover in [old, *_siblings(target, "old"), *_siblings(target, "new")]:
         shutil.rmtree(leftover, ignore_errors=True)
 

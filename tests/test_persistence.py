@@ -422,6 +422,19 @@ def test_a_save_killed_between_its_renames_is_finished_on_load(tmp_path: Path) -
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
 
 
+def test_a_save_with_replace_false_sees_a_store_whose_save_was_cut_short(tmp_path: Path) -> None:
+    """With the store between the renames of a killed save, save(replace=False) took the path
+    for free, saved, and its swap's cleanup deleted both folders: the store was lost (a probe)."""
+    old = store_at(tmp_path, "s", {"apple": 1.0})
+    new = store_at(tmp_path, "new", {"chair": 2.0}, replacing=True)
+    os.rename(old, tmp_path / ".s.old-aaaa")
+    os.rename(new, tmp_path / ".s.new-aaaa")
+    with pytest.raises(StoreFormatError, match="it holds a store and replace=False"):
+        SoftDict({"other": 0.0}, encoder=FakeEncoder()).save(tmp_path / "s", replace=False)
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
+    assert folder_names(tmp_path) == ["s"]
+
+
 @pytest.mark.parametrize("name", ["prices[v2].store", "s*", "s?", "s1.old-beef"])
 def test_a_name_that_reads_as_a_pattern_is_recovered_and_touches_no_other_store(
     tmp_path: Path, name: str
@@ -461,7 +474,7 @@ def _failing_on_call(function, failing: int, error: OSError):
 
 @pytest.mark.parametrize(
     "where, failing",
-    [("_write_durably", 1), ("_write_durably", 3), ("rename", 1), ("rename", 2)],
+    [("write_durably", 1), ("write_durably", 3), ("rename", 1), ("rename", 2)],
 )
 def test_a_save_that_fails_on_a_system_error_leaves_the_store_as_it_was(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, failing: int
@@ -478,8 +491,8 @@ def test_a_save_that_fails_on_a_system_error_leaves_the_store_as_it_was(
     if where == "rename":
         monkeypatch.setattr(persistence.os, "rename", _failing_on_call(os.rename, failing, error))
     else:
-        wrapped = _failing_on_call(persistence._write_durably, failing, error)
-        monkeypatch.setattr(persistence, "_write_durably", wrapped)
+        wrapped = _failing_on_call(persistence.write_durably, failing, error)
+        monkeypatch.setattr(persistence, "write_durably", wrapped)
     with pytest.raises(StoreFormatError, match=r"cannot save to .*is unchanged"):
         SoftDict({"chair": 2.0, "table": 3.0}, encoder=FakeEncoder()).save(folder)
     monkeypatch.undo()
