@@ -404,11 +404,13 @@ def copy_into(source: Store, target: StoreT, batch: int = 4096) -> StoreT:
     copy_to was refused as into a store holding keys (a hostile-input probe)."""
     if len(source):
         require_vectors(source.backend, "copying a store")
-    ids, keys = source.ids(), source.keys()
+    ids = source.ids()
     try:
-        for start in range(0, len(keys), batch):
+        for start in range(0, len(ids), batch):
             part_ids = ids[start : start + batch]
-            part_keys = keys[start : start + batch]
+            # The keys of these ids, not of a second listing: another process's write between
+            # two listings paired keys with their neighbours' values and vectors (a probe).
+            part_keys = source.keys_of(part_ids)
             column, slots = source.values_of(part_ids)
             vectors = source.backend.vectors(part_ids)
             items = {key: column.get(int(slot)) for key, slot in zip(part_keys, slots.tolist())}

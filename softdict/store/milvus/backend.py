@@ -304,6 +304,6 @@ class MilvusBackend(IndexBackend):
 
 def changed_during_lookup() -> StoreUnavailableError:
     return StoreUnavailableError(
-        "the Milvus store changed during the lookup (keys were deleted by another process); "
-        "try again"
+        "the Milvus store changed during the lookup, copy or save (keys were deleted by another "
+        "process); try again"
     )
