@@ -1,6 +1,6 @@
 """A small Milvus store's key directory (``softdict.store.milvus._directory``): kept in each
 process with every key, value and vector, and brought up to date after a write, here or in
-another store object, by fetching the keys the writers' logs name (``_metadata.changed_since``)
+another store object, by fetching the keys the writers' logs name (``_writers.changed_since``)
 rather than reading every key again; where the logs cannot tell (a writer of an older softdict,
 a write past ``CHANGES_KEPT`` keys), every key is read again."""
 
@@ -16,7 +16,7 @@ from _support import FakeEncoder, assert_close
 
 from softdict import SoftDict
 from softdict.store.milvus import _directory, _metadata
-from softdict.store.milvus._metadata import changed_since
+from softdict.store.milvus._writers import changed_since
 
 NAMES = sorted(country.name for country in pycountry.countries)
 ITEMS = {name: float(i) for i, name in enumerate(NAMES)}

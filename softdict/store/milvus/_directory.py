@@ -8,7 +8,7 @@ only for a call that lists every key (iteration, a predicate mask), and not kept
 A directory is reused while every writer's counter (``_metadata.StoreMetadata.writers``) is as
 it was when it was read; one lookup checks that once, through its ``View`` (``KeyDirectory``
 keeps both). When counters moved, the writers' logs name the keys their writes changed
-(``_metadata.changed_since``), and just those are fetched again (``Directory.changed``); where
+(``_writers.changed_since``), and just those are fetched again (``Directory.changed``); where
 the logs cannot tell, every key is read again.
 """
 
@@ -27,8 +27,9 @@ from softdict.index.base import is_in
 from softdict.spelling import SpellingIndex, SpellingSource
 from softdict.spelling.prepared import PreparedKeys
 from softdict.store.milvus._collection import SEEN_FIELDS, KeyRows, SeenKeys
-from softdict.store.milvus._metadata import StoreMetadata, changed_since, has_open_write
+from softdict.store.milvus._metadata import StoreMetadata
 from softdict.store.milvus._spelling import FormCache, MilvusSpelling
+from softdict.store.milvus._writers import changed_since, has_open_write
 from softdict.store.milvus.backend import MilvusBackend
 from softdict.values.base import ValueColumn
 

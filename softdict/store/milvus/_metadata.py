@@ -2,12 +2,8 @@
 format, the options, the keys' dimension and value kind, the encoder's identity, the query
 projection's shape and checksum), the query projection itself as base64 chunks (a VARCHAR holds
 at most 65,535 bytes), and one counter row per process that writes (``writer:<uuid>``), which
-tells other processes' key directories that the store changed (``softdict.store.milvus.store``).
-
-A writer's row holds its count of writes and the ids each of its recent writes changed, up to
-``CHANGES_KEPT`` ids: a directory that saw the count before can fetch just those keys
-(``changed_since``) instead of every key. Any other text (a writer of softdict before the log
-wrote the count alone) or a gap in the log tells only that the store changed.
+tells other processes' key directories that the store changed (``softdict.store.milvus.store``;
+what the counters hold and tell: ``_writers``).
 """
 
 from __future__ import annotations
@@ -18,7 +14,6 @@ import json
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -29,6 +24,7 @@ from softdict._errors import ConfigError, StoreFormatError
 from softdict._manifest import EncoderEntry, refuse_newer_combination
 from softdict.store.milvus._client import schema_error
 from softdict.store.milvus._collection import MAX_VARCHAR, CollectionRows
+from softdict.store.milvus._writers import WRITER_PREFIX, counter_of
 
 __all__ = [
     "CHANGES_KEPT",
@@ -39,9 +35,6 @@ __all__ = [
     "MetaRows",
     "StoreMetadata",
     "adopted_config",
-    "changed_since",
-    "has_open_write",
-    "new_writer",
 ]
 
 FORMAT_NAME = "softdict-milvus"
@@ -55,7 +48,6 @@ FORMAT_NAME = "softdict-milvus"
 FORMAT_VERSION = 4
 PAIRS_FORMAT = 4
 _MANIFEST = "manifest"
-_WRITER = "writer:"
 _PROJECTION = "projection:"
 _EXEMPLAR = "exemplar:"
 # A store's first value (the exemplar its value column is made from: a vector's length) whose
@@ -243,7 +235,7 @@ class StoreMetadata:
         again: nothing is missed. Rows without a time (an older softdict's) are kept."""
         now, idle = time.time(), []
         for name, text in self.writers().items():
-            counter = _counter_of(text)
+            counter = counter_of(text)
             if name == self._writer or counter is None or counter.time is None:
                 continue
             limit = WRITER_IDLE_SECONDS if counter.open is None else OPEN_WRITE_SECONDS
@@ -343,70 +335,7 @@ class StoreMetadata:
 
     def writers(self) -> dict[str, str]:
         """Every writer's counter: equal between two reads only if no write came between."""
-        return self.rows.read_prefix(_WRITER)
-
-
-@dataclass(frozen=True)
-class _Counter:
-    """A writer row: its count of writes, the ids of its logged writes, the write still open,
-    and when it last wrote (None: a row of softdict before the time was kept)."""
-
-    writes: int
-    log: dict[int, list[int]]
-    open: int | None
-    time: float | None = None
-
-
-def _counter_of(text: str | None) -> _Counter | None:
-    """A writer row's counter; an empty one for a writer not seen yet; None for a row without
-    a log (a writer of softdict before the log)."""
-    if text is None:
-        return _Counter(0, {}, None)
-    try:
-        parsed = json.loads(text)
-        log = {int(n): [int(i) for i in ids] for n, ids in parsed["changed"]}
-        opened, written = parsed.get("open"), parsed.get("time")
-        return _Counter(
-            int(parsed["writes"]),
-            log,
-            None if opened is None else int(opened),
-            None if written is None else float(written),
-        )
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
-        return None
-
-
-def has_open_write(counters: dict[str, str]) -> bool:
-    """Whether a writer's row holds a write that is not closed (in progress, or its writer was
-    killed): its keys are fetched again at every lookup."""
-    return any(c is not None and c.open is not None for c in map(_counter_of, counters.values()))
-
-
-def changed_since(before: dict[str, str], now: dict[str, str]) -> np.ndarray | None:
-    """The ids (increasing, unique) of the keys that writes changed between the writers'
-    counters ``before`` and ``now``, and those of writes open in either, where the logs tell;
-    None where they do not (a writer's row without a log, writes gone from its log, a
-    writer's row gone)."""
-    if not set(before) <= set(now):
-        return None
-    changed: list[int] = []
-    for writer, text in now.items():
-        then, current = _counter_of(before.get(writer)), _counter_of(text)
-        if then is None or current is None:
-            return None
-        if current.writes < then.writes:
-            return None
-        wanted = set(range(then.writes + 1, current.writes + 1))
-        wanted |= {write for write in (then.open, current.open) if write is not None}
-        if not wanted <= set(current.log):
-            return None
-        changed.extend(i for write in wanted for i in current.log[write])
-    return np.unique(np.asarray(changed, dtype=np.int64))
-
-
-def new_writer(uuid_hex: str) -> str:
-    """The counter row of a new writing process."""
-    return _WRITER + uuid_hex
+        return self.rows.read_prefix(WRITER_PREFIX)
 
 
 def adopted_config(

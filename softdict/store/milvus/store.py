@@ -51,7 +51,6 @@ from softdict.store.milvus._metadata import (
     MetaRows,
     StoreMetadata,
     adopted_config,
-    new_writer,
 )
 from softdict.store.milvus._rows import (
     OrderClock,
@@ -64,6 +63,7 @@ from softdict.store.milvus._rows import (
     values_of_rows,
 )
 from softdict.store.milvus._shared import again_after_a_clear, drop_collections, holdable
+from softdict.store.milvus._writers import new_writer
 from softdict.store.milvus.backend import MilvusBackend, changed_during_lookup
 from softdict.values.base import ValueColumn
 from softdict.values.registry import check_inferred_kind, column_class, write_column
