@@ -10,6 +10,7 @@ import logging
 import os
 import re
 import sqlite3
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,6 +71,7 @@ TOKEN_VARIABLE = "SOFTDICT_MILVUS_TOKEN"
 # This process's hold on each Milvus Lite file (resolved path) it opened (``_hold_lite_file``):
 # milvus-lite serves each from a process of its own, started by the first open.
 _LITE_HOLDS: dict[str, FileLock] = {}
+_LITE_HOLDS_LOCK = threading.Lock()
 
 
 class CollectionGone(StoreUnavailableError):
@@ -224,10 +226,18 @@ def _hold_lite_file(location: str) -> bool:
     milvus-lite locks the file itself, but a process refused by that lock unlinks the lock file
     as its failed server is collected, so its next try opened the file beside the holder and
     both wrote it (a hostile-input probe found it). This lock file is softdict's own."""
-    if location in _LITE_HOLDS:
-        return False
-    path = Path(location)
-    hold = FileLock(path.with_name(f".{path.name}.softdict.lock"))
+    with _LITE_HOLDS_LOCK:  # two threads opening one file: one takes the hold, both use it
+        if location in _LITE_HOLDS:
+            return False
+        path = Path(location)
+        hold = FileLock(path.with_name(f".{path.name}.softdict.lock"))
+        _take(hold, location)
+        _LITE_HOLDS[location] = hold
+    return True
+
+
+def _take(hold: FileLock, location: str) -> None:
+    """Take this process's hold on a Lite file; StoreUnavailableError where another has it."""
     try:
         hold.acquire(timeout=0)
     except Timeout:
@@ -240,8 +250,6 @@ def _hold_lite_file(location: str) -> bool:
         raise StoreUnavailableError(
             f"cannot open the Milvus Lite file {location}: its lock file cannot be made ({exc})"
         ) from None
-    _LITE_HOLDS[location] = hold
-    return True
 
 
 def _new_client(client_class: type[MilvusClient], location: str, token: str) -> MilvusClient:

@@ -49,6 +49,16 @@ FORMAT_VERSION = 4
 PAIRS_FORMAT = 4
 _MANIFEST = "manifest"
 _PROJECTION = "projection:"
+# The keys' shape (dim, value kind, first value), a row apart from the manifest's options: an
+# option set by one handle, read and written back whole, put back dim None over the first
+# insert another handle made meanwhile, and every handle opened after saw no keys (a probe).
+# The manifest keeps a copy for softdict before the row, which read it there.
+_SHAPE = "shape"
+SHAPE_FIELDS = ("dim", "value_kind", "exemplar")
+# A manifest row that is not there is read again this many times, a little later each: Milvus
+# Lite's upsert deletes the row a moment before it writes it again (a probe saw 94-184 false
+# "lacks its manifest" errors in 600 inserts while another handle set options).
+_MISSING_ROW_TRIES = 6
 _EXEMPLAR = "exemplar:"
 # A store's first value (the exemplar its value column is made from: a vector's length) whose
 # JSON is longer than this goes in a row of its own, named by its checksum: the manifest row is
@@ -169,8 +179,12 @@ class StoreMetadata:
 
     def update(self, **changes: Any) -> None:
         """Write ``changes`` into the stored manifest, read again first, so that what other
-        processes wrote since this one opened the store stays; this copy becomes it."""
+        processes wrote since this one opened the store stays; this copy becomes it. A change
+        of the shape (all three of ``SHAPE_FIELDS``) is written to its own row first."""
         manifest = self.read_manifest().model_copy(update=changes)
+        if any(name in changes for name in SHAPE_FIELDS):
+            shape = {name: getattr(manifest, name) for name in SHAPE_FIELDS}
+            self.rows.write({_SHAPE: json.dumps(shape)})
         self.write_manifest(manifest)
         self.manifest = manifest
 
@@ -245,17 +259,23 @@ class StoreMetadata:
 
     def read_manifest(self) -> Manifest:
         """The stored manifest, checked; a format 1 store's config reads as the hand-set rule."""
-        text = self.rows.read([_MANIFEST]).get(_MANIFEST)
         where = f"the Milvus collection {self._collection!r} at {self._location}"
-        if text is None:
+        for attempt in range(_MISSING_ROW_TRIES):
+            rows = self.rows.read([_MANIFEST, _SHAPE])
+            if _MANIFEST in rows:
+                break
+            time.sleep(0.02 * 2**attempt)
+        else:
             raise StoreFormatError(f"{where} lacks its softdict manifest (metadata row)")
         try:
-            parsed = json.loads(text)
+            parsed = json.loads(rows[_MANIFEST])
             refuse_newer_combination(parsed, where)
+            if _SHAPE in rows:  # the shape's own row, where it has one (``_SHAPE``)
+                parsed.update(json.loads(rows[_SHAPE]))
             manifest = Manifest.model_validate(parsed)
         except StoreFormatError:  # intact, but from a newer softdict: not to be made again
             raise
-        except (ValueError, ValidationError, RecursionError) as exc:
+        except (ValueError, TypeError, ValidationError, RecursionError) as exc:
             raise StoreFormatError(
                 f"{where} has a damaged manifest ({str(exc)[:200]}); copy what it holds elsewhere "
                 f"and make the store again"

@@ -242,7 +242,9 @@ class MilvusBackend(IndexBackend):
             result, columns = result[:, held], columns[held]
         else:
             result = metric_scores(queries, self.vectors(columns), self.metric)
-        if not np.all(np.isfinite(result)):
+        # No column of a store counted as holding keys: its rows went meanwhile (a probe saw
+        # numpy's "zero-size array" from the softmax over none).
+        if not np.all(np.isfinite(result)) or not len(columns):
             raise changed_during_lookup()
         return result, columns
 
