@@ -290,10 +290,11 @@ def _recover(target: Path) -> bool:
     or the new manifest says no store stood there: it is finished forward when the new folder
     is whole, else backward. Anything else beside a missing store is not brought back (the
     store may have been deleted since). With ``NAME`` present, ``.NAME.old-*`` folders are what
-    finished swaps failed to clean up, and are removed.
+    finished swaps failed to clean up, and ``.NAME.new-*`` ones saves killed before their first
+    rename (each as large as the store): both are removed, under the lock no save holds.
     """
     if target.exists():
-        for leftover in _siblings(target, "old"):
+        for leftover in [*_siblings(target, "old"), *_siblings(target, "new")]:
             shutil.rmtree(leftover, ignore_errors=True)
         return False
     for fresh in reversed(_siblings(target, "new")):

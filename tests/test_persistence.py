@@ -962,3 +962,16 @@ def test_a_plug_in_that_names_a_file_not_its_own_is_refused_before_anything_is_w
         "apple": True,
         "pear": False,
     }
+
+
+def test_a_save_killed_before_its_first_rename_leaves_nothing_after_the_next_load(
+    tmp_path: Path,
+) -> None:
+    """A save killed while it wrote its files left its half-written folder beside the store,
+    as large as the store, until the next save (a probe); a load now removes it."""
+    store_at(tmp_path, "s", {"apple": 1.0})
+    half = tmp_path / ".s.new-aaaa"
+    half.mkdir()
+    (half / "keys.json").write_text('["apple", "pe')
+    assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
+    assert folder_names(tmp_path) == ["s"]
