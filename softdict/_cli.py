@@ -227,7 +227,10 @@ def _combination(name: str, known: float) -> str:
 def _finite(text: str) -> float:
     """A number option that must be finite (a NaN min-score would call nothing a match, and
     prints as no JSON; a NaN weight or temperature was refused with a bound's message)."""
-    value = float(text)
+    try:
+        value = float(text)
+    except ValueError:  # argparse would name this function: "invalid _finite value"
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
