@@ -523,6 +523,25 @@ def fruit_store(tmp_path: Path) -> str:
     return store
 
 
+def test_queries_from_a_file_are_explained_in_batches_with_one_exit_status(
+    fruit_store: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--json and --explain attended every query of a file at once, holding every query's
+    Attention (7.4 GB for 100,000 queries, a probe): now in batches, each printed when done,
+    with the exit status of them all."""
+    import softdict._cli
+
+    monkeypatch.setattr(softdict._cli, "_ATTEND_BATCH", 2)
+    queries = ["apple pie", "banana bread", "zzzz", "wooden chair", "apple"]
+    (tmp_path / "queries.txt").write_text("\n".join(queries) + "\n")
+    arguments = ["query", fruit_store, "--file", str(tmp_path / "queries.txt"), "--json"]
+    result = run(*arguments, "--min-score", "0.99", check=False)
+    answers = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [answer["query"] for answer in answers] == queries and result.returncode == 3
+    assert [answer["match"] for answer in answers][:2] == [True, True]
+    assert run(*arguments).returncode == 0
+
+
 def test_a_json_query_with_no_match_prints_json_and_exits_3(fruit_store: str) -> None:
     result = run("query", fruit_store, "zzzz", "--json", "--min-score", "0.99", check=False)
     assert result.returncode == 3
