@@ -64,7 +64,8 @@ def _build(args: argparse.Namespace) -> int:
     if remote and len(sd):
         raise InputError(
             f"{args.output} already holds a store of {len(sd)} keys in the collection "
-            f"{args.collection!r}; build into a new collection"
+            f"{args.collection!r}; build into a new collection (--force replaces store folders "
+            f"only)"
         )
     try:
         if remote and args.combination is not None:  # an empty collection made before keeps
