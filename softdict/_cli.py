@@ -184,7 +184,8 @@ def _info(args: argparse.Namespace) -> int:
     if recover_store(folder):  # as a load would: the store is whole in one of its swap folders
         print(f"softdict: finished a save to {folder} that was cut short", file=sys.stderr)
     if not folder.is_dir():
-        raise InputError(f"{folder}: no such store folder")
+        lite = f"; a Milvus Lite store is named milvus:{folder} --collection NAME"
+        raise InputError(f"{folder}: no such store folder" + (lite if folder.is_file() else ""))
     manifest = read_manifest(folder)
     # As the store loads: an older format with the options it answered with.
     body, config = manifest.body, config_as_loaded(manifest.body.config, manifest.version)
