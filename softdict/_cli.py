@@ -348,11 +348,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 2
         return int(args.run(args))
-    except (InputError, SoftDictError) as exc:
-        print(f"softdict: error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # a file that vanished, a full disk, a folder without permission
-        print(f"softdict: error: {exc}", file=sys.stderr)
+    except (InputError, SoftDictError, OSError) as exc:  # OSError: a file that vanished, a
+        # full disk, a folder without permission. One line: a model loader's message had two.
+        print(f"softdict: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # Ctrl-C: a folder store is whole, a Milvus one this build made gone
         print("softdict: interrupted", file=sys.stderr)

@@ -809,3 +809,19 @@ def test_a_label_column_with_a_number_in_it_is_a_label_store(
     assert main([*arguments, "--encoder", "test-hashing"]) == 0
     loaded = SoftDict.load(store)
     assert loaded.value_kind == "categorical" and len(loaded) == 3
+
+
+def test_an_error_message_of_several_lines_is_printed_as_one(
+    tmp_path: Path, prices_csv: Path
+) -> None:
+    """A model loader's message holds a line break: the error took two lines (a probe)."""
+    from softdict.encoders import register_encoder_name
+
+    def two_lines() -> object:
+        raise OSError("cannot reach the hub.\nCheck your connection.")
+
+    register_encoder_name("test-two-lines", two_lines)
+    command = ["build", str(prices_csv), "--key", "name", "--value", "price"]
+    result = run(*command, "-o", str(tmp_path / "s"), "--encoder", "test-two-lines", check=False)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "cannot reach the hub. Check your connection." in result.stderr
