@@ -74,11 +74,12 @@ def embedding_items(keys: object, values: object) -> tuple[list[str], list[objec
     return [check_key(key, f" (item #{i})") for i, key in enumerate(keys)], list(values)
 
 
-def check_plug_in(name: object, what: str, make: object = callable, *, forbidden: str = "") -> None:
+def check_plug_in(name: object, what: str, make: object = None, *, forbidden: str = "") -> None:
     """ConfigError unless ``name`` (``what``: "index backend name", ...) is a non-empty str of
-    valid Unicode without the characters ``forbidden``, and ``make`` (the plug-in's factory) is
-    callable. A registry took any name: 5 made every "unknown option" error that lists the names
-    sorted a raw TypeError, and a factory 42 failed at the first insert (a hostile-input probe)."""
+    valid Unicode without the characters ``forbidden``, and ``make`` (the plug-in's factory;
+    None: none to check) is callable. A registry took any name: 5 made every "unknown option"
+    error that lists the names sorted a raw TypeError, and a factory 42 failed at the first
+    insert (a hostile-input probe)."""
     if (
         not isinstance(name, str)
         or not name
@@ -89,7 +90,7 @@ def check_plug_in(name: object, what: str, make: object = callable, *, forbidden
         raise ConfigError(
             f"the {what} must be a non-empty str of valid Unicode{without}, got {name!r:.60}"
         )
-    if not callable(make):
+    if make is not None and not callable(make):
         raise ConfigError(
             f"the {what} {name!r} is registered with {type(make).__name__}, which is not "
             f"callable: register the function or class that makes one"

@@ -82,6 +82,7 @@ class Saving(Facade):
             StoreFormatError: no softdict store is there, or the collection is not one.
             EncoderError: the encoder does not match the store's.
             StoreUnavailableError: the store's server cannot be reached.
+            ConfigError: ``temperature`` or ``lexical`` is out of its range.
         """
         named = {"temperature": temperature, "lexical": lexical}
         config = SoftDictConfig.build(

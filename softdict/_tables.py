@@ -332,7 +332,9 @@ def read_items(
         column: numeric([row.get(column) for row in table.rows], value_kind, several)
         for column in columns
     }
-    labels = len(columns) == 1 and not vector and not holds_numbers[columns[0]]
+    # A JSON number among a column of labels is a label too (not the store's first value).
+    labels = value_kind is None and len(columns) == 1 and not holds_numbers[columns[0]]
+    labels = labels and any(_is_number(row.get(columns[0])) for row in table.rows)
     result = TableItems({}, value_kind="categorical" if labels else value_kind)
     first_line: dict[str, int] = {}
     length: tuple[int, int] | None = None  # a vector column's length, and the line that set it
@@ -386,3 +388,8 @@ def read_items(
                 first_line[name] = line
             result.items[name] = value
     return result
+
+
+def _is_number(cell: object) -> bool:
+    """Whether a JSON cell is a number (not a bool, which JSON keeps apart)."""
+    return isinstance(cell, (int, float)) and not isinstance(cell, bool)

@@ -532,13 +532,18 @@ def test_queries_from_a_file_are_explained_in_batches_with_one_exit_status(
     import softdict._cli
 
     monkeypatch.setattr(softdict._cli, "_ATTEND_BATCH", 2)
+    sizes: list[int] = []
+    attend = SoftDict.attend
+    monkeypatch.setattr(
+        SoftDict, "attend", lambda sd, texts: sizes.append(len(texts)) or attend(sd, texts)
+    )
     queries = ["apple pie", "banana bread", "zzzz", "wooden chair", "apple"]
     (tmp_path / "queries.txt").write_text("\n".join(queries) + "\n")
     arguments = ["query", fruit_store, "--file", str(tmp_path / "queries.txt"), "--json"]
     result = run(*arguments, "--min-score", "0.99", check=False)
     answers = [json.loads(line) for line in result.stdout.splitlines()]
     assert [answer["query"] for answer in answers] == queries and result.returncode == 3
-    assert [answer["match"] for answer in answers][:2] == [True, True]
+    assert [answer["match"] for answer in answers][:2] == [True, True] and sizes == [2, 2, 1]
     assert run(*arguments).returncode == 0
 
 
@@ -809,6 +814,12 @@ def test_a_label_column_with_a_number_in_it_is_a_label_store(
     assert main([*arguments, "--encoder", "test-hashing"]) == 0
     loaded = SoftDict.load(store)
     assert loaded.value_kind == "categorical" and len(loaded) == 3
+
+    lists = tmp_path / "lists.jsonl"  # and a column of lists (no number among labels) stays vectors
+    lists.write_text('{"name": "a", "v": [1, 2]}\n{"name": "b", "v": [3, 4]}\n')
+    arguments = ["build", str(lists), "--key", "name", "--value", "v", "-o", store, "--force"]
+    assert main([*arguments, "--encoder", "test-hashing"]) == 0
+    assert SoftDict.load(store).value_kind == "vector"
 
 
 def test_an_error_message_of_several_lines_is_printed_as_one(

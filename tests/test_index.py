@@ -278,6 +278,10 @@ def _misbehaving(answer: str) -> type[DictBackend]:
     """A plug-in backend whose search answers wrongly in one way (``answer``)."""
 
     class Misbehaving(DictBackend):
+        def remove(self, ids: np.ndarray) -> None:
+            if answer != "a removed id":
+                super().remove(ids)
+
         def search(self, queries, k, allow=None):  # type: ignore[no-untyped-def]
             scores, ids = super().search(
                 queries, k, None if answer == "ignores the mask" else allow
@@ -308,6 +312,7 @@ def _misbehaving(answer: str) -> type[DictBackend]:
         "an id twice",
         "an unknown id",
         "the id -2",
+        "a removed id",
         "a NaN score",
         "one row, flat",
         "scores of too few columns",
@@ -330,11 +335,20 @@ def test_a_plug_in_backend_that_answers_wrongly_is_a_store_format_error(answer: 
         index=f"test-misbehaving-{answer}",
         lexical=0,
     )
+    del sd["red apple"]
+    keys.remove("red apple")
     calls = [  # a lookup scores every key (score_all); nearest by meaning searches
         lambda: sd.lookup("red apple", mask=keys[2:]),
         lambda: sd.nearest("apple", k=3, mask=keys[1:]),
+        lambda: sd.nearest("red apple", k=3),
     ]
-    for call in calls[1:] if answer != "scores of too few columns" else calls:
+    if answer == "ignores the mask":
+        calls = calls[1:2]
+    elif answer == "a removed id":  # outside a mask: the mask leaves it out
+        calls = calls[2:]
+    elif answer != "scores of too few columns":
+        calls = calls[1:]
+    for call in calls:
         with pytest.raises(StoreFormatError, match=r"the index \(test-dict\)"):
             call()
     assert list(sd) == keys

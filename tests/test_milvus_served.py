@@ -178,7 +178,7 @@ def test_a_format_3_store_does_not_search_pair_features(
     client = MilvusClient(milvus_store_location.removeprefix("milvus:"))
     meta = collection + "__softdict"
     manifest = json.loads(client.get(meta, ids=["manifest"], output_fields=["text"])[0]["text"])
-    assert manifest["format_version"] == 4
+    assert manifest["format_version"] == 5
     manifest["format_version"] = 3
     client.upsert(meta, [{"name": "manifest", "text": json.dumps(manifest), "unused": [0.0, 0.0]}])
     old = SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())

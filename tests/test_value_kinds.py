@@ -372,6 +372,14 @@ def test_a_plug_in_column_that_raises_in_a_commit_leaves_the_store_as_it_was(
             super().assign(slots, staged)
 
     register_value_kind(Flaky)
+    if fails_in == "append":  # a first insert, into a backend made for it
+        Flaky.failing = True
+        empty = SoftDict(encoder=fake_encoder, value_kind=Flaky.kind)
+        with pytest.raises(RuntimeError, match="failed"):
+            empty.update({"apple": True, "pear": False})
+        Flaky.failing = False
+        empty.update({"plum": True})
+        assert list(empty) == ["plum"] and empty.attend("plum").k == 1
     items = {"apple": True, "pear": False, "chair": True}
     sd = SoftDict(items, encoder=fake_encoder, value_kind=Flaky.kind, lexical=0)
     before = sd.lookup("apple pear")

@@ -287,13 +287,14 @@ class MemoryStore(Store):
             return np.zeros(np.shape(ids), dtype=np.int64)
         # Padding (-1) points at slot 0: it has weight 0.
         slots = positions_of(held, np.maximum(ids, 0))
-        found = ids >= 0
-        if (ids < -1).any() or not np.array_equal(held[slots[found]], ids[found]):
-            # A plug-in backend's unknown id had been read as a neighbour's (a probe).
-            unknown = ids[(ids < -1) | (found & (held[slots] != ids))][:3].tolist()
+        # A plug-in backend's unknown id had been read as a neighbour's, and a removed one as
+        # the key None (probes).
+        alive = (held[slots] == ids) & self._alive.view[slots]
+        wrong = (ids < -1) | ((ids >= 0) & ~alive)
+        if wrong.any():
             raise StoreFormatError(
-                f"the index ({self.backend.describe()}) answered ids {unknown} that the store "
-                f"does not hold; an index answers the ids it was given, -1 for padding"
+                f"the index ({self.backend.describe()}) answered ids {ids[wrong][:3].tolist()} "
+                f"that the store does not hold; an index answers the ids it holds, -1 for padding"
             )
         return slots
 

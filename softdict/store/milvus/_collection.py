@@ -65,8 +65,6 @@ _IVF_SEARCH = {"nprobe": 32}
 _METRICS = {Metric.INNER_PRODUCT: "IP", Metric.L2: "L2"}
 # Milvus's longest VARCHAR, in bytes of UTF-8.
 MAX_VARCHAR = 65535
-# Milvus's largest JSON field, in bytes (its docs' limit; Milvus Lite does not hold a row to it).
-MAX_JSON = 65536
 _META_SUFFIX = "__softdict"
 # Milvus's rule for a collection name: a letter or underscore, then letters, digits and
 # underscores, 255 characters at most; the metadata collection's suffix takes 10 of them.

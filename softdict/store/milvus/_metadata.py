@@ -44,8 +44,12 @@ FORMAT_NAME = "softdict-milvus"
 # an older store has none, and such a store keeps its key directory (``_directory``). 4: that
 # field also holds each key's first character paired with each of its characters (``_grams``),
 # which propose the keys a mark could lift; a format 3 store's rows lack them, and its lookups
-# do not search them (a key only initials point at is then not proposed).
-FORMAT_VERSION = 4
+# do not search them (a key only initials point at is then not proposed). 5: the keys' shape
+# (dim, value kind, first value) is read from a row of its own (``_SHAPE``), and a long first
+# value from another: softdict before it read the manifest's copy alone, which a write of the
+# options can make stale, so it refuses a format 5 store. A format 4 store becomes format 5 at
+# its first shape write (a first insert, a clear); an older one keeps its shape in the manifest.
+FORMAT_VERSION = 5
 PAIRS_FORMAT = 4
 _MANIFEST = "manifest"
 _PROJECTION = "projection:"
@@ -180,9 +184,13 @@ class StoreMetadata:
     def update(self, **changes: Any) -> None:
         """Write ``changes`` into the stored manifest, read again first, so that what other
         processes wrote since this one opened the store stays; this copy becomes it. A change
-        of the shape (all three of ``SHAPE_FIELDS``) is written to its own row first."""
+        of the shape (all three of ``SHAPE_FIELDS``) is written to its own row first (format 5:
+        ``FORMAT_VERSION``)."""
         manifest = self.read_manifest().model_copy(update=changes)
-        if any(name in changes for name in SHAPE_FIELDS):
+        if manifest.format_version >= PAIRS_FORMAT and any(
+            name in changes for name in SHAPE_FIELDS
+        ):
+            manifest = manifest.model_copy(update={"format_version": FORMAT_VERSION})
             shape = {name: getattr(manifest, name) for name in SHAPE_FIELDS}
             self.rows.write({_SHAPE: json.dumps(shape)})
         self.write_manifest(manifest)
@@ -193,7 +201,7 @@ class StoreMetadata:
         recorded the encoder: this copy takes those from the stored manifest. Whether the
         shape (dim, kind, first value) changed."""
         stored = self.read_manifest()
-        shape = {name: getattr(stored, name) for name in ("dim", "value_kind", "exemplar")}
+        shape = {name: getattr(stored, name) for name in SHAPE_FIELDS}
         changed = any(getattr(self.manifest, name) != value for name, value in shape.items())
         self.manifest = self.manifest.model_copy(update={**shape, "encoder": stored.encoder})
         return changed
@@ -264,9 +272,9 @@ class StoreMetadata:
             rows = self.rows.read([_MANIFEST, _SHAPE])
             if _MANIFEST in rows:
                 break
+            if attempt + 1 == _MISSING_ROW_TRIES:
+                raise StoreFormatError(f"{where} lacks its softdict manifest (metadata row)")
             time.sleep(0.02 * 2**attempt)
-        else:
-            raise StoreFormatError(f"{where} lacks its softdict manifest (metadata row)")
         try:
             parsed = json.loads(rows[_MANIFEST])
             refuse_newer_combination(parsed, where)

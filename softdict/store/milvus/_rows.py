@@ -15,7 +15,7 @@ import numpy as np
 
 from softdict._errors import InvalidValueError
 from softdict.store.base import StagedWrite
-from softdict.store.milvus._collection import MAX_JSON, MAX_VARCHAR, KeyRows
+from softdict.store.milvus._collection import MAX_VARCHAR, KeyRows
 from softdict.store.milvus.backend import changed_during_lookup
 from softdict.values.base import ValueColumn
 
@@ -42,15 +42,21 @@ def check_key_sizes(keys: list[str]) -> None:
             )
 
 
-# A value whose JSON could pass ``MAX_JSON`` is a sequence or text at least this long (a number
-# takes at most about 25 bytes, a character 4).
-_LONG_VALUE = MAX_JSON // 32
+# Milvus's largest JSON field, in bytes (its docs' limit; Milvus Lite does not hold a row to it).
+MAX_JSON = 65536
 
 
 def _check_value_size(key: str, value: object) -> None:
     """InvalidValueError for a value longer than a Milvus JSON field holds ({"v": value}, as
-    pymilvus sends it): a cluster refuses the write, where Milvus Lite took it."""
-    if not isinstance(value, (list, str)) or len(value) < _LONG_VALUE:
+    pymilvus sends it): a cluster refuses the write, where Milvus Lite took it. A number, a
+    short text (a character takes at most 6 bytes of JSON) or a short list of numbers (25 bytes
+    each at most) cannot be; anything else is measured."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return
+    if isinstance(value, str) and len(value) < MAX_JSON // 8:
+        return
+    numbers = isinstance(value, list) and all(isinstance(x, (int, float)) for x in value)
+    if numbers and len(value) < MAX_JSON // 32:  # type: ignore[arg-type]
         return
     size = len(json.dumps({"v": value}, separators=(",", ":"), ensure_ascii=False).encode())
     if size > MAX_JSON:

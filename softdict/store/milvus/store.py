@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from softdict._config import SoftDictConfig
-from softdict._errors import EmptyStoreError, StoreFormatError, ValueShapeError
+from softdict._errors import EmptyStoreError, SoftDictError, StoreFormatError, ValueShapeError
 from softdict._files import StoreFiles
 from softdict._manifest import EncoderEntry
 from softdict._types import Value
@@ -122,10 +122,13 @@ class MilvusStore(Store):
 
     def _key_rows_of(self, dim: int) -> KeyRows:
         """The key collection of this store, for ``dim``-dim vectors (whether it exists or not)."""
-        manifest = self._meta.manifest
-        return KeyRows(self._client, self._location, self._collection, dim,
-                       manifest.config.similarity.metric, self._index,
-                       pairs=manifest.holds_pairs)  # fmt: skip
+        metric, pairs = (
+            self._meta.manifest.config.similarity.metric,
+            self._meta.manifest.holds_pairs,
+        )
+        return KeyRows(
+            self._client, self._location, self._collection, dim, metric, self._index, pairs=pairs
+        )
 
     def _open_rows(self) -> None:
         dim = self._meta.manifest.dim
@@ -142,8 +145,9 @@ class MilvusStore(Store):
         self._meta.update(encoder=EncoderEntry.of(identity))
 
     def abandon(self) -> None:
-        if self.made_here and not len(self):
-            drop_collections(self._key_rows(), self._meta.rows)
+        with suppress(SoftDictError):  # a server that is down: the error that led here says more
+            if self.made_here and not len(self):
+                drop_collections(self._key_rows(), self._meta.rows)
 
     @contextmanager
     def _writing(self, changed: np.ndarray | None) -> Iterator[None]:
