@@ -88,7 +88,8 @@ def test_a_value_longer_than_a_cluster_json_field_is_refused(milvus_store_locati
     with pytest.raises(InvalidValueError, match="65,536 bytes"):
         sd.update({"pear": "label", "plum": long_label})
     assert list(sd) == ["apple"] and sd["apple"] == "label"
-    for value in (long_label, long_vector):  # as a store's first value
+    long_dict = {"x": "y" * 70_000}  # a label measured whole, not by its length (1)
+    for value in (long_label, long_vector, long_dict):  # as a store's first value
         empty, _ = handles(milvus_store_location)
         with pytest.raises(InvalidValueError, match="a Milvus store keeps values"):
             empty["plum"] = value
