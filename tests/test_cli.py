@@ -836,3 +836,25 @@ def test_an_error_message_of_several_lines_is_printed_as_one(
     result = run(*command, "-o", str(tmp_path / "s"), "--encoder", "test-two-lines", check=False)
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert "cannot reach the hub. Check your connection." in result.stderr
+
+
+def test_a_table_from_a_pipe_is_read_as_a_file(tmp_path: Path) -> None:
+    """build called a named pipe (a shell's <(...)) "no such file"; query --file read it."""
+    import os
+    import threading
+
+    fifo = tmp_path / "prices.csv"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "w") as pipe:
+            pipe.write("name,price\napple,10\nchair,2\n")
+
+    writer = threading.Thread(target=write, daemon=True)  # daemon: no hang if never read
+    writer.start()
+    store = str(tmp_path / "store")
+    command = ["build", str(fifo), "--key", "name", "--value", "price", "-o", store]
+    result = run(*command, "--encoder", "test-hashing", check=False)
+    writer.join(timeout=10)
+    assert result.returncode == 0, result.stderr
+    assert dict(SoftDict.load(store).items()) == {"apple": 10.0, "chair": 2.0}
