@@ -64,8 +64,8 @@ class TableItems:
     items: dict[str, object]
     skipped: list[str] = field(default_factory=list)  # one description per row left out
     duplicates: list[str] = field(default_factory=list)  # one description per repeated key
-    # "categorical" where the one value column was read as labels (most of its cells are no
-    # numbers): the store is made so, where its first value, a number, would make it scalar.
+    # "categorical" where the one value column was read as labels and a JSON number sits among
+    # them: the store is made so, where a first value that is a number would make it scalar.
     value_kind: str | None = None
 
 

@@ -56,7 +56,7 @@ _PROJECTION = "projection:"
 # The keys' shape (dim, value kind, first value), a row apart from the manifest's options: an
 # option set by one handle, read and written back whole, put back dim None over the first
 # insert another handle made meanwhile, and every handle opened after saw no keys (a probe).
-# The manifest keeps a copy for softdict before the row, which read it there.
+# The manifest keeps a copy, which is all a store of format 4 or before has.
 _SHAPE = "shape"
 SHAPE_FIELDS = ("dim", "value_kind", "exemplar")
 # A manifest row that is not there is read again this many times, a little later each: Milvus
