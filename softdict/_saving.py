@@ -74,9 +74,10 @@ class Saving(Facade):
             encoder: the encoder to use; it must embed like the store's. None loads the
                 recorded one.
             query_cache_size: how many query embeddings to keep in this process.
-            temperature, lexical: what this process uses in place of the store's options,
-                which stay as they are (setting ``sd.temperature`` writes them to the store);
-                None: the store's.
+            temperature: what this process uses in place of the store's temperature, which
+                stays as it is (setting ``sd.temperature`` writes it to the store); None: the
+                store's.
+            lexical: the same for the weight of spelling.
 
         Raises:
             StoreFormatError: no softdict store is there, or the collection is not one.
