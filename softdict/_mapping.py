@@ -283,12 +283,11 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         ``store`` and ``collection`` are as for ``SoftDict(...)``: ``copy_to("milvus:./p.db",
         collection="prices")`` moves an in-memory store into Milvus, and ``copy_to()`` brings a
         Milvus store back into memory (then ``save`` it to a folder). The target must hold no
-        keys; an existing collection must have been made with the same options (but for
-        ``query_cache_size``, ``batch_size`` and ``progress``) and encoder.
+        keys, and an existing collection this store's options (but for ``query_cache_size``,
+        ``batch_size`` and ``progress``) and encoder.
 
         Raises:
-            ConfigError: the target holds keys, was made with other options, or cannot build
-                this store's index (a Milvus store builds "auto", "flat" or "ivf" only).
+            ConfigError: the target holds keys or other options, or cannot build this index.
             EncoderError: the target collection records another encoder.
             InvalidValueError: a key or value the target cannot hold; the target is left empty.
             StoreUnavailableError: the target's server cannot be reached.
