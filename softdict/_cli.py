@@ -159,12 +159,9 @@ def _listed(values: Any) -> list[Any]:
 
 
 def _info_remote(args: argparse.Namespace) -> int:
-    from softdict.store.milvus._metadata import FORMAT_NAME, FORMAT_VERSION
-
     sd = _open(args)
     kind = sd.value_kind
     print(f"store        {args.store}, collection {args.collection}")
-    print(f"format       {FORMAT_NAME} version {FORMAT_VERSION}")
     print(f"keys         {len(sd)}")
     print(f"values       {getattr(kind, 'value', kind) or '-'}")
     print(f"encoder      {sd.encoder.name} ({sd.encoder.dim} dims)")

@@ -35,6 +35,7 @@ from softdict import (
 from softdict._cli import main
 from softdict._config import SoftDictConfig
 from softdict.store.milvus import _client, _collection, _directory, _ids, backend
+from softdict.store.milvus._metadata import FORMAT_VERSION
 
 pytestmark = pytest.mark.milvus
 
@@ -347,6 +348,7 @@ def test_a_store_of_format_1_keeps_the_hand_set_rule(milvus_store_location: str)
     client.upsert(meta, [{"name": "manifest", "text": text, "unused": [0.0, 0.0]}])
     old = SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())
     assert old.combination == "rule-1"
+    assert old.index_description.endswith("softdict-milvus 1)")  # as stored, not this code's
     rule = SoftDict(items, encoder=FakeEncoder(), combination="rule-1")
     assert old.attend("Germny").scores[:5] == close(rule.attend("Germny").scores[:5])
 
@@ -556,7 +558,9 @@ def test_command_line_builds_queries_and_describes(
     out = capsys.readouterr().out
     assert json.loads(out.splitlines()[-1])["keys"][0]["key"] == "banana"
     assert main(["info", store, "--collection", collection]) == 0
-    assert "keys         3" in capsys.readouterr().out
+    info = capsys.readouterr().out
+    assert "keys         3" in info
+    assert f"softdict-milvus {FORMAT_VERSION})" in info  # the stored format, on the index line
     assert main(["query", store, "fruit"]) == 1  # no --collection
     assert "--collection" in capsys.readouterr().err
 

@@ -209,8 +209,9 @@ class MilvusStore(Store):
                 self._projection = array.copy()
 
     def describe_index(self) -> str:
-        kind = "exact" if self._index == "FLAT" else self._index.lower()
-        return f"milvus {kind} (collection {self._collection!r} at {self._location})"
+        kind, version = self._index.lower(), self._meta.manifest.format_version  # the store's
+        where = f"collection {self._collection!r} at {self._location}"
+        return f"milvus {'exact' if kind == 'flat' else kind} ({where}, {FORMAT_NAME} {version})"
 
     def index_memory_bytes(self) -> int:
         directory = self._keys.cached  # a small store's vectors, while current; else none here
