@@ -175,8 +175,9 @@ class OptionProperties(Facade):
         identity. Set it to reuse a projection from another store, or to None to drop it.
 
         Raises (on setting):
-            ValueShapeError: it is not (d, d) for the store's d-dim keys (or the store has none),
-                or not real numbers (text, booleans, complex numbers).
+            ValueShapeError: it is not (d, d) for the store's d-dim keys (any d of a store with
+                no keys yet, whose first keys must then be d-dim), or not real numbers (text,
+                booleans, complex numbers).
             InvalidValueError: it holds NaN, infinity or a number beyond float32's range.
         """
         projection = self._store.projection
@@ -191,12 +192,13 @@ class OptionProperties(Facade):
             expected = "query_projection is a (d, d) matrix of real numbers"
             # float32, as it is kept and saved: a number past float32's range is infinity here.
             array = embedding_array(projection, "query_projection's entries", expected)
-            dim = self._store.dim
-            if dim is None or array.shape != (dim, dim):
+            # A store with no keys takes any (d, d): its first keys are checked against it, as
+            # after clear(), which keeps the projection.
+            dim = self._store.dim or (array.shape[0] if array.ndim == 2 else -1)
+            if array.shape != (dim, dim) or not dim:
                 raise ValueShapeError(
                     f"query_projection must be a (d, d) matrix for the store's d-dim keys; got "
-                    f"shape {array.shape}"
-                    + (" and the store has no keys yet" if dim is None else f", d = {dim}")
+                    f"shape {array.shape}" + (f", d = {dim}" if self._store.dim else "")
                 )
             if not np.all(np.isfinite(array)):
                 raise InvalidValueError(

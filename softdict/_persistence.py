@@ -379,9 +379,11 @@ def _read_common(
 def _projection(files: FileReader, dim: int | None) -> np.ndarray | None:
     if not files.has("query_projection.npy"):
         return None
-    if dim is None:
-        raise files.error("query_projection.npy", "is present but the store has no dimension")
-    return files.finite_npy("query_projection.npy", np.float32, (dim, dim))
+    # A store emptied by clear() keeps its projection: its first keys are checked against it.
+    projection = files.finite_npy("query_projection.npy", np.float32, (dim, dim))
+    if projection.shape[0] != projection.shape[1]:
+        raise files.error("query_projection.npy", "should be a square matrix")
+    return projection
 
 
 def _read_format_2(

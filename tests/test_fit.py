@@ -288,8 +288,29 @@ def test_query_projection_is_checked_when_set() -> None:
     np.testing.assert_array_equal(sd.query_projection, -np.eye(16))
     sd.query_projection = None
     assert sd.lookup("apple") == before
-    with pytest.raises(ValueShapeError, match="no keys yet"):
-        SoftDict(encoder=FakeEncoder()).query_projection = np.eye(16)
+
+
+def test_a_store_without_keys_keeps_a_projection_through_save_and_load(tmp_path: Path) -> None:
+    """clear() keeps the projection, and a store with no keys yet takes one (moved from another
+    store): its first keys are checked against it. Saved, such a store did not load ("present
+    but the store has no dimension"), and setting the projection it kept back was refused."""
+    sd = SoftDict({"apple": 1.0, "pear": 2.0}, encoder=FakeEncoder())
+    sd.query_projection = -np.eye(16)
+    sd.clear()
+    sd.query_projection = sd.query_projection  # it kept it
+    sd.save(tmp_path / "emptied")
+    loaded = SoftDict.load(tmp_path / "emptied", encoder=FakeEncoder())
+    np.testing.assert_array_equal(loaded.query_projection, -np.eye(16))
+    loaded.update({"apple": 1.0, "pear": 2.0})
+    assert loaded.attend("apple").keys[0] == "pear"  # the projection turns every query around
+    fresh = SoftDict(encoder=FakeEncoder())
+    for wrong in (np.zeros((0, 0)), np.zeros((3, 4)), np.zeros(3)):
+        with pytest.raises(ValueShapeError, match=r"\(d, d\)"):
+            fresh.query_projection = wrong
+    fresh.query_projection = np.eye(3)
+    with pytest.raises(ValueShapeError, match="3-dim queries, and the new keys are 16-dim"):
+        fresh.update({"apple": 1.0})
+    assert len(fresh) == 0
 
 
 @pytest.mark.parametrize("similarity", ["cosine", "dot", "l2", "scaled_dot"])
