@@ -59,10 +59,12 @@ _PROJECTION = "projection:"
 # The manifest keeps a copy, which is all a store of format 4 or before has.
 _SHAPE = "shape"
 SHAPE_FIELDS = ("dim", "value_kind", "exemplar")
-# A manifest row that is not there is read again this many times, a little later each: Milvus
-# Lite's upsert deletes the row a moment before it writes it again (a probe saw 94-184 false
-# "lacks its manifest" errors in 600 inserts while another handle set options).
-_MISSING_ROW_TRIES = 6
+# A manifest row that is not there is read again this many times, a little later each (2.5 s in
+# all): Milvus Lite's upsert deletes the row a moment before it writes it again (a probe saw
+# 94-184 false "lacks its manifest" errors in 600 inserts while another handle set options), and
+# a process that makes a store writes the row after its collection (up to 1.2 s apart on a cold
+# Lite start, a probe: another process opening the store between them was told it is damaged).
+_MISSING_ROW_TRIES = 8
 _EXEMPLAR = "exemplar:"
 # A store's first value (the exemplar its value column is made from: a vector's length) whose
 # JSON is longer than this goes in a row of its own, named by its checksum: the manifest row is
