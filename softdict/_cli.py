@@ -17,14 +17,13 @@ No input, however broken, ends in a traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from softdict._cli_report import plain, report
+from softdict._cli_report import printed, report
 from softdict._config import CombinationName, SoftDictConfig
 from softdict._errors import SoftDictError
 from softdict._tables import InputError, read_items, read_queries, read_table
@@ -136,12 +135,7 @@ def _query(args: argparse.Namespace) -> int:
     if not (args.explain or args.json or args.min_score is not None):
         # Values alone: the bulk path (one encoder call, no Attention per query).
         for value in _listed(sd.lookup(texts)):
-            value = plain(value)
-            print(
-                f"{value:.6g}"
-                if isinstance(value, float)
-                else json.dumps(value, ensure_ascii=False)
-            )
+            print(printed(value))
         return 0
     matched = True
     # In batches (each one encoder call, one search), each printed as it is done: one batch of

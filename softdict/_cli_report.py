@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from softdict._results import Attention
 
-__all__ = ["plain", "report"]
+__all__ = ["printed", "report"]
 
 _BAR_WIDTH = 40
 # --explain shows at most this many characters of a key, so long keys keep the bars in line.
@@ -23,6 +23,16 @@ _ESCAPED_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(32), *range(127,
 
 def plain(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
+
+
+def printed(value: Any) -> str:
+    """A value as plain output prints it: a number to six significant digits, but every digit
+    of a whole part up to 10^15 (a price of 1,234,567 is no "1.23457e+06"); a vector or label
+    as JSON, exactly."""
+    value = plain(value)
+    if not isinstance(value, float):
+        return json.dumps(value, ensure_ascii=False)
+    return f"{value:.0f}" if 1e6 <= abs(value) < 1e15 else f"{value:.6g}"
 
 
 def _short(key: str) -> str:
@@ -90,8 +100,7 @@ def report(attention: Attention, combination: str, args: argparse.Namespace) -> 
     if not matched:
         print(f"no match (best: {shown[0][0]!r} at {shown[0][2]:.3f} < {min_score})")
         return False
-    value = plain(attention.value)
-    print(f"{value:.6g}" if isinstance(value, float) else json.dumps(value, ensure_ascii=False))
+    print(printed(attention.value))
     if args.explain:
         width = max(len(_short(k)) for k, _, _ in shown)
         for i, (key, weight, score) in enumerate(shown):

@@ -689,6 +689,18 @@ def test_min_score_must_be_a_finite_number(fruit_store: str, bad: str) -> None:
     assert bad == "-inf" or f"{bad!r} is not a" in result.stderr  # was "invalid _finite value"
 
 
+def test_plain_output_keeps_every_digit_of_a_large_whole_part(tmp_path: Path) -> None:
+    """Plain output printed six significant digits: a price of 1,234,567 as "1.23457e+06"."""
+    _, store = build(tmp_path, "name,price\napple pie,1234567\nbanana bread,0.000123456789\n")
+    sd = SoftDict.load(store)
+    for text, shown in (("apple pie", ".0f"), ("banana bread", ".6g")):  # 0.000123457-ish
+        expected = format(sd.lookup(text), shown)
+        assert run("query", store, text).stdout == expected + "\n"  # the bulk path
+        assert run("query", store, text, "--explain").stdout.startswith(expected + "\n")
+    assert float(run("query", store, "apple pie").stdout) == round(sd.lookup("apple pie"))
+    assert abs(sd.lookup("apple pie") - 1234567) < 1
+
+
 @pytest.mark.parametrize("values", [["sweet"], ["sweet", "hard"], ["kind"]])
 def test_plain_values_from_a_file_are_the_values_each_query_explains(
     tmp_path: Path, values: list[str]
