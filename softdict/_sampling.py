@@ -133,10 +133,14 @@ def value_stderr(
     m = len(sample_weights)
     if n_draws < 2 or not m:
         return np.zeros(np.shape(value))
+    # Over each value dimension's largest magnitude: squared, values past about 1e154 overflowed
+    # to NaN (and values near float64's limit already in their difference from the blend).
+    scale = np.maximum(np.abs(sample_values).max(axis=0), np.abs(value))
+    scale = np.where(scale > 0, scale, 1.0)
     spread = sample_weights.reshape((m,) + (1,) * (sample_values.ndim - 1)) * (
-        sample_values - value
+        sample_values / scale - value / scale
     )
-    return math.sqrt(n_draws) * _draws_sd(spread, n_draws)
+    return math.sqrt(n_draws) * _draws_sd(spread, n_draws) * scale
 
 
 def with_sampled_tail(

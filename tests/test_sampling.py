@@ -82,6 +82,18 @@ def test_the_value_stderr_counts_dropped_draws_as_zero() -> None:
     assert np.all(value_stderr(weights[:1], values[:1], value, 1) == 0)
 
 
+@pytest.mark.parametrize("scale", [1e160, 1e300, -1e307, 1e-300])
+def test_the_value_stderr_of_huge_or_tiny_values_scales_with_them(scale: float) -> None:
+    """Squared, values past about 1e154 overflowed: the error came out NaN (a probe: a store of
+    values 1e200, whose CLI --json then printed NaN), with numpy's warnings."""
+    rng = np.random.default_rng(2)
+    weights, values, value = rng.uniform(0, 0.01, 40), rng.normal(size=(40, 3)), rng.normal(size=3)
+    unscaled = value_stderr(weights, values, value, 65)
+    with np.errstate(all="raise"):
+        scaled = value_stderr(weights, values * scale, value * scale, 65)
+    assert_close(scaled, unscaled * abs(scale))
+
+
 def test_weights_are_finite_and_sum_to_one_and_the_sample_is_drawn(store) -> None:  # type: ignore[no-untyped-def]
     backend, _X, _ = store
     queries = diffuse(20, seed=7)
