@@ -319,10 +319,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     args, extra = parser.parse_known_args(argv)
     # argparse gives the optional TEXT nothing when an option stands between it and STORE
     # ("query STORE --explain TEXT"), and then calls TEXT unrecognised: it is TEXT.
-    if args.run is _query and args.text is None and len(extra) == 1 and extra[0][:1] != "-":
-        args.text, extra = extra[0], []
+    # So is the one argument after "--" that argparse left ("query STORE --json -- -TEXT").
+    if args.run is _query and args.text is None:
+        if len(extra) == 1 and extra[0][:1] != "-":
+            args.text, extra = extra[0], []
+        elif len(extra) == 2 and extra[0] == "--":
+            args.text, extra = extra[1], []
     if extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        dashed = args.run is _query and any(a[:1] == "-" and a != "--" for a in extra)
+        hint = "; a query that starts with '-' goes after '--': query STORE [options] -- TEXT"
+        parser.error(f"unrecognized arguments: {' '.join(extra)}" + (hint if dashed else ""))
     if getattr(args, "top", 1) < 1:
         print("softdict: error: --top must be at least 1", file=sys.stderr)
         return 2

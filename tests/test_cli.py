@@ -562,6 +562,22 @@ def test_options_may_stand_between_the_store_and_the_text(fruit_store: str) -> N
     assert run("query", "--json", "--top", "5", fruit_store, "apple pie").stdout == plain
     result = run("query", fruit_store, "--json", "apple", "pie", check=False)
     assert result.returncode == 2 and "unrecognized arguments: apple pie" in result.stderr
+    assert "'--'" not in result.stderr  # no dash: no advice about one
+
+
+def test_a_query_that_starts_with_a_dash_goes_after_two_dashes(fruit_store: str) -> None:
+    """A "--" worked only straight after STORE: after an option ("query STORE --json -- -TEXT",
+    the usual form) it was an unrecognised argument, and a dash-led TEXT got no hint."""
+    dashed = json.loads(run("query", "--json", fruit_store, "--", "-apple pie").stdout)
+    assert dashed["query"] == "-apple pie"
+    for form in (["--json", "--", "-apple pie"], ["--json", "--top", "2", "--", "-apple pie"]):
+        result = json.loads(run("query", fruit_store, *form).stdout)
+        assert result["query"] == "-apple pie" and result["value"] == dashed["value"]
+    assert run("query", fruit_store, "--explain", "--", "apple pie").stdout.startswith(
+        run("query", fruit_store, "apple pie").stdout
+    )
+    refused = run("query", fruit_store, "-1e3", check=False)
+    assert refused.returncode == 2 and "query STORE [options] -- TEXT" in refused.stderr
 
 
 def test_queries_from_a_file_or_stdin_give_one_result_per_line(
