@@ -82,7 +82,7 @@ def _build(args: argparse.Namespace) -> int:
     )
     if read.skipped:
         print(
-            f"softdict: left out {len(read.skipped)} rows whose number cells are not numbers "
+            f"softdict: left out {len(read.skipped)} rows whose number cells hold no value "
             f"(--skip-bad-rows), the first at {read.skipped[0]}",
             file=sys.stderr,
         )

@@ -16,8 +16,9 @@ __all__ = ["Problem", "Underflow", "cell_value", "json_float", "numeric"]
 Problem = tuple[str, str]
 
 # A number as a table writes one: ASCII digits, a sign, a point, an exponent, or a spelled
-# infinity or NaN (refused later as a value). Python's int() and float() also read "1_000",
-# Arabic-Indic and fullwidth digits, which in a table are more likely codes: not guessed.
+# infinity or NaN (a number, but refused as a value: ``_unfit``). Python's int() and float()
+# also read "1_000", Arabic-Indic and fullwidth digits, which in a table are more likely codes:
+# not guessed.
 _NUMBER = re.compile(
     r"\s*[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|inf(?:inity)?|nan)\s*",
     re.ASCII | re.IGNORECASE,
@@ -93,6 +94,8 @@ def cell_value(
     if not number:
         if isinstance(cell, Underflow):
             return None, (f"{cell.text} {_TOO_SMALL}", "fix the cell")
+        if isinstance(cell, float) and not math.isfinite(cell):  # a JSON number: 1e400, NaN
+            return None, (f"{cell!r} is no finite number", "fix the cell")
         return cell, None
     value = _number(cell, padded)
     if value is None:
@@ -107,7 +110,25 @@ def cell_value(
         return None, (f"{cell!r} is not a number", advice)
     if isinstance(cell, Underflow) or _vanishes(cell, value):
         return None, (f"{getattr(cell, 'text', cell)!r} {_TOO_SMALL}", "fix the cell")
-    return value, None
+    return value, _unfit(cell, value, several)
+
+
+def _unfit(cell: object, value: float, several: bool) -> Problem | None:
+    """What makes a number no value, found here so that the error names the cell's line and
+    --skip-bad-rows leaves its row out (the store refuses it too, but for a key, not a line):
+    NaN, infinity, a number past float64's range, an integer past 2**53 (float64 would round
+    it)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        if isinstance(cell, str) and any(ch.isdigit() for ch in cell):
+            return f"{cell.strip()} is beyond a 64-bit float's range (1.8e308)", "fix the cell"
+        return f"{cell!r} is no finite number", "values must be finite: fix the cell"
+    if isinstance(value, int) and abs(value) > 2**53:
+        keep = "" if several else ", or --value-kind categorical to keep it as text"
+        return (
+            f"{value} is an integer beyond 2**53, which a 64-bit float rounds",
+            f"round it in the table{keep}",
+        )
+    return None
 
 
 def _vector(cell: object) -> tuple[object, Problem | None]:

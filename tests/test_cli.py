@@ -449,6 +449,30 @@ def test_a_number_too_small_for_a_float_is_an_error_not_zero(tmp_path: Path) -> 
     assert dict(SoftDict.load(store).items()) == {"apple": 0.0, "pear": 0.0}
 
 
+@pytest.mark.parametrize(
+    ("cell", "message"),
+    [
+        ("NaN", "'NaN' is no finite number"),
+        ("-inf", "'-inf' is no finite number"),
+        ("1e400", "1e400 is beyond a 64-bit float's range"),
+        ("9007199254740993", "9007199254740993 is an integer beyond 2**53"),
+    ],
+)
+def test_a_number_that_is_no_value_is_a_cell_error(tmp_path: Path, cell: str, message: str) -> None:
+    """NaN, infinity, 1e400 and integers past 2**53 passed the table's checks: the store refused
+    them after the encoder loaded, naming a key, not a line, and --skip-bad-rows kept them."""
+    table = f"name,price\napple,1\npear,{cell}\nplum,2\n"
+    result, store = build(tmp_path, table, "--encoder", "/no/such/model", check=False)
+    assert result.returncode == 1 and f"line 3, column 'price': {message}" in result.stderr
+    result, store = build(tmp_path, table, "--skip-bad-rows")
+    assert dict(SoftDict.load(store).items()) == {"apple": 1, "plum": 2}
+    assert "left out 1 rows" in result.stderr and message in result.stderr
+    labels = f'[{{"name": "apple", "price": "x"}}, {{"name": "pear", "price": {cell}}}]'
+    if cell in ("NaN", "1e400"):  # as JSON (Python's reads NaN): in a column of labels too
+        result, _ = build(tmp_path, labels, "--force", name="t.json", check=False)
+        assert result.returncode == 1 and "item 2, column 'price'" in result.stderr
+
+
 def test_a_mostly_text_column_stays_labels(tmp_path: Path) -> None:
     _, store = build(tmp_path, "name,kind\napple,fruit\npear,fruit\nchair,3\n", "--value", "kind")
     assert SoftDict.load(store)["chair"] == "3"  # a label that reads as a number stays text
