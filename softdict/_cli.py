@@ -38,7 +38,12 @@ _ATTEND_BATCH = 1024
 def _build(args: argparse.Namespace) -> int:
     from softdict import SoftDict, ValueKind
 
-    path = Path(args.file)
+    path, remote = Path(args.file), _remote(args.output, args.collection)
+    if not remote and _holds_no_store(Path(args.output)):  # before the file is read and encoded
+        raise InputError(
+            f"{args.output} exists and is not a softdict store, and building would replace it; "
+            f"choose another -o or remove it yourself"
+        )
     read = read_items(
         read_table(path, args.format),
         args.key,
@@ -49,7 +54,6 @@ def _build(args: argparse.Namespace) -> int:
     )
     if not read.items:
         raise InputError(f"{path}: every row was left out ({read.skipped[0]}); nothing to build")
-    remote = _remote(args.output, args.collection)
     # Only the options typed: an existing (empty) collection keeps its others.
     typed = {"index": args.index, "combination": args.combination}
     sd = SoftDict(
@@ -216,6 +220,16 @@ def _holds_a_store(output: str) -> bool:
         return False
     recover_store(output)
     return (Path(output) / MANIFEST).is_file()
+
+
+def _holds_no_store(output: Path) -> bool:
+    """Whether ``output`` is a file, or a folder that holds something but no store: what a save
+    there refuses to replace (``_persistence``), found before a build reads and encodes."""
+    from softdict._manifest import MANIFEST
+
+    if not output.exists() or (output / MANIFEST).is_file():
+        return False
+    return not output.is_dir() or any(output.iterdir())
 
 
 def _combination(name: str, known: float) -> str:

@@ -193,6 +193,12 @@ def test_build_replaces_a_store_only_with_force(tmp_path: Path) -> None:
     Path(store, "manifest.json").unlink()  # no store: --force does not make save replace it
     result, _ = build(tmp_path, "name,price\nchair,2\n", "--force", check=False)
     assert result.returncode == 1 and "is not a softdict store" in result.stderr
+    # Said before the table is read and its keys encoded (it was said only by the save, after
+    # them): an encoder that cannot load is not what the user hears first.
+    for arguments in (["--force", "--encoder", "/no/such/model"], ["-o", str(tmp_path / "t.csv")]):
+        result, _ = build(tmp_path, "name,price\nchair,2\n", *arguments, check=False)
+        assert result.returncode == 1 and "exists and is not a softdict store" in result.stderr
+    assert (tmp_path / "t.csv").read_text() == "name,price\nchair,2\n"
 
 
 def cut_short_save(tmp_path: Path) -> tuple[str, Path, Path]:
