@@ -185,13 +185,18 @@ def _info(args: argparse.Namespace) -> int:
     # As the store loads: an older format with the options it answered with.
     body, config = manifest.body, config_as_loaded(manifest.body.config, manifest.version)
     temperature = config.temperature if config.temperature is not None else "default"
+    if config.temperature is None and body.dim is not None:  # the measured default in force
+        temperature = f"{config.temperature_for(body.dim):g} (default)"
+    # What an "auto" index holds now, as its saved state says: exact, or the index it built.
+    state = getattr(body, "index", None) or {}
+    held = "exact" if state.get("phase") == "exact" else state.get("large")
     print(f"store        {folder}")
     print(f"format       {FORMAT_NAME} version {manifest.version}")
     print(f"keys         {body.count}")
     print(f"values       {body.value_kind or '-'}")
     print(f"encoder      {body.encoder.name} ({body.encoder.dim} dims)")
     print(f"similarity   {config.similarity.value}, temperature {temperature}")
-    print(f"index        {config.index}")
+    print(f"index        {config.index}" + (f": {held}" if isinstance(held, str) else ""))
     combination = _combination(config.combination.value, config.lexical_known)
     print(f"spelling     lexical {config.lexical:g}, {combination}")
     total = sum(f.bytes for f in body.files.values()) + (folder / MANIFEST).stat().st_size

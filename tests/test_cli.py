@@ -75,6 +75,10 @@ def test_build_query_info_round_trip(tmp_path: Path, prices_csv: Path, bundled_e
     assert "banana" in explained and "█" in explained and "attention over all 3 keys" in explained
     info = run("info", str(store)).stdout
     assert "keys         3" in info and "all-MiniLM-L6-v2" in info
+    # What is in force, as a load gives it: "auto" and "default" said neither.
+    loaded = SoftDict.load(store)
+    assert f"temperature {loaded.temperature:g} (default)" in info
+    assert f"index        {loaded.index_description}\n" in info  # "auto: exact"
     no_match = run("query", str(store), "quantum chromodynamics", "--min-score", "0.9", check=False)
     assert no_match.returncode == 3 and no_match.stdout.startswith("no match (best: ")
 

@@ -384,7 +384,11 @@ def test_hnsw_adaptive_k_searches_in_rounds() -> None:
 
 
 @pytest.mark.usefixtures("without_scan")
-def test_auto_is_exact_while_small_then_switches_to_hnsw() -> None:
+def test_auto_is_exact_while_small_then_switches_to_hnsw(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from softdict._cli import main
+
     X, labels = clustered(EXACT_MAX_KEYS + 1)
     sd = SoftDict(encoder=FakeEncoder(), temperature=0.1)
     sd.add_embeddings([f"k{i}" for i in range(EXACT_MAX_KEYS)], X[:-1], labels[:-1].astype(float))
@@ -395,6 +399,9 @@ def test_auto_is_exact_while_small_then_switches_to_hnsw() -> None:
     attention = sd.attend_embeddings(X[0])
     assert attention.keys[0] == "k0" and attention.k <= 1024
     assert sd._store.snapshot()[0].index_meta["large"] == "hnsw"
+    sd.save(tmp_path / "s")  # the command line's info says what the index holds, from its files
+    assert main(["info", str(tmp_path / "s")]) == 0
+    assert "index        auto: hnsw\n" in capsys.readouterr().out
 
 
 def _dumped(backend: IndexBackend) -> tuple[dict, FileReader]:
