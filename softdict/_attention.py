@@ -184,28 +184,31 @@ def top_of_scores(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     return best, columns
 
 
-def weight_error_bound(weights: np.ndarray, spread: np.ndarray) -> np.ndarray:
-    """Upper bound on the total variation between ``weights`` (m, n), a softmax of scores each
+def weight_error_bound(scores: np.ndarray, temperature: float, spread: np.ndarray) -> np.ndarray:
+    """Upper bound on the total variation between softmax(``scores`` (m, n) / T), scores each
     known within ± ``spread``·T (m, n; a bound on each log-weight's error), and the softmax of
     the true scores, per query.
 
     Each true weight is w_i·e^(a_i)/Σ_j w_j·e^(a_j) for some |a_i| <= spread_i, so it is at
     least w_i·e^(-spread_i)/Σ_j w_j·e^(spread_j), and the total variation,
     1 − Σ_i min(w_i, w*_i), is at most 1 − Σ_i w_i·e^(-spread_i) / Σ_j w_j·e^(spread_j).
-    (Up to the weights' own rounding: float32 exponentials, ~1e-7 of each.)"""
-    down, up = _perturbed(weights, spread)
+    (Up to float rounding, far below the bounds of scores read from codes.)"""
+    down, up = _perturbed(scores, temperature, spread)
     low, high = down.sum(axis=-1), up.sum(axis=-1)
     with np.errstate(invalid="ignore"):
         return np.clip(np.nan_to_num(1.0 - low / high, nan=1.0), 0.0, 1.0)
 
 
-def mass_interval(weights: np.ndarray, spread: np.ndarray, inside: np.ndarray) -> np.ndarray:
-    """(m, 2): where the true mass of the keys marked ``inside`` (m, n) lies, for ``weights``
-    (m, n) whose log-weights are each known within ± ``spread`` (``weight_error_bound``).
+def mass_interval(
+    scores: np.ndarray, temperature: float, spread: np.ndarray, inside: np.ndarray
+) -> np.ndarray:
+    """(m, 2): where the true mass of the keys marked ``inside`` (m, n) lies, for softmax
+    (``scores`` (m, n) / T) whose log-weights are each known within ± ``spread``
+    (``weight_error_bound``).
 
     The mass M/(M + O) of the inside keys (unnormalised masses M, O) grows with M and falls with
     O, so it is lowest with every inside score at its lowest and every other at its highest."""
-    down, up = _perturbed(weights, spread)
+    down, up = _perturbed(scores, temperature, spread)
     inner_low = np.where(inside, down, 0.0).sum(axis=-1)
     inner_high = np.where(inside, up, 0.0).sum(axis=-1)
     outer_low = np.where(inside, 0.0, down).sum(axis=-1)
@@ -216,10 +219,21 @@ def mass_interval(weights: np.ndarray, spread: np.ndarray, inside: np.ndarray) -
     return np.clip(np.stack([low, high], axis=-1), 0.0, 1.0)
 
 
-def _perturbed(weights: np.ndarray, spread: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``weights`` times e^(-spread) and e^(spread): each at its true score's lowest and
-    highest. A weight of 0 stays 0; the exponent is capped so that no product overflows (a
-    bound that large says nothing anyway)."""
-    e = np.minimum(np.asarray(spread, dtype=np.float64), 700.0)
-    held = np.asarray(weights, dtype=np.float64)
-    return held * np.exp(-e), np.where(held > 0, held * np.exp(e), 0.0)
+def _perturbed(
+    scores: np.ndarray, temperature: float, spread: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each key's unnormalised weight at its true score's lowest and highest, e^(l − spread)
+    and e^(l + spread) with l = (score − best)/T, both over one factor (the largest of the
+    highest), which the bounds' ratios do not see. From the log-weights, not the weights: a
+    weight below e^-87 is 0 (``exponentials``), yet with a spread past 87 it could be the best
+    key's (a probe: a dot store whose codes' error was 200·T listed the true best key at weight 0
+    and bounded the error by 0). A score of -inf (padding) weighs 0 both ways."""
+    logs = _shifted(scores, temperature)
+    e = np.asarray(spread, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        high = logs + e
+        top = np.max(np.where(np.isfinite(high), high, -np.inf), axis=-1, keepdims=True)
+        top = np.where(np.isfinite(top), top, 0.0)
+        up = np.exp(high - top)
+        down = np.exp(logs - e - top)
+    return np.nan_to_num(down, nan=0.0), np.nan_to_num(up, nan=0.0)

@@ -3,8 +3,9 @@ from its codes (``softdict.index.compressed``), the keys that weigh most rescore
 bound on what the others' errors can change.
 
 For one query, every allowed key i gets a compressed score s̃_i with |s_i − s̃_i| <= e_i (the
-codes' bound). The head, the keys whose s̃ is within ``HEAD_MARGIN`` of the best (at most
-``max_k`` of them), is scored exactly; the softmax then runs over exact scores in the head and
+codes' bound). The head, the keys whose s̃ is within ``HEAD_MARGIN`` of the best, or within
+twice the largest e_i where that is more (any such key could be the best), at most ``max_k`` of
+them, is scored exactly; the softmax then runs over exact scores in the head and
 compressed ones elsewhere, and every key's value is blended. Each log-weight outside the head is
 then known within ± e_i/T, which bounds:
 
@@ -42,8 +43,9 @@ def from_compressed_scores(
     m = len(queries)
     exact = np.broadcast_to(errors.exact_keys(), scores.shape).copy()
     head_sizes = np.zeros(m, dtype=np.int64)
+    largest = errors.keys.max(axis=1).astype(np.float64) if scores.size else np.zeros(2)
     for i in range(m):
-        head = _head(scores[i], policy.max_k)
+        head = _head(scores[i], errors.query[i], errors.keys, largest, policy.max_k)
         scores[i, head] = backend.score_ids(queries[i : i + 1], ids[head])[0]
         exact[i, head] = True
         head_sizes[i] = len(head)
@@ -60,10 +62,21 @@ def from_compressed_scores(
     )
 
 
-def _head(scores: np.ndarray, max_k: int) -> np.ndarray:
-    """The columns of the keys within ``HEAD_MARGIN`` of the best, at most ``max_k`` of them
-    (the best)."""
-    head = np.flatnonzero(scores >= scores.max() - HEAD_MARGIN)
+def _head(
+    scores: np.ndarray, query: np.ndarray, keys: np.ndarray, largest: np.ndarray, max_k: int
+) -> np.ndarray:
+    """The columns of one query's keys within ``HEAD_MARGIN`` of the best or that could be the
+    best (s̃ + e at least the highest s̃ − e: codes of long vectors, under "dot", err by far
+    more than the margin), at most ``max_k`` of them (the best). The errors' factors: the
+    query's (2,), the keys' (2, c) (``ScoreErrors``) and their largest (2,)."""
+    best = scores.max()
+    # Only keys within twice the largest error of the best could be it: their errors alone.
+    widest = 2 * float(query @ largest)
+    head = np.flatnonzero(scores >= best - max(HEAD_MARGIN, widest))
+    if widest > HEAD_MARGIN:
+        error = query @ keys[:, head].astype(np.float64)
+        could_be_best = scores[head] + error >= (scores[head] - error).max()
+        head = head[(scores[head] >= best - HEAD_MARGIN) | could_be_best]
     if len(head) > max_k:
         head = head[np.argpartition(-scores[head], max_k - 1)[:max_k]]
     return head

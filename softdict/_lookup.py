@@ -324,8 +324,10 @@ def _unlisted_mass(
     mass = max(0.0, 1.0 - float(weights[listed].sum()))
     if chosen.score_bounds is None:
         return mass, np.array([mass, mass])
-    spread = chosen.score_bounds.spread[i]
-    inside = mass_interval(weights[None], spread[None], listed[None])[0]
+    bounds = chosen.score_bounds
+    inside = mass_interval(
+        chosen.scores[i : i + 1], bounds.temperature, bounds.spread[i : i + 1], listed[None]
+    )[0]
     return mass, 1.0 - inside[::-1]
 
 

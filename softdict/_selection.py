@@ -149,7 +149,8 @@ class Selection:
         """``weight_error``, or where scores were read from codes, the bound their errors give
         (computed when an explanation asks: a lookup of values does not need it)."""
         if self.score_bounds is not None:
-            return weight_error_bound(self.weights, self.score_bounds.spread)
+            bounds = self.score_bounds
+            return weight_error_bound(self.scores, bounds.temperature, bounds.spread)
         return self.weight_error
 
     def tail_interval(self) -> np.ndarray:
@@ -157,7 +158,8 @@ class Selection:
         (where scores were read from codes, the interval that surely holds)."""
         if self.score_bounds is not None:
             bounds = self.score_bounds
-            return 1.0 - mass_interval(self.weights, bounds.spread, bounds.exact)[:, ::-1]
+            inside = mass_interval(self.scores, bounds.temperature, bounds.spread, bounds.exact)
+            return 1.0 - inside[:, ::-1]
         stderr = self.tail_stderr if self.tail_stderr is not None else np.zeros(len(self.k))
         low = np.clip(self.tail_mass - self.z * stderr, 0.0, 1.0)
         high = np.clip(self.tail_mass + self.z * stderr, 0.0, 1.0)

@@ -169,18 +169,23 @@ def test_softmax_is_the_naive_softmax_to_float32_precision() -> None:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_score_error_bounds_hold_for_any_errors_within_them(seed: int) -> None:
+@pytest.mark.parametrize("width", [0.5, 10.0])
+def test_score_error_bounds_hold_for_any_errors_within_them(seed: int, width: float) -> None:
     """Weights of scores each known within ± spread·T: for true scores anywhere in those
     ranges (the extremes included), the total variation to the true softmax is within
-    ``weight_error_bound`` and the true mass of any set of keys within ``mass_interval``."""
+    ``weight_error_bound`` and the true mass of any set of keys within ``mass_interval``.
+    With scores 10 apart at T = 0.05 most weights are below e^-87, and so 0, while spreads past
+    87 could make any of them the best: bounded from the weights, such a key counted as surely
+    weightless (a probe's dot store: a bound of 0 on an answer that was wrong)."""
     rng = np.random.default_rng(seed)
     n, temperature = 30, 0.05
-    approximate = rng.uniform(-0.5, 0.5, size=(1, n))
-    spread = rng.uniform(0, 0.6, size=(1, n)) * (rng.random((1, n)) < 0.7)  # some exact
+    approximate = rng.uniform(-width, width, size=(1, n))
+    most = 0.6 if width < 1 else 1.2 * width / temperature  # log-weights: up to 240 wide
+    spread = rng.uniform(0, most, size=(1, n)) * (rng.random((1, n)) < 0.7)  # some exact
     inside = rng.random((1, n)) < 0.3
     weights = softmax(approximate, temperature)
-    bound = weight_error_bound(weights, spread)[0]
-    low, high = mass_interval(weights, spread, inside)[0]
+    bound = weight_error_bound(approximate, temperature, spread)[0]
+    low, high = mass_interval(approximate, temperature, spread, inside)[0]
     for trial in range(50):
         # Random errors, and the two extremes of the interval.
         if trial == 0:
@@ -197,4 +202,17 @@ def test_score_error_bounds_hold_for_any_errors_within_them(seed: int) -> None:
         if trial < 2:  # the extremes reach the interval's ends
             assert mass == close(low if trial == 0 else high)
     # Nothing unknown, nothing to bound.
-    assert weight_error_bound(weights, np.zeros_like(spread))[0] == 0.0
+    assert weight_error_bound(approximate, temperature, np.zeros_like(spread))[0] == 0.0
+
+
+def test_a_weight_below_the_floor_can_still_be_the_best_within_its_spread() -> None:
+    """The best key scored exactly, the others 5 and 6 below (100 and 120 log-weights at
+    T = 0.05: weights of 0) but each known only within 150: either could be the best. Bounded
+    from the weights, both were surely 0, the bound 0 and the head's mass surely 1."""
+    scores, spread = np.array([[0.0, -5.0, -6.0]]), np.array([[0.0, 150.0, 150.0]])
+    assert softmax(scores, 0.05)[0].tolist() == [1.0, 0.0, 0.0]
+    assert weight_error_bound(scores, 0.05, spread)[0] == close(1.0)
+    low, high = mass_interval(scores, 0.05, spread, np.array([[True, False, False]]))[0]
+    assert low == close(0.0, abs=1e-20) and high == 1.0
+    padded = np.array([[0.0, -np.inf, -5.0]])  # padding weighs nothing, whatever its spread
+    assert weight_error_bound(padded, 0.05, np.array([[0.0, 1e6, 0.0]]))[0] == 0.0

@@ -132,6 +132,29 @@ def test_full_attention_from_codes_is_within_the_bounds_it_reports(similarity: s
         assert 0 < attention.weight_error < 1
 
 
+def test_codes_that_err_by_more_than_the_margin_still_find_the_best_key_and_say_so() -> None:
+    """Under "dot", codes of vectors of norm 30 err by far more than the head's margin (0.2):
+    the best key, left out of the head, kept its compressed score, 10 below its true one, and
+    weighed 0, and the bound counted a weight of 0 as surely 0 (a probe: 8 of 200 answers wrong,
+    3 with a weight_error of 0). Every key that could be the best is scored exactly now, and the
+    bound is taken from the log-weights."""
+    rng = np.random.default_rng(0)
+    n, dim = N_LARGE, 32
+    X = (rng.standard_normal((n, dim)) * 30 / np.sqrt(dim)).astype(np.float32)
+    values = rng.standard_normal(n)
+    sd = SoftDict(encoder=FakeEncoder(), index="compressed", similarity="dot", temperature=0.05)
+    sd.add_embeddings([f"k{i}" for i in range(n)], X, values)
+    Q = (rng.standard_normal((40, dim)) * 30 / np.sqrt(dim)).astype(np.float32)
+    exact_scores = Q.astype(np.float64) @ X.astype(np.float64).T
+    truth = softmax(exact_scores, 0.05)
+    # A float32 score of |q|·|k| ~ 900 is off by up to 1e-6 of it: 0.02 of a log-weight here.
+    noise = float(float32_noise(Q, X).max()) / 0.05
+    for i, attention in enumerate(sd.attend_embeddings(Q)):
+        assert attention.keys[0] == f"k{np.argmax(exact_scores[i])}"
+        error = abs(attention.value - truth[i] @ values)
+        assert error <= (attention.weight_error + 2 * noise) * np.ptp(values)
+
+
 def test_a_batch_reads_the_codes_once_and_answers_as_one_by_one() -> None:
     sd, X, _ = filled()
     Q = unit_rows(12, X.shape[1], seed=12)
