@@ -267,3 +267,30 @@ def projected_queries(queries: np.ndarray, projection: np.ndarray | None) -> np.
             "query_projection = None to drop it"
         )
     return projected
+
+
+# The largest embedding norm a store scores by "dot", "scaled_dot" or "l2": float32 scores of two
+# such vectors stay within 1e37 (|q|·|k|, and |q − k|² at most 4e36), far below float32's 3.4e38.
+# Past it a score overflowed: NaN weights, a raw error from the sampled tail's arithmetic, or (l2)
+# every key equally far, uniform attention without a word (a probe).
+MAX_SCORED_NORM = 1e18
+
+
+def within_score_range(embeddings: np.ndarray, normalised: bool, what: str) -> np.ndarray:
+    """Checked ``embeddings`` (n, d), or InvalidValueError where a row's norm passes
+    ``MAX_SCORED_NORM`` and the similarity scores it as it is (not ``normalised``: cosine
+    divides the norm out)."""
+    if normalised or not embeddings.size:
+        return embeddings
+    # A largest entry under the limit over √d bounds every norm under it: one float32 pass.
+    if float(np.abs(embeddings).max()) * np.sqrt(embeddings.shape[1]) <= MAX_SCORED_NORM:
+        return embeddings
+    norms = np.linalg.norm(embeddings.astype(np.float64), axis=1)
+    if np.any(norms > MAX_SCORED_NORM):
+        row = int(np.argmax(norms > MAX_SCORED_NORM))
+        raise InvalidValueError(
+            f"{what} have a norm past {MAX_SCORED_NORM:g} (row {row}: {norms[row]:.3g}), whose "
+            f"scores would pass float32's range under this similarity; scale them down, or use "
+            f"similarity='cosine', which compares directions only"
+        )
+    return embeddings

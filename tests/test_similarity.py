@@ -89,3 +89,39 @@ def test_default_temperatures_give_cosine_weights_on_unit_vectors() -> None:
     assert Similarity.COSINE.default_temperature(384) == 0.05
     assert Similarity.SCALED_DOT.default_temperature(384) == close(0.05 / math.sqrt(384))
     assert Similarity.L2.default_temperature(384) == close(0.1)
+
+
+@pytest.mark.parametrize("similarity", ["dot", "scaled_dot", "l2", "cosine"])
+@pytest.mark.parametrize("index", ["auto", "ivf", "compressed"])
+def test_embeddings_whose_scores_would_overflow_float32_are_refused(
+    similarity: str, index: str
+) -> None:
+    """Finite embeddings of norm 4e19 passed every check, and their float32 scores overflowed
+    (a probe, 11,000 keys): under "ivf" a raw ValueError from the sampled tail's arithmetic,
+    under "compressed" NaN weights, under "l2" every key equally far and uniform attention
+    without a word. Under cosine the norm is divided out: they are taken, and answer."""
+    from _support import FakeEncoder
+
+    from softdict import InvalidValueError, SoftDict
+    from softdict._arguments import MAX_SCORED_NORM
+
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((64, 16)).astype(np.float32)
+    sd = SoftDict(encoder=FakeEncoder(), similarity=similarity, index=index)
+    sd.add_embeddings([f"k{i}" for i in range(64)], X, np.arange(64.0))
+    huge = X[:1] * np.float32(4 * MAX_SCORED_NORM / np.linalg.norm(X[0]))  # norm 4e18
+    if similarity == "cosine":
+        assert sd.attend_embeddings(huge)[0].keys[0] == "k0"
+        sd.add_embeddings(["huge"], huge, [0.5])
+        return
+    with pytest.raises(InvalidValueError, match=r"norm past 1e\+18 \(row 1: 4e\+18\)"):
+        sd.add_embeddings(["a", "b"], np.vstack([X[1], huge]), [1.0, 2.0])
+    assert len(sd) == 64 and "a" not in sd  # nothing of the batch was kept
+    with pytest.raises(InvalidValueError, match="norm past"):
+        sd.lookup_embeddings(huge)
+    sd.query_projection = np.eye(16) * 1e18  # finite queries, carried past the range
+    with pytest.raises(InvalidValueError, match="projected by W_q have a norm past"):
+        sd.lookup_embeddings(X[:1])
+    sd.query_projection = None
+    within = sd.attend_embeddings(X[:1] * np.float32(1e17))[0]  # within the range: answered
+    assert np.isfinite(within.value) and within.weights.sum() == close(1.0)

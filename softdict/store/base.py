@@ -26,7 +26,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from softdict._arguments import checked_embeddings, projected_queries
+from softdict._arguments import checked_embeddings, projected_queries, within_score_range
 from softdict._config import SoftDictConfig
 from softdict._errors import (
     ConfigError,
@@ -36,6 +36,7 @@ from softdict._errors import (
     ValueShapeError,
 )
 from softdict._files import StoreFiles
+from softdict._similarity import Similarity
 from softdict._types import Mask, Value
 from softdict.encoders.base import EncoderIdentity
 from softdict.index.base import Allow, IndexBackend, require_vectors
@@ -216,14 +217,20 @@ class Store(ABC):
 
     def checked_embeddings(self, embeddings: Any, what: str) -> np.ndarray:
         """``embeddings`` as float32 (n, d), or ValueShapeError (another dimension than the
-        store's keys) or InvalidValueError (NaN, infinity); ``what`` names them in the message."""
-        return checked_embeddings(embeddings, self.dim, what)
+        store's keys) or InvalidValueError (NaN, infinity, norms whose scores overflow);
+        ``what`` names them in the message."""
+        cosine = self.config.similarity is Similarity.COSINE
+        return within_score_range(checked_embeddings(embeddings, self.dim, what), cosine, what)
 
     def prepare_queries(self, embeddings: np.ndarray) -> np.ndarray:
         """Raw query embeddings (m, d) as the backend scores them: checked (ValueShapeError,
         InvalidValueError), projected by W_q, prepared for the similarity."""
         checked = self.checked_embeddings(embeddings, "query embeddings")
-        return self.config.similarity.prepare_queries(projected_queries(checked, self.projection))
+        projected = projected_queries(checked, self.projection)
+        if projected is not checked:  # W_q may take them past the range the scores hold
+            cosine = self.config.similarity is Similarity.COSINE
+            within_score_range(projected, cosine, "query embeddings projected by W_q")
+        return self.config.similarity.prepare_queries(projected)
 
     def allow(self, mask: Mask) -> Allow | None:
         """The ids a mask lets a lookup attend to; None for no mask.
