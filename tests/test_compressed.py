@@ -5,6 +5,9 @@ the rows through inserts, deletes, compaction, saving and loading."""
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -240,6 +243,45 @@ def test_codes_stay_in_step_through_inserts_deletes_compaction_and_saving(tmp_pa
     rebuilt.restore({}, FileReader(tmp_path, bare))
     assert rebuilt.capabilities.approximate_scores
     assert_codes_in_step(rebuilt, X, np.flatnonzero(alive))
+
+
+def _rewritten(folder: Path, name: str, array: np.ndarray) -> None:
+    """``name`` replaced by ``array``, with its size and checksum in the manifest, as a tool that
+    rewrites a store's file would."""
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=False)
+    (folder / name).write_bytes(buffer.getvalue())
+    manifest = json.loads((folder / "manifest.json").read_text())
+    entry = {
+        "bytes": len(buffer.getvalue()),
+        "sha256": hashlib.sha256(buffer.getvalue()).hexdigest(),
+    }
+    manifest["body"]["files"][name] = entry
+    body = json.dumps(manifest["body"], sort_keys=True, ensure_ascii=False).encode()
+    manifest["body_sha256"] = hashlib.sha256(body).hexdigest()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+
+
+@pytest.mark.parametrize(
+    ("name", "change"),
+    [
+        ("embedding_code_norms.npy", lambda a: -a),
+        ("embedding_code_norms.npy", np.zeros_like),
+        ("embedding_code_scales.npy", np.zeros_like),
+        ("embedding_code_scales.npy", lambda a: a * 10),
+        ("embedding_code_zero_points.npy", lambda a: np.full_like(a, 255)),
+        ("embedding_codes.npy", lambda a: a[::-1].copy()),
+    ],
+)
+def test_codes_rewritten_with_their_checksums_are_refused(tmp_path: Path, name, change) -> None:
+    """Code files rewritten with their checksums (negated norms, zero scales) loaded, and the
+    bounds they give were false: a weight_error of 0 on answers 0.009 off (a probe). Rows spread
+    over the store are coded again from their vectors on load and compared."""
+    sd, _, _ = filled()
+    sd.save(tmp_path / "store")
+    _rewritten(tmp_path / "store", name, change(np.load(tmp_path / "store" / name)))
+    with pytest.raises(StoreFormatError, match=rf"{name} does not hold the codes of the stored"):
+        SoftDict.load(tmp_path / "store", encoder=FakeEncoder())
 
 
 def test_a_saved_store_keeps_its_codes_and_refuses_a_corrupt_one(tmp_path: Path) -> None:
