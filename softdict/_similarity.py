@@ -57,9 +57,10 @@ _NORMALISE_ROWS = 1024
 
 def _unit_rows(rows: np.ndarray) -> np.ndarray:
     """float32 ``rows`` divided by their norms in float64, rounded to float32; a zero row stays
-    zero."""
+    zero. (A row of subnormal float32 entries, of a norm below float32's smallest normal number,
+    is a direction too: it was divided by that number instead, and came out nearly zero.)"""
     norms = np.linalg.norm(rows.astype(np.float64), axis=-1, keepdims=True)
-    return (rows / np.maximum(norms, np.finfo(np.float32).tiny)).astype(np.float32)
+    return (rows / np.where(norms > 0, norms, 1.0)).astype(np.float32)
 
 
 def squared_norms(vectors: np.ndarray) -> np.ndarray:

@@ -52,6 +52,16 @@ def test_scores_do_not_overflow_on_huge_finite_embeddings() -> None:
     assert np.all(np.isfinite(scores))
 
 
+def test_cosine_normalises_a_row_of_subnormal_numbers_too() -> None:
+    """A row whose norm is below float32's smallest normal number (1e-40 times a unit vector)
+    was divided by that number, not its norm: a query of it scored every key near 0."""
+    row = np.array([[3.0, 4.0, 0.0]], dtype=np.float32)
+    for scale in (1.0, 1e-38, 1e-40):
+        prepared = Similarity.COSINE.prepare_queries(row * np.float32(scale))
+        assert_close(prepared, [[0.6, 0.8, 0.0]], rtol=1e-3)  # subnormals hold fewer bits
+    assert np.all(Similarity.COSINE.prepare_queries(np.zeros((1, 3), np.float32)) == 0)
+
+
 def test_prepare_normalises_for_cosine_and_scales_scaled_dot_queries() -> None:
     X = np.array([[3.0, 4.0]])
     assert_close(Similarity.COSINE.prepare_keys(X), [[0.6, 0.8]])
