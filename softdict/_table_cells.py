@@ -7,6 +7,7 @@ Each reading gives the value, or what is wrong with the cell and what to do (``P
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
@@ -132,8 +133,14 @@ def _unfit(cell: object, value: float, several: bool) -> Problem | None:
 
 
 def _vector(cell: object) -> tuple[object, Problem | None]:
-    """A JSON list of finite numbers as a vector."""
+    """A JSON list of finite numbers as a vector: a JSON file's list, or a CSV cell's text of
+    one (a CSV cell is text; "[1, 2]" was refused as "no vector", with the advice to give it)."""
     advice = "repeat --value for each column of a vector, or give a JSON list of numbers per cell"
+    if isinstance(cell, str) and cell.lstrip().startswith("["):
+        try:
+            cell = json.loads(cell, parse_float=json_float)
+        except (ValueError, RecursionError):
+            return None, (f"{cell!r:.60} is no JSON list", advice)
     if not isinstance(cell, list) or not cell:
         return None, (f"{cell!r:.60} is no vector", advice)
     for item in cell:

@@ -441,6 +441,22 @@ def test_vector_values_from_one_column_are_json_lists(tmp_path: Path) -> None:
     assert list(SoftDict.load(store)) == ["apple"]
 
 
+def test_a_csv_column_of_json_lists_makes_vectors(tmp_path: Path) -> None:
+    """A CSV cell is text: "[1, 2]" under --value-kind vector was "no vector", with the advice
+    to give a JSON list per cell, which it was."""
+    table = 'name,price\napple,"[1, 2.5]"\npear," [3, 4]"\n'
+    _, store = build(tmp_path, table, "--value-kind", "vector")
+    assert SoftDict.load(store)["apple"].tolist() == [1.0, 2.5]
+    for cell, message in (
+        ("[1, NaN]", "its item nan is no finite number"),
+        ("[1, 2", "'[1, 2' is no JSON list"),
+        ("[1e-400, 1]", "its item 1e-400 is"),
+    ):
+        table = f'name,price\npear,"{cell}"\n'
+        result, _ = build(tmp_path, table, "--value-kind", "vector", "--force", check=False)
+        assert result.returncode == 1 and f"line 2, column 'price': {message}" in result.stderr
+
+
 def test_an_empty_output_path_is_refused(tmp_path: Path) -> None:
     result, _ = build(tmp_path, "name,price\napple,1\n", "-o", "", check=False)
     assert result.returncode == 1 and "the path is empty" in result.stderr
