@@ -181,8 +181,8 @@ def _read_csv(path: Path, text: str) -> Table:
         first_line = reader.line_num + 1
         for record in reader:
             start, first_line = first_line, reader.line_num + 1
-            if not record:
-                continue  # a blank line
+            if not record or (len(record) == 1 < len(header) and not record[0].strip()):
+                continue  # a blank line, or one of spaces only (as JSON Lines skips it)
             if len(record) != len(header):
                 # A row that ran on over several lines in a quoted cell and ended the file may
                 # be a quote left open; else a comma in a cell that should have been quoted.

@@ -457,6 +457,15 @@ def test_a_csv_column_of_json_lists_makes_vectors(tmp_path: Path) -> None:
         assert result.returncode == 1 and f"line 2, column 'price': {message}" in result.stderr
 
 
+def test_a_csv_line_of_spaces_only_is_skipped_as_a_blank_one(tmp_path: Path) -> None:
+    """A line of spaces was a row of one cell ("line 3 has 1 cells, the header 2; a cell may
+    hold an unquoted comma"); a blank line, and such a line in JSON Lines, are skipped."""
+    _, store = build(tmp_path, "name,price\napple,1\n   \n\t\npear,2\n\n")
+    assert dict(SoftDict.load(store).items()) == {"apple": 1, "pear": 2}
+    result, _ = build(tmp_path, "name,price\napple,1\n  x \n", "--force", check=False)
+    assert result.returncode == 1 and "line 3 has 1 cells, the header 2" in result.stderr
+
+
 def test_an_empty_output_path_is_refused(tmp_path: Path) -> None:
     result, _ = build(tmp_path, "name,price\napple,1\n", "-o", "", check=False)
     assert result.returncode == 1 and "the path is empty" in result.stderr
