@@ -134,6 +134,16 @@ def _open(args: argparse.Namespace) -> Any:
 
 def _query(args: argparse.Namespace) -> int:
     # main() made sure there is one of TEXT and --file.
+    if args.text is not None:
+        try:  # the shell's bytes that are no UTF-8 come as lone surrogates (surrogateescape)
+            args.text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            code = ord(args.text[exc.start])
+            what = f"byte 0x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else "a surrogate"
+            raise InputError(
+                f"TEXT is not UTF-8 text ({what} at character {exc.start}); the command line "
+                f"reads UTF-8: set the terminal's encoding to it"
+            ) from None
     texts = [args.text] if args.text is not None else read_queries(args.file)
     sd = _open(args)
     if not (args.explain or args.json or args.min_score is not None):

@@ -624,6 +624,16 @@ def test_options_may_stand_between_the_store_and_the_text(fruit_store: str) -> N
     assert "'--'" not in result.stderr  # no dash: no advice about one
 
 
+def test_a_text_that_is_no_utf8_is_refused_in_the_command_lines_words(fruit_store: str) -> None:
+    """Bytes that are no UTF-8 reach argv as lone surrogates: refused with Python's advice
+    ("decode its source with errors='replace'")."""
+    latin1 = b"Z\xfcrich".decode("utf-8", "surrogateescape")
+    result = run("query", fruit_store, latin1, check=False)
+    assert result.returncode == 1
+    assert "TEXT is not UTF-8 text (byte 0xfc at character 1)" in result.stderr
+    assert "errors=" not in result.stderr
+
+
 def test_a_query_that_starts_with_a_dash_goes_after_two_dashes(fruit_store: str) -> None:
     """A "--" worked only straight after STORE: after an option ("query STORE --json -- -TEXT",
     the usual form) it was an unrecognised argument, and a dash-led TEXT got no hint."""
