@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,14 @@ def _build(args: argparse.Namespace) -> int:
             f"(--skip-bad-rows), the first at {read.skipped[0]}",
             file=sys.stderr,
         )
+    twins = _unicode_twins(list(read.items))
+    if twins:  # a dict keeps them apart, as it should; a person typing them cannot
+        print(
+            f"softdict: {len(twins)} keys are another key in another Unicode form (the first: "
+            f"{twins[0][0]!a} and {twins[0][1]!a}); lookups split between them: "
+            f"normalise the table to NFC to make each one key",
+            file=sys.stderr,
+        )
     if read.duplicates:
         kept = "first" if args.on_duplicate == "first" else "last"
         print(
@@ -98,6 +107,18 @@ def _build(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0
+
+
+def _unicode_twins(keys: list[str]) -> list[tuple[str, str]]:
+    """Pairs of keys that are one text in two Unicode normal forms (NFC and NFD "Café"): the
+    first key of each such text, and each later one."""
+    first: dict[str, str] = {}
+    twins = []
+    for key in keys:
+        normal = unicodedata.normalize("NFC", key)
+        if first.setdefault(normal, key) != key:
+            twins.append((first[normal], key))
+    return twins
 
 
 def _remote(store: str, collection: str | None) -> dict[str, str]:

@@ -466,6 +466,18 @@ def test_a_csv_line_of_spaces_only_is_skipped_as_a_blank_one(tmp_path: Path) -> 
     assert result.returncode == 1 and "line 3 has 1 cells, the header 2" in result.stderr
 
 
+def test_keys_that_are_one_text_in_two_unicode_forms_are_reported(tmp_path: Path) -> None:
+    """NFC and NFD "Café" are two keys (as in a dict), and a lookup typed as either split 50/50
+    between them without a word; the build now says so."""
+    nfc, nfd = "Caf\u00e9", "Cafe\u0301"
+    result, store = build(tmp_path, f"name,price\n{nfc},10\n{nfd},20\nTea,3\n")
+    assert len(SoftDict.load(store)) == 3  # both kept: the exact mapping is a dict's
+    assert "1 keys are another key in another Unicode form" in result.stderr
+    assert "'Caf\\xe9' and 'Cafe\\u0301'" in result.stderr
+    result, _ = build(tmp_path, f"name,price\n{nfc},10\nTea,3\n", "--force")
+    assert "Unicode form" not in result.stderr
+
+
 def test_an_empty_output_path_is_refused(tmp_path: Path) -> None:
     result, _ = build(tmp_path, "name,price\napple,1\n", "-o", "", check=False)
     assert result.returncode == 1 and "the path is empty" in result.stderr
