@@ -19,6 +19,7 @@ from softdict import (
     ConfigError,
     InvalidValueError,
     SoftDict,
+    SoftDictError,
     StoreFormatError,
     StoreUnavailableError,
     ValueKindError,
@@ -101,7 +102,8 @@ def test_a_copy_that_fails_part_of_the_way_leaves_the_target_empty(
 ) -> None:
     """copy_to commits batch by batch: a key Milvus cannot hold in the third batch left the
     first two in the new collection, and a copy tried again was refused as into a store holding
-    keys (a probe). The target is cleared again, and a second try copies everything."""
+    keys (a probe). The keys it wrote are deleted again, and the collection it made dropped,
+    and a second try copies everything."""
     import functools
 
     import softdict._mapping
@@ -118,11 +120,50 @@ def test_a_copy_that_fails_part_of_the_way_leaves_the_target_empty(
     collection = fresh_collection()
     with pytest.raises(InvalidValueError, match="70,000 bytes"):
         source.copy_to(milvus_store_location, collection=collection)
-    target = SoftDict(encoder=FakeEncoder(), store=milvus_store_location, collection=collection)
-    assert len(target) == 0 and len(source) == 300
+    with pytest.raises(SoftDictError, match="no softdict store in the collection"):
+        SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())
+    assert len(source) == 300
     del source["x" * 70_000]
     copied = source.copy_to(milvus_store_location, collection=collection)
     assert list(copied) == list(source) and copied["key 299"] == 299.0
+
+
+def test_a_copy_that_fails_takes_back_its_own_keys_only(
+    milvus_store_location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A copy into an existing empty collection that failed part of the way cleared it: the
+    keys another handle wrote meanwhile, whose calls had returned, were gone (a probe: 2 runs
+    of 3), and so was the kind it held. It deletes the keys it wrote, and nothing else."""
+    import functools
+
+    import softdict._mapping
+    from softdict.store.base import copy_into
+
+    monkeypatch.setattr(softdict._mapping, "copy_into", functools.partial(copy_into, batch=100))
+    collection = fresh_collection()
+    other = SoftDict(
+        encoder=FakeEncoder(), store=milvus_store_location, collection=collection, lexical=0
+    )
+    other["seed"] = 1.0
+    del other["seed"]  # made and emptied: it keeps its kind
+    rng = np.random.default_rng(0)
+    keys = [f"key {i}" for i in range(300)]
+    keys[250] = "x" * 70_000  # more than a Milvus VARCHAR holds
+    source = SoftDict(encoder=FakeEncoder(), lexical=0)
+    source.add_embeddings(keys, rng.standard_normal((300, FAKE_DIM)), np.arange(300.0))
+    keys_of, theirs = source._store.keys_of, []
+
+    def and_another_handle_writes(ids: np.ndarray) -> list[str]:
+        theirs.append(f"theirs {int(ids[0])}")
+        other[theirs[-1]] = 5.0  # returned: written
+        return keys_of(ids)
+
+    monkeypatch.setattr(source._store, "keys_of", and_another_handle_writes)
+    with pytest.raises(InvalidValueError, match="70,000 bytes"):
+        source.copy_to(milvus_store_location, collection=collection)
+    fresh = SoftDict(encoder=FakeEncoder(), store=milvus_store_location, collection=collection)
+    assert sorted(fresh) == sorted(theirs) and len(theirs) == 3
+    assert fresh.value_kind == "scalar"
 
 
 def test_a_clear_through_another_handle_is_seen(milvus_store_location: str) -> None:

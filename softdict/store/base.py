@@ -184,6 +184,11 @@ class Store(ABC):
     def remove(self, key: str) -> None:
         """Delete ``key``; ``KeyError(key)`` if it is absent."""
 
+    def remove_keys(self, keys: list[str]) -> None:
+        """Delete those of ``keys`` that are here (a copy that failed takes back its writes)."""
+        for key in (key for key in keys if key in self):
+            self.remove(key)
+
     @abstractmethod
     def compact(self) -> None:
         """Reclaim what deleted keys left behind now (a store also does it on its own)."""
@@ -403,15 +408,15 @@ def _checked_predicate(predicate: Callable[[str], object]) -> Callable[[str], bo
 
 
 def copy_into(source: Store, target: StoreT, batch: int = 4096) -> StoreT:
-    """Every key of ``source`` with its value and vector, and its query projection, written
-    into the empty ``target``, in batches; nothing is encoded again. The vectors go as the source
-    prepared them (preparing them again changes nothing). A copy that fails part of the way
-    (a key or value the target cannot hold, say a Milvus store's 64 KB limits) clears the
-    target again, so that it can be tried again: it kept the batches before, and a second
-    copy_to was refused as into a store holding keys (a hostile-input probe)."""
+    """Every key of ``source`` with its value and vector (as the source prepared it), and its
+    query projection, written into the empty ``target`` in batches; nothing is encoded again. A
+    copy that fails part of the way (a key the target cannot hold: Milvus's 64 KB) deletes the
+    keys it wrote, and a Milvus collection it made (``abandon``), so that it can be tried again.
+    Those alone: clearing the target deleted what another handle wrote meanwhile (a probe)."""
     if len(source):
         require_vectors(source.backend, "copying a store")
     ids = source.ids()
+    written: list[str] = []
     try:
         for start in range(0, len(ids), batch):
             part_ids = ids[start : start + batch]
@@ -421,13 +426,17 @@ def copy_into(source: Store, target: StoreT, batch: int = 4096) -> StoreT:
             column, slots = source.values_of(part_ids)
             vectors = source.backend.vectors(part_ids)
             items = {key: column.get(int(slot)) for key, slot in zip(part_keys, slots.tolist())}
-            target.commit(target.stage(items, dict(zip(part_keys, vectors))))
+            staged = target.stage(items, dict(zip(part_keys, vectors)))
+            written.extend(part_keys)  # before the commit: a commit may fail part of the way
+            target.commit(staged)
         projection = source.projection
         if projection is not None:
             target.projection = projection
     except BaseException:
         with suppress(Exception):  # a server that is down: its own error says more
-            target.clear()
+            for start in range(0, len(written), batch):
+                target.remove_keys(written[start : start + batch])
+            target.abandon()
         raise
     return target
 

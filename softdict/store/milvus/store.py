@@ -19,8 +19,7 @@ is sent, so bad input changes nothing. ``commit`` then upserts whole rows (``_ro
 requests under 4 MB. Milvus applies each request or rejects it; if the server fails between
 requests, a ``StoreUnavailableError`` is raised and the earlier requests' keys are written.
 Writes are upserts by id, so repeating the update completes it. Nothing a returned call reported
-as written is lost (tests kill the server mid-update).
-"""
+as written is lost (tests kill the server mid-update)."""
 
 from __future__ import annotations
 
@@ -367,11 +366,17 @@ class MilvusStore(Store):
         found, _ = self._found([key], [])
         if key not in found:
             raise KeyError(key)
+        self._delete(found)
+
+    def remove_keys(self, keys: list[str]) -> None:
+        self._delete(self._found(keys, [])[0])  # one request for the ids, one for the delete
+
+    def _delete(self, found: dict[str, dict[str, Any]]) -> None:
         rows = self._key_rows()
-        assert rows is not None
-        deleted = np.array([found[key]["id"]], np.int64)
-        with self._writing(deleted):
-            rows.delete(deleted)
+        if found and rows is not None:
+            deleted = np.array([row["id"] for row in found.values()], np.int64)
+            with self._writing(deleted):
+                rows.delete(deleted)
 
     def compact(self) -> None:
         """Milvus compacts its segments on its own."""
