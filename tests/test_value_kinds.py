@@ -318,6 +318,8 @@ BAD_VALUES: dict[str, list[tuple[object, type[SoftDictError]]]] = {
         (-(2**63) - 1, ValueKindError),
         ({"n": [1, 2**64]}, ValueKindError),
         (10**5000, ValueKindError),
+        # A vector: said "not a number, a vector or a JSON-serialisable label" (a probe).
+        (np.array([1.0, 2.0]), ValueKindError),
     ],
     "boolean": [(1, ValueKindError), ("true", ValueKindError), (None, ValueKindError)],
 }
@@ -343,6 +345,9 @@ def test_a_bad_value_raises_a_softdict_error_and_changes_nothing(
         sd.update({"good key": values[3], "bad key": bad})
     assert list(sd) == KEYS[:3] and "good key" not in sd
     assert all(same_value(sd[key], expected_back(kind, v)) for key, v in zip(KEYS[:3], values))
+    if kind == "categorical" and isinstance(bad, np.ndarray):  # another kind, called that
+        with pytest.raises(error, match=f"but this store holds {kind} values"):
+            sd["bad key"] = bad
 
 
 @pytest.mark.parametrize("fails_in", ["append", "assign"])

@@ -128,6 +128,8 @@ class CategoricalColumn(ValueColumn[list[str]]):
             try:
                 text = canonical_json(value)
             except (TypeError, ValueError, RecursionError) as exc:
+                if isinstance(value, np.ndarray) and value.ndim:  # a vector: another kind
+                    raise self.kind_error(key, value) from None
                 raise ValueKindError(
                     f"value for key {key!r} is {describe_value(value)}, which is not a number, a "
                     f"vector or a JSON-serialisable label ({exc}); convert it to one of those"
