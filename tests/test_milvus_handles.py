@@ -166,6 +166,48 @@ def test_a_copy_that_fails_takes_back_its_own_keys_only(
     assert fresh.value_kind == "scalar"
 
 
+def test_a_store_refilled_with_another_kind_or_dimension_is_read_as_it_is_now(
+    milvus_store_location: str,
+) -> None:
+    """A handle that had read a store of labels, which another handle cleared and filled with
+    numbers, read the numbers as labels (a label for an answer, silently), and one that had read
+    16-dim keys failed on 8-dim ones for good (numpy's own error): its shape was read once."""
+    items = {"red fruit": "fruit", "green fruit": "fruit", "chair": "furniture"}
+    first, second = handles(milvus_store_location, items)
+    assert first.lookup("fruit") == "fruit"
+    second.clear()
+    numbers = {"red fruit": 0.0, "green fruit": 10.0, "chair": 100.0}
+    second.update(numbers)
+    memory = SoftDict(numbers, encoder=FakeEncoder())
+    assert first.value_kind == "scalar" and first["chair"] == 100.0
+    assert first.lookup("fruit") == close(memory.lookup("fruit"))
+    second.clear()
+    X = np.random.default_rng(0).standard_normal((2, 8))
+    second.add_embeddings(["kiwi", "plum"], X, [3.0, 4.0])
+    assert first.lookup_embeddings(X[1]) == close(second.lookup_embeddings(X[1]))
+    with pytest.raises(ValueShapeError, match="expected \\(n, 8\\)"):
+        first.lookup("kiwi")  # its encoder's 16 dims: refused as such, not by numpy
+
+
+def test_a_handle_keeps_the_projection_it_opened_with(milvus_store_location: str) -> None:
+    """Processes that have a store open keep their projection when another fits one: a handle
+    that had not yet read it read the new one's rows against the old checksum ("fails its
+    checksum", every lookup, for good), and one opened without any took the other's as soon as
+    it set an unrelated option (its copy of the manifest, read again, named it)."""
+    first, without = handles(milvus_store_location, {"apple pie": 1.0, "lemon cake": 2.0})
+    first.query_projection = -np.eye(FAKE_DIM)
+    collection = first._store._collection
+    opened = SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())
+    first.query_projection = 2 * np.eye(FAKE_DIM)  # its rows rewritten in place
+    np.testing.assert_array_equal(opened.query_projection, -np.eye(FAKE_DIM))
+    assert opened.attend("apple pie").keys[0] == "lemon cake"  # turned around: its own
+    without.lexical = 1.0  # an option written: the manifest read again
+    assert without.query_projection is None
+    assert without.attend("apple pie").keys[0] == "apple pie"
+    later = SoftDict.open(milvus_store_location, collection=collection, encoder=FakeEncoder())
+    np.testing.assert_array_equal(later.query_projection, 2 * np.eye(FAKE_DIM))
+
+
 def test_a_clear_through_another_handle_is_seen(milvus_store_location: str) -> None:
     first, second = handles(milvus_store_location, {"apple": 1, "pear": 2})
     first.lookup("apple")  # the first handle reads its directory

@@ -260,9 +260,13 @@ class KeyDirectory:
     def _refreshed(self, directory: Directory | None, generation: dict[str, str]) -> Directory:
         """The directory as of ``generation``: ``directory`` with the keys the writers' logs
         say changed fetched again (one request), where they say it and the store stays on the
-        same side of ``held_here``; else every key read again."""
-        rows = self._rows()
+        same side of ``held_here``; else every key read again, with the store's shape read
+        again first: another process may have cleared the store and filled it with values of
+        another kind or keys of another dimension (a probe: a handle read numbers as labels)."""
         changed = None if directory is None else changed_since(directory.generation, generation)
+        if directory is None or changed is None:
+            self._metadata.refresh_shape()
+        rows = self._rows()
         if directory is None or changed is None or rows is None:
             return read_directory(rows, generation, self._column_of)
         found = rows.get(changed, directory.fields()) if len(changed) else []

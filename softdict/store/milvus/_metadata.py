@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from softdict._config import CombinationName, SoftDictConfig, shown_option
-from softdict._errors import ConfigError, StoreFormatError
+from softdict._errors import ConfigError, StoreFormatError, ValueShapeError
 from softdict._manifest import EncoderEntry, refuse_newer_combination
 from softdict.store.milvus._client import schema_error
 from softdict.store.milvus._collection import MAX_VARCHAR, CollectionRows
@@ -198,6 +198,22 @@ class StoreMetadata:
         self.write_manifest(manifest)
         self.manifest = manifest
 
+    def record_shape(self, dim: int, kind: str, exemplar: dict[str, Any]) -> None:
+        """Record the shape of the store's first keys (their ``dim``, value ``kind`` and first
+        value, ``{"key", "value"}``), where another process has not recorded one first: its
+        kind and first value stay, and another dimension is refused (ValueShapeError)."""
+        stored = self.read_manifest()
+        if stored.dim is not None and stored.dim != dim:
+            raise ValueShapeError(
+                f"the store's keys are {stored.dim}-dim embeddings (written by another process), "
+                f"and these are {dim}-dim"
+            )
+        if stored.exemplar is None:
+            exemplar = self.exemplar_entry(exemplar["key"], exemplar["value"])
+        self.update(
+            dim=dim, value_kind=stored.value_kind or kind, exemplar=stored.exemplar or exemplar
+        )
+
     def refresh_shape(self) -> bool:
         """Another process may have made the key collection (dim, kind) or cleared it, or
         recorded the encoder: this copy takes those from the stored manifest. Whether the
@@ -317,6 +333,21 @@ class StoreMetadata:
             "chunks": len(chunks),
             "sha256": hashlib.sha256(data).hexdigest(),
         }
+
+    def projection_as_stored(self) -> np.ndarray | None:
+        """The stored query projection (None: none), read again once where another process
+        was writing it meanwhile (its rows are written in place: the checksum tells)."""
+        for last in (False, True):
+            info = self.manifest.projection
+            try:
+                return None if info is None else self.read_projection(info)
+            except StoreFormatError:
+                if last:
+                    raise
+                self.manifest = self.manifest.model_copy(
+                    update={"projection": self.read_manifest().projection}
+                )
+        return None  # not reached
 
     def read_projection(self, info: dict[str, Any]) -> np.ndarray:
         names = [f"{_PROJECTION}{i}" for i in range(int(info["chunks"]))]

@@ -10,16 +10,17 @@ collections are read with Strong consistency).
 nothing per key here (but spelling forms by id, a bounded number): Milvus serves its lookups
 (``backend``, ``_spelling``). A smaller one keeps its keys in this process's key directory
 (``_directory``), reused while no writer's counter row (``writer:<uuid>``) moved. Another
-process's ``clear`` drops the key collection: a call that finds it gone forgets what this
-process knew of the store's rows and shape and is tried once more (``_shared``), a lookup says
-to try again, and a write first reads the store's dimension and kind as they are now.
+process's ``clear`` drops the key collection: a call that finds it gone forgets the store's rows
+and shape here and is tried once more (``_shared``). The shape (dimension, kind, first value) is
+read again before every write, at a directory's full reread, and where a value does not fit it:
+another process may have filled the store again with another kind. The query projection is read
+when the store opens: another process's ``fit`` changes it for processes that open it later.
 
-**Writes.** ``stage`` validates the whole write (values, embeddings, key lengths) before anything
-is sent, so bad input changes nothing. ``commit`` then upserts whole rows (``_rows``), in
-requests under 4 MB. Milvus applies each request or rejects it; if the server fails between
-requests, a ``StoreUnavailableError`` is raised and the earlier requests' keys are written.
-Writes are upserts by id, so repeating the update completes it. Nothing a returned call reported
-as written is lost (tests kill the server mid-update)."""
+**Writes.** ``stage`` validates the whole write before anything is sent, so bad input changes
+nothing. ``commit`` upserts whole rows (``_rows``), in requests under 4 MB, each applied or
+rejected; a server that fails between them raises ``StoreUnavailableError``, the earlier
+requests' keys written. Writes are upserts by id, so repeating the update completes it: nothing
+a returned call reported as written is lost (tests kill the server mid-update)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from softdict._config import SoftDictConfig
-from softdict._errors import EmptyStoreError, SoftDictError, StoreFormatError, ValueShapeError
+from softdict._errors import EmptyStoreError, SoftDictError, StoreFormatError
 from softdict._files import StoreFiles
 from softdict._manifest import EncoderEntry
 from softdict._types import Value
@@ -91,6 +92,7 @@ class MilvusStore(Store):
         if not self.made_here:
             stored = self._meta.open()
             self._config = adopted_config(stored.config, config, collection, stored.value_kind)
+            self._projection = self._meta.projection_as_stored()
         else:
             if KeyRows(self._client, location, collection, 1, config.similarity.metric).exists():
                 raise schema_error(location, collection, "it has no softdict metadata")
@@ -113,6 +115,12 @@ class MilvusStore(Store):
         self._meta.refresh_shape()
         self._open_rows()
 
+    def _shape_as_stored(self) -> bool:
+        """The store's dimension, kind and first value read again; whether they changed."""
+        if changed := self._meta.refresh_shape():
+            self._forget_shape()
+        return changed
+
     def _forget_shape(self) -> None:
         """Another process cleared the store, or filled it again: its key collection, dimension
         and kind are read again at the next call (``_key_rows``)."""
@@ -121,13 +129,9 @@ class MilvusStore(Store):
 
     def _key_rows_of(self, dim: int) -> KeyRows:
         """The key collection of this store, for ``dim``-dim vectors (whether it exists or not)."""
-        metric, pairs = (
-            self._meta.manifest.config.similarity.metric,
-            self._meta.manifest.holds_pairs,
-        )
-        return KeyRows(
-            self._client, self._location, self._collection, dim, metric, self._index, pairs=pairs
-        )
+        manifest, where = self._meta.manifest, (self._client, self._location, self._collection)
+        metric = manifest.config.similarity.metric
+        return KeyRows(*where, dim, metric, self._index, pairs=manifest.holds_pairs)
 
     def _open_rows(self) -> None:
         dim = self._meta.manifest.dim
@@ -167,8 +171,7 @@ class MilvusStore(Store):
 
     @config.setter
     def config(self, config: SoftDictConfig) -> None:
-        # Only the options changed now are written: others this process was opened with stay
-        # its own.
+        # The options changed now are written: others this process was opened with stay its own.
         self._meta.update_config(self._config, config)
         self._config = config
 
@@ -185,16 +188,15 @@ class MilvusStore(Store):
 
     @property
     def value_kind(self) -> str | None:
-        if self._meta.manifest.value_kind is None and self._meta.manifest.config.value_kind is None:
-            self._refresh_manifest()
+        self._shape_as_stored()  # another process may have refilled the store with another kind
+        return self._kind()
+
+    def _kind(self) -> str | None:
         return self._meta.manifest.value_kind or self._meta.manifest.config.value_kind
 
     @property
     def projection(self) -> np.ndarray | None:
-        # Read once, like the options: a lookup should not cost a request more for it.
-        if self._projection is None and self._meta.manifest.projection is not None:
-            self._projection = self._meta.read_projection(self._meta.manifest.projection)
-        return self._projection
+        return self._projection  # read when the store opened (the module docstring)
 
     @projection.setter
     def projection(self, projection: np.ndarray | None) -> None:
@@ -223,6 +225,8 @@ class MilvusStore(Store):
     def _key_rows(self) -> KeyRows | None:
         if self._rows is None or self._meta.manifest.dim is None:
             self._refresh_manifest()
+        elif self._rows.dim != self._meta.manifest.dim:  # refilled with keys of another dim
+            self._open_rows()
         return self._rows
 
     @again_after_a_clear
@@ -264,7 +268,12 @@ class MilvusStore(Store):
         found, _ = self._found([key], ["value"])
         if key not in found:
             raise KeyError(key)
-        column = self._column_of([found[key]["value"]["v"]], [key])
+        try:
+            column = self._column_of([found[key]["value"]["v"]], [key])
+        except SoftDictError:  # refilled by another process with another
+            if not self._shape_as_stored():  # kind: read as it is stored now
+                raise
+            column = self._column_of([found[key]["value"]["v"]], [key])
         return column.get(0)
 
     @again_after_a_clear
@@ -280,7 +289,9 @@ class MilvusStore(Store):
         """A column of the store's values, empty; None before its first value is written (a
         kind fixed by ``value_kind=`` alone: the first value makes it, as in memory, and a
         vector column needs its length)."""
-        kind, exemplar = self.value_kind, self._meta.exemplar()
+        if self._kind() is None:  # another process may have written the first value
+            self._shape_as_stored()
+        kind, exemplar = self._kind(), self._meta.exemplar()
         if kind is None or exemplar is None:
             return None
         return column_class(kind).for_first_value(*exemplar)
@@ -306,8 +317,7 @@ class MilvusStore(Store):
         check_key_sizes(keys)
         # Checked against the store as it is now: another process may have cleared it, and
         # filled it again with another kind or dimension, which this one would corrupt.
-        if self._meta.refresh_shape():
-            self._forget_shape()
+        self._shape_as_stored()
         fixed = self._meta.manifest.config.value_kind
         fixed_kind = column_class(fixed) if fixed else None
         column = write_column(self._empty_column(), fixed_kind, items)
@@ -348,17 +358,7 @@ class MilvusStore(Store):
     def _create_rows(self, dim: int, kind: str, exemplar: dict[str, Any]) -> None:
         rows = self._key_rows_of(dim)
         rows.create()  # checks the schema where another process made it first
-        stored = self._meta.read_manifest()
-        if stored.dim is not None and stored.dim != dim:
-            raise ValueShapeError(
-                f"the store's keys are {stored.dim}-dim embeddings (written by another process), "
-                f"and these are {dim}-dim"
-            )
-        if stored.exemplar is None:
-            exemplar = self._meta.exemplar_entry(exemplar["key"], exemplar["value"])
-        self._meta.update(
-            dim=dim, value_kind=stored.value_kind or kind, exemplar=stored.exemplar or exemplar
-        )
+        self._meta.record_shape(dim, kind, exemplar)
         self._rows = rows
 
     @again_after_a_clear
@@ -443,14 +443,10 @@ class MilvusStore(Store):
 
     # -- persistence ------------------------------------------------------------------------------
 
-    def to_memory(self) -> MemoryStore:
-        """Everything in this store, copied into a ``MemoryStore``."""
+    def copy(self) -> MemoryStore:
+        """Everything in this store, copied into a ``MemoryStore`` (``SoftDict.copy`` of a
+        Milvus store is a local snapshot; ``SoftDict.copy_to`` copies to another collection)."""
         return copy_into(self, MemoryStore(self.config))
 
-    def copy(self) -> Store:
-        """An in-memory copy (``SoftDict.copy`` of a Milvus store is a local snapshot; use
-        ``SoftDict.copy_to`` for another collection)."""
-        return self.to_memory()
-
     def snapshot(self) -> tuple[StoreState, StoreFiles]:
-        return self.to_memory().snapshot()
+        return self.copy().snapshot()
