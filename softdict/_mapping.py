@@ -14,6 +14,7 @@ lock makes it thread-safe).
 from __future__ import annotations
 
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, MutableMapping, ValuesView
+from contextlib import suppress
 from typing import Any, TypeVar, overload
 
 import numpy as np
@@ -234,8 +235,7 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         """
         self._insert(update_items(other, kwargs))
 
-    # Overridden: the mixin's signature shows its private sentinel in help(), and it reads and
-    # deletes in two steps; this does both under the lock.
+    # Overridden: the mixin's help() shows its sentinel; this reads and deletes under the lock.
     @overload
     def pop(self, key: str) -> Value: ...
     @overload
@@ -243,24 +243,26 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
     def pop(self, key: str, default: object = NO_DEFAULT) -> object:
         """Remove ``key`` and return its value; ``default`` if absent, else ``KeyError``."""
         with self._lock:
-            if key in self._store:
+            try:  # no check first: another process may delete a Milvus store's key after it
                 value = self._store.get(key)
                 self._store.remove(key)
                 return value
-        if isinstance(default, NoDefault):
-            raise KeyError(key)
-        return default
+            except KeyError:
+                if isinstance(default, NoDefault):
+                    raise KeyError(key) from None
+                return default
 
     # Overridden: the mixin pops the first key; dict.popitem pops the last inserted (LIFO).
     def popitem(self) -> tuple[str, Value]:
         """Remove and return the most recently inserted (key, value), as ``dict.popitem`` does."""
         with self._lock:
-            if not len(self._store):
-                raise KeyError("popitem(): SoftDict is empty")
-            key = self._store.newest_key()
-            value = self._store.get(key)
-            self._store.remove(key)
-            return key, value
+            while len(self._store):
+                with suppress(KeyError):  # another process took it meanwhile: the next newest
+                    key = self._store.newest_key()
+                    value = self._store.get(key)
+                    self._store.remove(key)
+                    return key, value
+            raise KeyError("popitem(): SoftDict is empty")
 
     # Overridden: the mixin deletes key by key; emptying the store is one reset.
     def clear(self) -> None:

@@ -81,6 +81,17 @@ class Tuning(OptionProperties):
             )
             if chosen is None:
                 return in_force  # nothing to learn from: keep what is in force
+            if chosen.kept_temperature:
+                # Before the store changes: where warnings are errors (python -W error), the
+                # call raises it, and changed the store first (a probe: top_k written).
+                warnings.warn(
+                    f"calibrate() kept the temperature in force ({in_force:.4g}): no "
+                    f"temperature predicted the {n_keys} stored values clearly better "
+                    f"(leave-one-out, a paired t-test at the 2.5% level), as happens on a store "
+                    f"this small or this uniform. Add keys, or set sd.temperature yourself",
+                    CalibrationWarning,
+                    stacklevel=2,
+                )
             temperature = None if chosen.kept_temperature else chosen.temperature
             config = self._store.config
             self._store.config = config.replace(
@@ -89,15 +100,6 @@ class Tuning(OptionProperties):
                 lexical_known=(
                     config.lexical_known if chosen.lexical_known is None else chosen.lexical_known
                 ),
-            )
-        if chosen.kept_temperature:
-            warnings.warn(
-                f"calibrate() kept the temperature in force ({in_force:.4g}): no temperature "
-                f"predicted the {n_keys} stored values clearly better (leave-one-out, a paired "
-                f"t-test at the 2.5% level), as happens on a store this small or this uniform. "
-                f"Add keys, or set sd.temperature yourself",
-                CalibrationWarning,
-                stacklevel=2,
             )
         return chosen.temperature
 

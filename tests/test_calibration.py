@@ -343,6 +343,23 @@ def test_a_store_too_small_to_tell_keeps_its_temperature_and_says_so() -> None:
         assert sd.temperature == in_force and sd.top_k is None
 
 
+def test_a_warning_raised_as_an_error_leaves_the_store_as_it_was() -> None:
+    """Where warnings are errors (python -W error, pytest's filterwarnings=error) calibrate
+    raises its CalibrationWarning, and it had written top_k first (in a Milvus store, for every
+    process that opens it later: a probe)."""
+    sd = SoftDict(
+        {"red apple": 10, "green apple": 9, "old chair": 2}, encoder=FakeEncoder(), top_k=2
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(CalibrationWarning, match="3 stored values"):
+            sd.calibrate()
+    assert sd.top_k == 2
+    with pytest.warns(CalibrationWarning):
+        sd.calibrate()
+    assert sd.top_k is None  # as a warning only, the call chooses
+
+
 def test_calibrate_chooses_how_much_spelling_weighs_between_real_words() -> None:
     """Under the hand-set rule, values that follow spelling (a word's English frequency rank,
     shared by its inflections, "run"/"runs"/"running") make calibrate raise lexical_known from

@@ -104,6 +104,12 @@ def _without_mvcc_warning(record: logging.LogRecord) -> bool:
     return "mvccTs" not in record.getMessage()
 
 
+def _without_collection_gone(record: logging.LogRecord) -> bool:
+    # A collection another process's clear dropped: softdict reads the store again and tries
+    # once more (``CollectionGone``), where pymilvus logged an ERROR with a traceback (a probe).
+    return "collection not found" not in record.getMessage()
+
+
 def connect(location: str, *, must_exist: bool = False) -> MilvusClient:
     """A client for ``location``: a server's URI (``http://host:19530``) or the path of a Milvus
     Lite file (``./prices.db``), which Milvus Lite opens in a process of its own. With
@@ -156,6 +162,7 @@ def connect(location: str, *, must_exist: bool = False) -> MilvusClient:
     # Milvus Lite does not report a read timestamp, and pymilvus logs a warning on every
     # read of all rows that it falls back on its own clock, which is right for one file.
     logging.getLogger("pymilvus.client.iterator.query_iterator").addFilter(_without_mvcc_warning)
+    logging.getLogger("pymilvus.decorators").addFilter(_without_collection_gone)
     token = os.environ.get(TOKEN_VARIABLE, "") if is_server_uri(location) else ""
     holding = not is_server_uri(location) and _hold_lite_file(location)
     try:
