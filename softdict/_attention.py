@@ -228,9 +228,12 @@ def _perturbed(
     weight below e^-87 is 0 (``exponentials``), yet with a spread past 87 it could be the best
     key's (a probe: a dot store whose codes' error was 200·T listed the true best key at weight 0
     and bounded the error by 0). A score of -inf (padding) weighs 0 both ways."""
-    logs = _shifted(scores, temperature)
     e = np.asarray(spread, dtype=np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
+    # NaN (0 times an infinite bound) knows nothing: as wide as can be. Capped so that no sum of
+    # the highest overflows (an infinite spread, at a temperature of 5e-324).
+    e = np.where(np.isnan(e), 1e300, np.minimum(e, 1e300))
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        logs = _shifted(scores, temperature)
         high = logs + e
         top = np.max(np.where(np.isfinite(high), high, -np.inf), axis=-1, keepdims=True)
         top = np.where(np.isfinite(top), top, 0.0)

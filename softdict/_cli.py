@@ -38,9 +38,10 @@ _ATTEND_BATCH = 1024
 
 def _build(args: argparse.Namespace) -> int:
     from softdict import SoftDict, ValueKind
+    from softdict._persistence import holds_other_data
 
     path, remote = Path(args.file), _remote(args.output, args.collection)
-    if not remote and _holds_no_store(Path(args.output)):  # before the file is read and encoded
+    if not remote and holds_other_data(Path(args.output)):  # before the table is read, encoded
         raise InputError(
             f"{args.output} exists and is not a softdict store, and building would replace it; "
             f"choose another -o or remove it yourself"
@@ -258,16 +259,6 @@ def _holds_a_store(output: str) -> bool:
     return (Path(output) / MANIFEST).is_file()
 
 
-def _holds_no_store(output: Path) -> bool:
-    """Whether ``output`` is a file, or a folder that holds something but no store: what a save
-    there refuses to replace (``_persistence``), found before a build reads and encodes."""
-    from softdict._manifest import MANIFEST
-
-    if not output.exists() or (output / MANIFEST).is_file():
-        return False
-    return not output.is_dir() or any(output.iterdir())
-
-
 def _combination(name: str, known: float) -> str:
     """The combination of meaning and spelling, as ``info`` shows it."""
     weighs_known = CombinationName(name).weighs_known
@@ -376,7 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif len(extra) == 2 and extra[0] == "--":
             args.text, extra = extra[1], []
     if extra:
-        dashed = args.run is _query and any(a[:1] == "-" and a != "--" for a in extra)
+        # A query that starts with one dash, not a mistyped option ("--jsn"):
+        dashed = args.run is _query and any(a[:1] == "-" and a[:2] != "--" for a in extra)
         hint = "; a query that starts with '-' goes after '--': query STORE [options] -- TEXT"
         parser.error(f"unrecognized arguments: {' '.join(extra)}" + (hint if dashed else ""))
     if getattr(args, "top", 1) < 1:

@@ -26,13 +26,14 @@ def plain(value: Any) -> Any:
 
 
 def printed(value: Any) -> str:
-    """A value as plain output prints it: a number to six significant digits, but every digit
-    of a whole part up to 10^15 (a price of 1,234,567 is no "1.23457e+06"); a vector or label
-    as JSON, exactly."""
+    """A value as plain output prints it: a number to six significant digits, but rounded to a
+    whole number where that would take an exponent below 10^15 (a price of 1,234,567 is no
+    "1.23457e+06"); a vector or label as JSON, exactly."""
     value = plain(value)
     if not isinstance(value, float):
         return json.dumps(value, ensure_ascii=False)
-    return f"{value:.0f}" if 1e6 <= abs(value) < 1e15 else f"{value:.6g}"
+    shown = f"{value:.6g}"
+    return f"{value:.0f}" if "e+" in shown and abs(value) < 1e15 else shown
 
 
 def _short(key: str) -> str:

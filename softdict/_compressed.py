@@ -3,9 +3,9 @@ from its codes (``softdict.index.compressed``), the keys that weigh most rescore
 bound on what the others' errors can change.
 
 For one query, every allowed key i gets a compressed score s̃_i with |s_i − s̃_i| <= e_i (the
-codes' bound). The head, the keys whose s̃ is within ``HEAD_MARGIN`` of the best, or within
-twice the largest e_i where that is more (any such key could be the best), at most ``max_k`` of
-them, is scored exactly; the softmax then runs over exact scores in the head and
+codes' bound). The head, the keys whose s̃ is within ``HEAD_MARGIN`` of the best and those
+that could be the best (s̃_i + e_i at least the highest s̃ − e), at most ``max_k`` of them, is
+scored exactly; the softmax then runs over exact scores in the head and
 compressed ones elsewhere, and every key's value is blended. Each log-weight outside the head is
 then known within ± e_i/T, which bounds:
 

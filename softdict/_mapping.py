@@ -154,8 +154,7 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         store: str = "memory",
         collection: str | None = None,
     ) -> None:
-        # The options are SoftDictConfig's fields, by name: the signature above lists each once
-        # more for editors and help(), and tests/test_options.py checks the two agree.
+        # SoftDictConfig's fields, listed again above for help() (tests/test_options.py checks).
         given = locals()
         config = SoftDictConfig.build(**{name: given[name] for name in SoftDictConfig.model_fields})
         # An existing store (Milvus) keeps its options but for those named here, None aside.
@@ -167,7 +166,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             self.update(data)
 
     def __repr__(self) -> str:
-        kind = self._store.value_kind or "no values yet"
+        with self._lock:  # a Milvus store reads its kind again (``value_kind``)
+            kind = self._store.value_kind or "no values yet"
         return (
             f"SoftDict({len(self)} keys, {kind}, similarity={self.similarity.value!r}, "
             f"temperature={self.temperature:.4g}, encoder={self._encoder.name!r})"
@@ -203,8 +203,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
     def __contains__(self, key: object) -> bool:
         return key in self._store
 
-    # Overridden: the mixin's views are not reversible, as a dict's are, and raise KeyError for
-    # a key another thread deleted after the keys were listed, where these skip it, as keys do.
+    # Overridden: the mixin's views are not reversible as a dict's, and raise KeyError for a key
+    # another thread deleted after the keys were listed; these skip it, as keys do.
     def keys(self) -> LiveKeys[str]:
         return LiveKeys(self)
 
@@ -280,9 +280,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
 
     def copy_to(self, store: str = "memory", *, collection: str | None = None) -> SoftDict:
         """A copy of this SoftDict in another store: every key with its value and vector, the
-        options, the query projection and the encoder; nothing is encoded again.
-
-        ``store`` and ``collection`` are as for ``SoftDict(...)``: ``copy_to("milvus:./p.db",
+        options, the query projection and the encoder; nothing is encoded again. ``store`` and
+        ``collection`` are as for ``SoftDict(...)``: ``copy_to("milvus:./p.db",
         collection="prices")`` moves an in-memory store into Milvus, and ``copy_to()`` brings a
         Milvus store back into memory (then ``save`` it to a folder). The target must hold no
         keys, and an existing collection this store's options (but for ``query_cache_size``,
@@ -291,7 +290,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         Raises:
             ConfigError: the target holds keys or other options, or cannot build this index.
             EncoderError: the target collection records another encoder.
-            InvalidValueError: a key or value the target cannot hold; the target is left empty.
+            InvalidValueError: a key or value the target cannot hold; the keys copied are
+                deleted again (a collection the copy made, dropped).
             StoreUnavailableError: the target's server cannot be reached.
         """
         with self._lock:
@@ -299,10 +299,10 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             where += f" (collection {collection!r})" if collection else ""
             # Nothing named: an existing collection opens with its options, which must be these.
             target = open_store(store, config.naming(()), collection=collection)
-            if len(target):
+            if held := len(target):
                 raise ConfigError(
-                    f"copy_to writes into an empty store, and {where} holds {len(target):,} "
-                    "keys; choose a new collection, or clear it first"
+                    f"copy_to writes into an empty store, and {where} holds "
+                    f"{held:,} keys; copy into a new collection, or clear it"
                 )
             config.check_same_answers(target.config, where)
             encoder = store_encoder(target, self._encoder, self._store.config.query_cache_size)
@@ -429,7 +429,8 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             KeyTypeError: a key is no str, or ``keys`` is one str (not a list of keys).
             ValueShapeError: lengths differ, ``values`` is one value, or the embeddings have the
                 wrong shape or are not real numbers (text, a ragged list, complex numbers, times).
-            InvalidValueError: an embedding or value is NaN or infinite.
+            InvalidValueError: an embedding or value is NaN or infinite, or (but under cosine)
+                an embedding's norm is past 1e18, where its scores would pass float32's range.
         """
         checked_keys, value_list = embedding_items(keys, values)
         with self._lock:

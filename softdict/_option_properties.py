@@ -165,7 +165,8 @@ class OptionProperties(Facade):
         """The kind of value this store holds: a ``ValueKind`` for the built-in kinds (a str
         enum: it equals "scalar", "vector" or "categorical"), the name of a registered plug-in
         kind, or None while the store is empty and its kind not fixed by ``value_kind=``."""
-        kind = self._store.value_kind
+        with self._lock:  # a Milvus store reads it again, and may forget what it knew
+            kind = self._store.value_kind
         built_in = {member.value for member in ValueKind}
         return ValueKind(kind) if kind in built_in else kind
 

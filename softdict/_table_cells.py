@@ -11,6 +11,8 @@ import json
 import math
 import re
 
+from softdict.values.base import MAX_EXACT_INT
+
 __all__ = ["Problem", "Underflow", "cell_value", "json_float", "numeric"]
 
 # What is wrong with a cell, and what to do about it.
@@ -123,7 +125,7 @@ def _unfit(cell: object, value: float, several: bool) -> Problem | None:
         if isinstance(cell, str) and any(ch.isdigit() for ch in cell):
             return f"{cell.strip()} is beyond a 64-bit float's range (1.8e308)", "fix the cell"
         return f"{cell!r} is no finite number", "values must be finite: fix the cell"
-    if isinstance(value, int) and abs(value) > 2**53:
+    if isinstance(value, int) and abs(value) > MAX_EXACT_INT:
         keep = "" if several else ", or --value-kind categorical to keep it as text"
         return (
             f"{value} is an integer beyond 2**53, which a 64-bit float rounds",

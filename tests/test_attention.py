@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -216,3 +217,10 @@ def test_a_weight_below_the_floor_can_still_be_the_best_within_its_spread() -> N
     assert low == close(0.0, abs=1e-20) and high == 1.0
     padded = np.array([[0.0, -np.inf, -5.0]])  # padding weighs nothing, whatever its spread
     assert weight_error_bound(padded, 0.05, np.array([[0.0, 1e6, 0.0]]))[0] == 0.0
+    # Infinite spreads (a temperature of 5e-324) overflowed the sum of the highest; a NaN one
+    # (0 times an infinite bound) counted as known exactly: both are as wide as can be.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        unknown = np.array([[0.0, np.inf, np.inf]]), np.array([[0.0, np.nan, 0.0]])
+        assert weight_error_bound(scores, 0.05, unknown[0])[0] == close(1.0)
+        assert weight_error_bound(scores, 0.05, unknown[1])[0] == close(1.0)

@@ -657,8 +657,10 @@ def test_a_query_that_starts_with_a_dash_goes_after_two_dashes(fruit_store: str)
     assert run("query", fruit_store, "--explain", "--", "apple pie").stdout.startswith(
         run("query", fruit_store, "apple pie").stdout
     )
-    refused = run("query", fruit_store, "-1e3", check=False)
+    refused = run("query", fruit_store, "-apple", check=False)  # not "-1e3": a number to 3.14
     assert refused.returncode == 2 and "query STORE [options] -- TEXT" in refused.stderr
+    mistyped = run("query", fruit_store, "--jsn", "apple", check=False)
+    assert mistyped.returncode == 2 and "'--'" not in mistyped.stderr
 
 
 def test_queries_from_a_file_or_stdin_give_one_result_per_line(

@@ -899,6 +899,15 @@ def test_a_manifest_that_contradicts_itself_is_refused(tmp_path: Path) -> None:
         StoreFormatError, match=r"embeddings\.npy holds a key vector of norm 1e\+30"
     ):
         SoftDict.load(folder, encoder=FakeEncoder())
+    # A dot store's keys: at most 1e18 long, as inserts are (their scores overflowed float32).
+    dot = SoftDict(encoder=FakeEncoder(), similarity="dot")
+    dot.add_embeddings(["a", "b"], np.eye(2, 16) * 1e17, [1.0, 2.0])
+    dot.save(tmp_path / "dot")
+    vectors = np.load(tmp_path / "dot" / "embeddings.npy")
+    vectors[1] *= np.float32(1e13)
+    resign(tmp_path / "dot", "embeddings.npy", npy(vectors))
+    with pytest.raises(StoreFormatError, match=r"norm 1e\+30, where this store's keys are at"):
+        SoftDict.load(tmp_path / "dot", encoder=FakeEncoder())
 
 
 def test_absurd_options_are_refused_when_given_too() -> None:

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from softdict._arguments import check_plug_in
 from softdict._config import SoftDictConfig
 from softdict._errors import ConfigError
-from softdict.store.base import StagedWrite, Store, StoreState, copy_into
+from softdict.store.base import StagedWrite, Store, StoreState
+from softdict.store.copying import copy_into
 from softdict.store.memory import MemoryStore
 
 __all__ = [

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Container, Iterable, Mapping
-from contextlib import AbstractContextManager, nullcontext, suppress
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from softdict._files import StoreFiles
 from softdict._similarity import Similarity
 from softdict._types import Mask, Value
 from softdict.encoders.base import EncoderIdentity
-from softdict.index.base import Allow, IndexBackend, require_vectors
+from softdict.index.base import Allow, IndexBackend
 from softdict.spelling import SpellingSource
 from softdict.values.base import ValueColumn
 
@@ -48,7 +48,6 @@ __all__ = [
     "Store",
     "StoreState",
     "check_projection_fits",
-    "copy_into",
     "dump_files",
 ]
 
@@ -186,7 +185,7 @@ class Store(ABC):
 
     def remove_keys(self, keys: list[str]) -> None:
         """Delete those of ``keys`` that are here (a copy that failed takes back its writes)."""
-        for key in (key for key in keys if key in self):
+        for key in [key for key in keys if key in self]:
             self.remove(key)
 
     @abstractmethod
@@ -365,9 +364,6 @@ class Store(ABC):
         """The state to save, and the files of its parts (the value column and the index)."""
 
 
-StoreT = TypeVar("StoreT", bound=Store)
-
-
 def dump_files(*parts: StoreFiles) -> StoreFiles:
     """The parts' files in one dict; a part that wrote a name another did (a plug-in's) is
     caught here rather than in a half-overwritten store."""
@@ -405,40 +401,6 @@ def _checked_predicate(predicate: Callable[[str], object]) -> Callable[[str], bo
             ) from exc
 
     return allowed
-
-
-def copy_into(source: Store, target: StoreT, batch: int = 4096) -> StoreT:
-    """Every key of ``source`` with its value and vector (as the source prepared it), and its
-    query projection, written into the empty ``target`` in batches; nothing is encoded again. A
-    copy that fails part of the way (a key the target cannot hold: Milvus's 64 KB) deletes the
-    keys it wrote, and a Milvus collection it made (``abandon``), so that it can be tried again.
-    Those alone: clearing the target deleted what another handle wrote meanwhile (a probe)."""
-    if len(source):
-        require_vectors(source.backend, "copying a store")
-    ids = source.ids()
-    written: list[str] = []
-    try:
-        for start in range(0, len(ids), batch):
-            part_ids = ids[start : start + batch]
-            # The keys of these ids, not of a second listing: another process's write between
-            # two listings paired keys with their neighbours' values and vectors (a probe).
-            part_keys = source.keys_of(part_ids)
-            column, slots = source.values_of(part_ids)
-            vectors = source.backend.vectors(part_ids)
-            items = {key: column.get(int(slot)) for key, slot in zip(part_keys, slots.tolist())}
-            staged = target.stage(items, dict(zip(part_keys, vectors)))
-            written.extend(part_keys)  # before the commit: a commit may fail part of the way
-            target.commit(staged)
-        projection = source.projection
-        if projection is not None:
-            target.projection = projection
-    except BaseException:
-        with suppress(Exception):  # a server that is down: its own error says more
-            for start in range(0, len(written), batch):
-                target.remove_keys(written[start : start + batch])
-            target.abandon()
-        raise
-    return target
 
 
 def check_projection_fits(projection_shape: tuple[int, ...] | None, dim: int) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from softdict._arguments import MAX_SCORED_NORM
 from softdict._config import SoftDictConfig
 from softdict._errors import EmptyStoreError, StoreFormatError
 from softdict._files import FileReader, StoreFiles
@@ -367,8 +368,7 @@ class MemoryStore(Store):
                 f"does not match the index: the store lists {n} keys, the index holds "
                 f"{len(backend)} vectors, not under the same ids",
             )
-        if state.config.similarity is Similarity.COSINE:
-            _check_unit_vectors(backend, files)
+        _check_key_norms(backend, files, state.config.similarity is Similarity.COSINE)
         store._column, store._backend, store._dim = column, backend, state.dim
         store._spelling = SpellingIndex.restore(
             state.ids[by_id], [state.keys[i] for i in by_id], files
@@ -382,28 +382,30 @@ class MemoryStore(Store):
         return store
 
 
-# A cosine store's vectors are unit vectors or zero (``Similarity.prepare_keys`` makes them so):
-# a longer one came from no insert but from a file edited with its checksums recomputed, and
-# would outscore every other key. The margin covers float32 rounding. Only embeddings.npy is
-# checked: FAISS's indexes hold approximations (PQ codes) and are trusted files anyway (their
-# checksums catch damage, not a crafted file; docs/guarantees.md).
+# A cosine store's vectors are unit vectors or zero (``Similarity.prepare_keys`` makes them so),
+# and another store's are at most ``MAX_SCORED_NORM`` long (an insert refuses longer ones): a
+# longer one came from no insert but from a file edited with its checksums recomputed, and would
+# outscore every other key, or overflow its scores. The margin covers float32 rounding. Only
+# embeddings.npy is checked: FAISS's indexes hold approximations (PQ codes) and are trusted
+# files anyway (their checksums catch damage, not a crafted file; docs/guarantees.md).
 _UNIT_MARGIN = 1e-3
 # Vectors checked at a time: 100 MB of copies at 384 dims, whatever the store's size.
 _CHECKED_ROWS = 1 << 16
 
 
-def _check_unit_vectors(backend: IndexBackend, files: FileReader) -> None:
-    """StoreFormatError where a loaded cosine store's embeddings.npy holds a vector longer than
-    a unit one."""
+def _check_key_norms(backend: IndexBackend, files: FileReader, cosine: bool) -> None:
+    """StoreFormatError where a loaded store's embeddings.npy holds a vector longer than its
+    keys can be: a unit one in a cosine store, ``MAX_SCORED_NORM`` in another."""
     if not files.has("embeddings.npy"):
         return
-    ids = backend.ids()
+    ids, most = backend.ids(), 1.0 + _UNIT_MARGIN if cosine else MAX_SCORED_NORM
     for start in range(0, len(ids), _CHECKED_ROWS):
         vectors = backend.vectors(ids[start : start + _CHECKED_ROWS])
         longest = float(np.sqrt(np.max(squared_norms(vectors), initial=0.0)))
-        if longest > 1.0 + _UNIT_MARGIN:
+        if longest > most:
+            whose = "unit vectors" if cosine else f"at most {MAX_SCORED_NORM:g} long"
             raise files.error(
                 "embeddings.npy",
-                f"holds a key vector of norm {longest:.6g} in a cosine store, whose keys are "
-                "unit vectors: the file was edited, not written by save",
+                f"holds a key vector of norm {longest:.6g}, where this store's keys are "
+                f"{whose}: the file was edited, not written by save",
             )

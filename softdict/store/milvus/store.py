@@ -38,7 +38,8 @@ from softdict._manifest import EncoderEntry
 from softdict._types import Value
 from softdict.encoders import EncoderIdentity
 from softdict.spelling import SpellingSource
-from softdict.store.base import StagedWrite, Store, StoreState, copy_into
+from softdict.store.base import StagedWrite, Store, StoreState
+from softdict.store.copying import copy_into
 from softdict.store.memory import MemoryStore
 from softdict.store.milvus._client import CollectionGone, connect, schema_error, shown
 from softdict.store.milvus._collection import KeyRows, check_collection_name, index_type, meta_name
@@ -200,10 +201,10 @@ class MilvusStore(Store):
 
     @projection.setter
     def projection(self, projection: np.ndarray | None) -> None:
-        self._projection = None
-        with self._writing(np.zeros(0, np.int64)):  # no key changes
+        with self._writing(np.zeros(0, np.int64)):  # no key changes; kept here once written
             if projection is None:
                 self._meta.update(projection=None)
+                self._projection = None
             else:
                 array = np.ascontiguousarray(projection, dtype=np.float32)
                 self._meta.update(projection=self._meta.write_projection(array))
