@@ -38,7 +38,7 @@ _ATTEND_BATCH = 1024
 
 def _build(args: argparse.Namespace) -> int:
     from softdict import SoftDict, ValueKind
-    from softdict._persistence import holds_other_data
+    from softdict._manifest import holds_other_data
 
     path, remote = Path(args.file), _remote(args.output, args.collection)
     if not remote and holds_other_data(Path(args.output)):  # before the table is read, encoded

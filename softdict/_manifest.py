@@ -43,6 +43,7 @@ __all__ = [
     "check_files",
     "check_part_names",
     "config_as_loaded",
+    "holds_other_data",
     "read_manifest",
     "refuse_foreign_entries",
     "refuse_newer_combination",
@@ -285,6 +286,14 @@ def check_files(folder: Path, files: dict[str, FileEntry]) -> dict[str, bytes]:
             raise StoreFormatError(f"{path} fails its SHA-256 checksum: the file is corrupted")
         contents[name] = data
     return contents
+
+
+def holds_other_data(target: Path) -> bool:
+    """Whether ``target`` is a file, or a folder that holds something but no store: what a save
+    refuses to replace (the command line's build asks before it reads and encodes a table)."""
+    if not target.exists() or (target / MANIFEST).is_file():
+        return False
+    return not target.is_dir() or any(target.iterdir())
 
 
 def refuse_foreign_entries(folder: Path) -> None:

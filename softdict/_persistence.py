@@ -75,6 +75,7 @@ from softdict._manifest import (
     check_files,
     check_part_names,
     config_as_loaded,
+    holds_other_data,
     read_manifest,
     refuse_foreign_entries,
     sha256,
@@ -178,24 +179,15 @@ def save_store(
         _save_locked(target, state, part_files, dataclasses.asdict(identity))
 
 
-def holds_other_data(target: Path) -> bool:
-    """Whether ``target`` is a file, or a folder that holds something but no store: what a save
-    refuses to replace (the command line's build asks before it reads and encodes a table)."""
-    if not target.exists() or (target / MANIFEST).is_file():
-        return False
-    return not target.is_dir() or any(target.iterdir())
-
-
 def _save_locked(
     target: Path, state: StoreState, part_files: StoreFiles, identity: dict[str, Any]
 ) -> None:
-    replaces_other_data = target.exists() and not (target / MANIFEST).is_file()
     if holds_other_data(target):
         raise StoreFormatError(
             f"cannot save to {target}: it exists and is not a softdict store, and saving "
             f"would replace it; choose another path or remove it yourself"
         )
-    if target.is_dir() and not replaces_other_data:
+    if (target / MANIFEST).is_file():
         refuse_foreign_entries(target)
     check_part_names(target, part_files)
     contents: dict[str, Any] = {"keys.json": state.keys, "ids.npy": state.ids, **part_files}
