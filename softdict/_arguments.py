@@ -14,6 +14,7 @@ import numpy as np
 
 from softdict._config import check_number
 from softdict._errors import ConfigError, InvalidValueError, KeyTypeError, ValueShapeError
+from softdict._similarity import Similarity
 
 __all__ = [
     "check_key",
@@ -276,11 +277,10 @@ def projected_queries(queries: np.ndarray, projection: np.ndarray | None) -> np.
 MAX_SCORED_NORM = 1e18
 
 
-def within_score_range(embeddings: np.ndarray, normalised: bool, what: str) -> np.ndarray:
+def within_score_range(embeddings: np.ndarray, similarity: Similarity, what: str) -> np.ndarray:
     """Checked ``embeddings`` (n, d), or InvalidValueError where a row's norm passes
-    ``MAX_SCORED_NORM`` and the similarity scores it as it is (not ``normalised``: cosine
-    divides the norm out)."""
-    if normalised or not embeddings.size:
+    ``MAX_SCORED_NORM`` and ``similarity`` scores it as it is (cosine divides the norm out)."""
+    if similarity is Similarity.COSINE or not embeddings.size:
         return embeddings
     # A largest entry under the limit over √d bounds every norm under it: one float32 pass.
     if float(np.abs(embeddings).max()) * np.sqrt(embeddings.shape[1]) <= MAX_SCORED_NORM:

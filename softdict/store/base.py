@@ -36,7 +36,6 @@ from softdict._errors import (
     ValueShapeError,
 )
 from softdict._files import StoreFiles
-from softdict._similarity import Similarity
 from softdict._types import Mask, Value
 from softdict.encoders.base import EncoderIdentity
 from softdict.index.base import Allow, IndexBackend
@@ -223,8 +222,8 @@ class Store(ABC):
         """``embeddings`` as float32 (n, d), or ValueShapeError (another dimension than the
         store's keys) or InvalidValueError (NaN, infinity, norms whose scores overflow);
         ``what`` names them in the message."""
-        cosine = self.config.similarity is Similarity.COSINE
-        return within_score_range(checked_embeddings(embeddings, self.dim, what), cosine, what)
+        checked = checked_embeddings(embeddings, self.dim, what)
+        return within_score_range(checked, self.config.similarity, what)
 
     def prepare_queries(self, embeddings: np.ndarray) -> np.ndarray:
         """Raw query embeddings (m, d) as the backend scores them: checked (ValueShapeError,
@@ -232,8 +231,9 @@ class Store(ABC):
         checked = self.checked_embeddings(embeddings, "query embeddings")
         projected = projected_queries(checked, self.projection)
         if projected is not checked:  # W_q may take them past the range the scores hold
-            cosine = self.config.similarity is Similarity.COSINE
-            within_score_range(projected, cosine, "query embeddings projected by W_q")
+            within_score_range(
+                projected, self.config.similarity, "query embeddings projected by W_q"
+            )
         return self.config.similarity.prepare_queries(projected)
 
     def allow(self, mask: Mask) -> Allow | None:
