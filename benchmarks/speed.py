@@ -28,7 +28,10 @@ Rows (each a store built on the same keys, default options but for what the row 
 
 Columns: single-query p50 and p99 (ms) per store size, every method timed query by query in
 one loop (interleaved, so a busy moment of the shared machine hits all of them alike); softdict's
-own cost, the p50 of ``lookup(text)`` minus the p50 of its encoder on the same queries; bulk
+own cost, the p50 of ``lookup(text)`` minus the p50 of its encoder on the same queries, and for
+each encoder's default store timed directly (``direct_own_cost``: its query embedded beforehand,
+right after the encoder ran, then again on warm caches: what the subtraction holds besides
+softdict's work is the caches the encoder emptied); bulk
 queries/s (the distinct typos of the 10^4 keys, against them, in one call; the median of three
 calls taking turns with the encoder's own batch and exact numpy attention on its embeddings, and
 with each other for rapidfuzz's ``cdist``); build keys/s
@@ -96,12 +99,32 @@ class KeysFromCache:
         return self.encode_query(texts)
 
 
+class QueriesFromCache(KeysFromCache):
+    """An encoder that answers keys and queries from given embeddings (the real encoder's):
+    a lookup through it is softdict's own work alone, measured directly."""
+
+    def __init__(
+        self, encoder, keys: list[str], vectors: np.ndarray, queries: list[str], embedded
+    ) -> None:
+        super().__init__(encoder, keys, vectors)
+        self._queries = dict(zip(queries, embedded))
+
+    def encode_query(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self._queries[text] for text in texts])
+
+
 def build(
-    label: str, keys: list[str], lexical: float = 1.0, combination: str = DEFAULT_COMBINATION
+    label: str,
+    keys: list[str],
+    lexical: float = 1.0,
+    combination: str = DEFAULT_COMBINATION,
+    encoder=None,
 ) -> tuple[SoftDict, float, int]:
-    """The store of ``keys`` for a row: (store, seconds to build it, memory growth)."""
-    encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
-    if len(keys) > EMBED_MAX[label]:
+    """The store of ``keys`` for a row: (store, seconds to build it, memory growth).
+    ``encoder``: the one to build it with (else the label's)."""
+    if encoder is None:
+        encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
+    if len(keys) > EMBED_MAX[label] and not isinstance(encoder, KeysFromCache):
         if label != DEFAULT:
             raise ValueError(f"{label}: {len(keys):,} keys would take too long to embed")
         encoder = KeysFromCache(encoder, keys, key_embeddings(keys))
@@ -204,9 +227,41 @@ def single_queries(n: int, labels: list[str]) -> tuple[dict[str, list[float]], s
                 began = time.perf_counter()
                 call(q)
                 times.setdefault(name, []).append(time.perf_counter() - began)
+    direct_own_cost(keys, queries, labels, times)
     notes = f"- {n:,} keys: " + "; ".join(f"{k}: {v}" for k, v in extra.items())
     print(notes, flush=True)
     return times, notes
+
+
+def direct_own_cost(
+    keys: list[str], queries: list[str], labels: list[str], times: dict[str, list[float]]
+) -> None:
+    """Each encoder's default store's own work, timed directly: a store of the same keys whose
+    encoder answers from the real one's embeddings (``QueriesFromCache``), each query looked
+    up right after the real encoder embedded it (as in a lookup, whose work follows the
+    encoder's), then again at once (the caches warm). Adds the times to ``times``."""
+    for label in labels:
+        if len(keys) > EMBED_MAX[label] and label != DEFAULT:
+            continue
+        encoder = resolve_encoder(ENCODERS[label], query_cache_size=0)
+        vectors = key_embeddings(keys) if len(keys) > EMBED_MAX[label] else None
+        if vectors is None:
+            vectors = encoder.encode_keys(keys, batch_size=1024)
+        cached = QueriesFromCache(
+            encoder, keys, vectors, queries, encoder.encode_queries(queries, batch_size=256)
+        )
+        direct, _, _ = build(label, keys, encoder=cached)
+        for q in queries[:5]:
+            direct.lookup(q)
+        store = f"softdict {label}"
+        for q in queries:
+            encoder.encode_queries([q])
+            for name in (f"direct after encoder: {store}", f"direct warm: {store}"):
+                began = time.perf_counter()
+                direct.lookup(q)
+                times.setdefault(name, []).append(time.perf_counter() - began)
+        del direct
+        gc.collect()
 
 
 def own_cost_rows(labels: list[str]) -> list[tuple[str, str]]:
@@ -312,7 +367,10 @@ def single_query_sections(sizes: list[int], labels: list[str]) -> dict[str, str]
     by_size = {n: times for n, (times, _) in measured.items()}
     names = list(
         dict.fromkeys(
-            name for times in by_size.values() for name in times if not name.startswith("paired")
+            name
+            for times in by_size.values()
+            for name in times
+            if not name.startswith(("paired", "direct"))
         )
     )
     header = "| method | " + " | ".join(f"{n:,} keys: p50 / p99" for n in sizes) + " |"
@@ -330,10 +388,15 @@ def single_query_sections(sizes: list[int], labels: list[str]) -> dict[str, str]
     own = [
         "",
         "softdict's own cost, ms: the p50 of lookup(text) minus the p50 of its encoder alone, "
-        "the two alternating query by query (in the table above, between ten other methods):",
+        "the two alternating query by query (alone) or in the table above, between ten other "
+        "methods (in the loop); and for each encoder's default store, the p50 of its lookup "
+        "timed directly, its query embedded beforehand: right after the encoder ran on the "
+        "query (after), then again at once (warm):",
         "",
     ]
-    own += ["| store | " + " | ".join(f"{n:,} keys: alone / in the loop" for n in sizes)]
+    own += [
+        "| store | " + " | ".join(f"{n:,} keys: alone / in the loop / after / warm" for n in sizes)
+    ]
     own[-1] += " |"
     own += ["|---" * (len(sizes) + 1) + "|"]
     for store, label in own_cost_rows(labels):
@@ -347,7 +410,11 @@ def single_query_sections(sizes: list[int], labels: list[str]) -> dict[str, str]
             paired -= np.median(times[f"paired encoder: {store}"])
             looped = np.median(times[store])
             looped -= np.median(times[f"encoder alone: {label}"])
-            cells.append(f"{paired * 1e3:.3f} / {looped * 1e3:.3f}")
+            direct = [
+                f"{np.median(times[name]) * 1e3:.3f}" if name in times else "-"
+                for name in (f"direct after encoder: {store}", f"direct warm: {store}")
+            ]
+            cells.append(f"{paired * 1e3:.3f} / {looped * 1e3:.3f} / " + " / ".join(direct))
         own.append(f"| {store} | " + " | ".join(cells) + " |")
     title = "one query at a time, " + ", ".join(f"{n:,}" for n in sizes) + " keys"
     notes = [notes for _, notes in measured.values()]
