@@ -357,15 +357,19 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status (0 ok, 1 error, 2 usage, 3 no match)."""
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args, extra = parser.parse_known_args(arguments)
     # argparse gives the optional TEXT nothing when an option stands between it and STORE
     # ("query STORE --explain TEXT"), and then calls TEXT unrecognised: it is TEXT.
-    # So is the one argument after "--" that argparse left ("query STORE --json -- -TEXT").
+    # So is the one argument after "--" that argparse left ("query STORE --json -- -TEXT"),
+    # and a TEXT "--" itself, which argparse drops as a second separator ("query STORE -- --").
     if args.run is _query and args.text is None:
         if len(extra) == 1 and extra[0][:1] != "-":
             args.text, extra = extra[0], []
         elif len(extra) == 2 and extra[0] == "--":
             args.text, extra = extra[1], []
+        elif not extra and arguments[-2:] == ["--", "--"]:
+            args.text = "--"
     if extra:
         # A query that starts with one dash, not a mistyped option ("--jsn"):
         dashed = args.run is _query and any(a[:1] == "-" and a[:2] != "--" for a in extra)

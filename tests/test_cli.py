@@ -661,6 +661,9 @@ def test_a_query_that_starts_with_a_dash_goes_after_two_dashes(fruit_store: str)
     assert refused.returncode == 2 and "query STORE [options] -- TEXT" in refused.stderr
     mistyped = run("query", fruit_store, "--jsn", "apple", check=False)
     assert mistyped.returncode == 2 and "'--'" not in mistyped.stderr
+    # A TEXT that is "--" itself, which argparse dropped as a second separator ("give a TEXT").
+    for form in (["--json", fruit_store], [fruit_store, "--json"]):
+        assert json.loads(run("query", *form, "--", "--").stdout)["query"] == "--"
 
 
 def test_queries_from_a_file_or_stdin_give_one_result_per_line(
