@@ -150,4 +150,9 @@ def _vector(cell: object) -> tuple[object, Problem | None]:
             return None, (f"its item {item.text} {_TOO_SMALL}", "fix the cell")
         if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item):
             return None, (f"its item {item!r:.30} is no finite number", "fix the cell")
+        if isinstance(item, int) and abs(item) > MAX_EXACT_INT:  # as a number cell (``_unfit``)
+            return None, (
+                f"its item {item} is an integer beyond 2**53, which a 64-bit float rounds",
+                "round it in the table",
+            )
     return cell, None

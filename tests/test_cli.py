@@ -520,6 +520,19 @@ def test_a_number_that_is_no_value_is_a_cell_error(tmp_path: Path, cell: str, me
         assert result.returncode == 1 and "item 2, column 'price'" in result.stderr
 
 
+def test_an_integer_past_2_53_in_a_json_vector_cell_is_a_cell_error(tmp_path: Path) -> None:
+    """A number cell past 2**53 was a cell error, but the same integer inside a JSON list cell
+    went on to the store, which refused it naming the key, not the line, and --skip-bad-rows
+    kept its row."""
+    table = 'name,vec\napple,"[1, 2]"\npear,"[9007199254740993, 1]"\nplum,"[3, 4]"\n'
+    options = ("--value", "vec", "--value-kind", "vector")
+    result, _ = build(tmp_path, table, *options, "--encoder", "/no/such/model", check=False)
+    message = "line 3, column 'vec': its item 9007199254740993 is an integer beyond 2**53"
+    assert result.returncode == 1 and message in result.stderr
+    result, store = build(tmp_path, table, *options, "--skip-bad-rows")
+    assert sorted(SoftDict.load(store)) == ["apple", "plum"] and "left out 1 rows" in result.stderr
+
+
 def test_a_mostly_text_column_stays_labels(tmp_path: Path) -> None:
     _, store = build(tmp_path, "name,kind\napple,fruit\npear,fruit\nchair,3\n", "--value", "kind")
     assert SoftDict.load(store)["chair"] == "3"  # a label that reads as a number stays text
