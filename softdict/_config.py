@@ -147,6 +147,15 @@ class SoftDictConfig(BaseModel):
             raise ValueError("must be a finite number > 0")
         return value
 
+    @field_validator("value_kind")
+    @classmethod
+    def _a_kind_named(cls, value: str | None) -> str | None:
+        # "" read as "no kind fixed" where the store was made, and as a kind at load: the store
+        # worked and saved, and then did not load.
+        if value is not None and not value.strip():
+            raise ValueError("must name a value kind, or be None to take the first value's kind")
+        return value
+
     @field_validator("*", mode="before")
     @classmethod
     def _a_number_as_a_number(cls, value: object, info: ValidationInfo) -> object:

@@ -40,6 +40,7 @@ __all__ = [
     "FormatOneBody",
     "FormatTwoBody",
     "Manifest",
+    "blank_kind_as_unfixed",
     "check_files",
     "check_part_names",
     "config_as_loaded",
@@ -223,6 +224,16 @@ def refuse_newer_combination(saved: object, where: object) -> None:
         )
 
 
+def blank_kind_as_unfixed(saved: object) -> None:
+    """Read a blank ``value_kind`` in the ``config`` of a saved manifest (its JSON object) as
+    None, what it meant where the store was made: softdict took ``value_kind=""`` for "no kind
+    fixed" until it refused it, and such a store saved but did not load."""
+    config = saved.get("config") if isinstance(saved, dict) else None
+    kind = config.get("value_kind") if isinstance(config, dict) else None
+    if isinstance(kind, str) and not kind.strip():
+        config["value_kind"] = None  # type: ignore[index]
+
+
 def read_manifest(folder: Path) -> Manifest:
     """The manifest of the store at ``folder``: format, version, checksum and schema checked."""
     path = folder / MANIFEST
@@ -253,6 +264,7 @@ def read_manifest(folder: Path) -> Manifest:
     if not intact:
         raise StoreFormatError(f"{path} fails its checksum: the manifest is corrupted")
     refuse_newer_combination(body, folder)
+    blank_kind_as_unfixed(body)
     schema = FormatOneBody if version == 1 else FormatTwoBody
     try:
         return Manifest(version, schema.model_validate(body))

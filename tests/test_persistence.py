@@ -984,3 +984,20 @@ def test_a_save_killed_before_its_first_rename_leaves_nothing_after_the_next_loa
     (half / "keys.json").write_text('["apple", "pe')
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
     assert folder_names(tmp_path) == ["s"]
+
+
+def test_a_blank_value_kind_is_refused_and_a_store_saved_with_one_loads(tmp_path: Path) -> None:
+    """value_kind="" fixed no kind where the store was made and named a kind at load: the store
+    worked and saved, and then never loaded ("fixes value_kind '' but records 'scalar'"). It is
+    refused now, and a store saved with one loads as it was made, its kind not fixed."""
+    for blank in ("", "  "):
+        with pytest.raises(ConfigError, match="value_kind"):
+            SoftDict(encoder=FakeEncoder(), value_kind=blank)
+    folder = saved_store(tmp_path)
+    rewrite_manifest(folder, lambda manifest: manifest["body"]["config"].update(value_kind=""))
+    loaded = SoftDict.load(folder, encoder=FakeEncoder())
+    keys = ["apple", "green apple", "red chair", "sofa", "car"]  # saved_store's
+    assert dict(loaded.items()) == dict(zip(keys, VALUE_SAMPLES["scalar"]))
+    loaded.clear()
+    loaded["label"] = "a label"  # no kind fixed: emptied, it takes the next value's
+    assert loaded.value_kind == "categorical"

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from softdict._config import CombinationName, SoftDictConfig, shown_option
 from softdict._errors import ConfigError, StoreFormatError, ValueShapeError
-from softdict._manifest import EncoderEntry, refuse_newer_combination
+from softdict._manifest import EncoderEntry, blank_kind_as_unfixed, refuse_newer_combination
 from softdict.store.milvus._client import schema_error
 from softdict.store.milvus._collection import MAX_VARCHAR, CollectionRows
 from softdict.store.milvus._writers import WRITER_PREFIX, counter_of
@@ -296,6 +296,7 @@ class StoreMetadata:
         try:
             parsed = json.loads(rows[_MANIFEST])
             refuse_newer_combination(parsed, where)
+            blank_kind_as_unfixed(parsed)
             if _SHAPE in rows:  # the shape's own row, where it has one (``_SHAPE``)
                 parsed.update(json.loads(rows[_SHAPE]))
             manifest = Manifest.model_validate(parsed)

@@ -320,7 +320,7 @@ class MilvusStore(Store):
         # filled it again with another kind or dimension, which this one would corrupt.
         self._shape_as_stored()
         fixed = self._meta.manifest.config.value_kind
-        fixed_kind = column_class(fixed) if fixed else None
+        fixed_kind = column_class(fixed) if fixed is not None else None
         column = write_column(self._empty_column(), fixed_kind, items)
         staged = column.stage([items[key] for key in keys], keys)
         check_inferred_kind(column, fixed_kind, items.items())
