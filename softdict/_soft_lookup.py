@@ -84,7 +84,8 @@ class SoftLookups(Facade):
             EmptyStoreError: the store has no keys, or the mask allows none.
             KeyTypeError: the mask is no iterable of keys nor a predicate, or holds an item
                 that is no str (a boolean array: pass a predicate).
-            ConfigError: the mask's predicate raised, or answered neither True nor False.
+            ConfigError: the mask's predicate raised, or answered neither True nor False (text,
+                a float or an array).
         """
         texts, single = query_texts(query)
         check_min_score(min_score)

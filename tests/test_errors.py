@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 import sys
 from fractions import Fraction
 
@@ -439,6 +440,25 @@ def test_a_mask_predicate_that_fails_is_a_config_error(
         assert raised.value.__cause__ is not None
     assert list(scalar_store.items()) == before
     assert scalar_store.attend("apple", mask=lambda key: key != "chair").keys[0] == "apple"
+
+
+@pytest.mark.parametrize("answer", ["False", b"", float("nan"), np.float64(0.0)])
+def test_a_mask_predicate_that_answers_text_or_a_float_is_a_config_error(
+    scalar_store: SoftDict, answer: object
+) -> None:
+    """Any answer was read by its truth: the text "False" (a table's cell) let every key
+    through, and so did NaN, without a word."""
+    for call in (scalar_store.lookup, scalar_store.attend, scalar_store.nearest):
+        with pytest.raises(ConfigError, match="it must answer True or False"):
+            call("apple", mask=lambda key: answer)
+    # What Python reads as true or false plainly still is: None, a regex's match, numpy's bools.
+    assert scalar_store.attend("apple", mask=lambda key: re.match("ch", key)).keys == ("chair",)
+    assert scalar_store.attend("apple", mask=lambda key: np.bool_(key == "chair")).keys == (
+        "chair",
+    )
+    assert (
+        "chair" not in scalar_store.attend("apple", mask=lambda k: None if k == "chair" else 1).keys
+    )
 
 
 # What each refusal of a complex number or a time says to do instead.

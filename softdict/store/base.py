@@ -242,7 +242,8 @@ class Store(ABC):
         Raises:
             KeyTypeError: the mask is neither an iterable of keys nor a predicate, or holds an
                 item that is no str.
-            ConfigError: the mask's predicate raised, or answered neither True nor False.
+            ConfigError: the mask's predicate raised, or answered neither True nor False (text,
+                a float or an array).
             EmptyStoreError: the mask allows no stored key.
         """
         if mask is None:
@@ -382,7 +383,9 @@ def dump_files(*parts: StoreFiles) -> StoreFiles:
 def _checked_predicate(predicate: Callable[[str], object]) -> Callable[[str], bool]:
     """``predicate`` as a mask: ConfigError naming the key where it raises, or answers what is
     neither true nor false (an array); its own error came out as it was (ZeroDivisionError,
-    numpy's "truth value of an array is ambiguous")."""
+    numpy's "truth value of an array is ambiguous"). An answer is read by its truth (None and a
+    regex's match read as Python reads them), but for text and floats, whose truth is not what
+    they say: the text "False" (a table's cell) let every key through, and so did NaN."""
 
     def allowed(key: str) -> bool:
         try:
@@ -392,6 +395,12 @@ def _checked_predicate(predicate: Callable[[str], object]) -> Callable[[str], bo
                 f"the mask's predicate raised {type(exc).__name__} on the key {key!r:.60} "
                 f"({exc}); it must answer True or False for every key"
             ) from exc
+        if isinstance(verdict, (str, bytes, float, np.floating)):
+            raise ConfigError(
+                f"the mask's predicate answered {verdict!r:.40} ({type(verdict).__name__}) for "
+                f"the key {key!r:.60}; it must answer True or False (text and floats are not "
+                f"read as either: the text 'False' is true in Python, and so is NaN)"
+            )
         try:
             return bool(verdict)
         except Exception as exc:

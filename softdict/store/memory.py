@@ -37,7 +37,9 @@ class MemoryStore(Store):
 
     def __init__(self, config: SoftDictConfig) -> None:
         self._spec: BackendSpec = backend_spec(config.index)  # ConfigError if unknown
-        self._fixed_kind = column_class(config.value_kind) if config.value_kind is not None else None
+        self._fixed_kind = (
+            column_class(config.value_kind) if config.value_kind is not None else None
+        )
         self._config = config
         self._projection: np.ndarray | None = None
         self._next_id = 0
