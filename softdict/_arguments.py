@@ -13,7 +13,13 @@ from typing import Any
 import numpy as np
 
 from softdict._config import check_number
-from softdict._errors import ConfigError, InvalidValueError, KeyTypeError, ValueShapeError
+from softdict._errors import (
+    ConfigError,
+    InvalidValueError,
+    KeyTypeError,
+    ValueShapeError,
+    short_repr,
+)
 from softdict._similarity import Similarity
 
 __all__ = [
@@ -64,13 +70,13 @@ def embedding_items(keys: object, values: object) -> tuple[list[str], list[objec
     if isinstance(keys, (str, bytes)) or not isinstance(keys, Iterable):
         raise KeyTypeError(
             f"add_embeddings takes a sequence of keys, got {type(keys).__name__} "
-            f"({keys!r:.60}); pass a list, [key] for one"
+            f"({short_repr(keys, 60)}); pass a list, [key] for one"
         )
     one = isinstance(values, (str, bytes)) or getattr(values, "ndim", 1) == 0  # 0-d: one number
     if one or not isinstance(values, Iterable):
         raise ValueShapeError(
             f"add_embeddings takes one value per key, got {type(values).__name__} "
-            f"({values!r:.60}); pass a list of values, [value] for one"
+            f"({short_repr(values, 60)}); pass a list of values, [value] for one"
         )
     return [check_key(key, f" (item #{i})") for i, key in enumerate(keys)], list(values)
 
@@ -166,12 +172,12 @@ def update_items(other: Any, kwargs: Mapping[str, object]) -> dict[str, object]:
             except TypeError:
                 raise KeyTypeError(
                     f"update() takes a mapping or an iterable of (key, value) pairs; item #{i} "
-                    f"is {item!r:.60}, which is not a sequence"
+                    f"is {short_repr(item, 60)}, which is not a sequence"
                 ) from None
             if len(pair) != 2:
                 raise ValueShapeError(
                     f"update() takes (key, value) pairs; item #{i} has length {len(pair)}: "
-                    f"{item!r:.60}"
+                    f"{short_repr(item, 60)}"
                 )
             pairs.append(pair)
     pairs.extend(kwargs.items())

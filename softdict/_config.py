@@ -23,7 +23,7 @@ from typing import Any, get_args
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from softdict._errors import ConfigError, UnknownOptionError
+from softdict._errors import ConfigError, UnknownOptionError, short_repr
 from softdict._similarity import Similarity
 
 __all__ = [
@@ -202,7 +202,7 @@ class SoftDictConfig(BaseModel):
         except ValidationError as exc:
             # pydantic opens a validator's own message with "Value error, ": the message says it.
             problems = "; ".join(
-                f"{'.'.join(str(p) for p in err['loc'])}={err.get('input')!r}: "
+                f"{'.'.join(str(p) for p in err['loc'])}={short_repr(err.get('input'))}: "
                 f"{err['msg'].removeprefix('Value error, ')}"
                 for err in exc.errors()
             )
@@ -310,7 +310,7 @@ def check_number(
         or not _representable(value)
         or not valid(value)
     ):
-        raise ConfigError(f"{name} must be {expected}, got {value!r:.80}")
+        raise ConfigError(f"{name} must be {expected}, got {short_repr(value)}")
 
 
 def _representable(value: Any) -> bool:

@@ -46,6 +46,22 @@ __all__ = [
 ]
 
 
+def short_repr(value: object, width: int = 80) -> str:
+    """``repr(value)`` for a message, at most ``width`` characters: an int of more than 40
+    digits by its size (Python will not write one past 4,300 digits, and a message of 5,000
+    digits says no more), anything else cut short; a repr that fails is "..."."""
+    if isinstance(value, int) and abs(value).bit_length() > 133:  # past 10**40
+        return f"an integer of {int(abs(value).bit_length() * 0.30103) + 1:,} digits or so"
+    try:
+        text = repr(value)
+    except Exception:  # a message must not fail
+        if type(value) not in (tuple, list) or len(value) > 4:  # type: ignore[arg-type]
+            return "..."
+        items = ", ".join(short_repr(item, width) for item in value)  # type: ignore[attr-defined]
+        text = f"({items})" if type(value) is tuple else f"[{items}]"
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 class CalibrationWarning(UserWarning):
     """``calibrate()`` kept the temperature in force: no other predicted the stored values
     clearly better (a store too small, or too uniform, to tell)."""

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from softdict._arguments import check_unicode
-from softdict._errors import ConfigError, KeyTypeError, NoMatchError
+from softdict._errors import ConfigError, KeyTypeError, NoMatchError, short_repr
 from softdict._lookup import spelling_queries, terms_of
 from softdict._similarity import Similarity
 from softdict.index.base import require_vectors
@@ -90,7 +90,8 @@ def examples_from(pairs: Iterable[object]) -> list[tuple[str, str]]:
             and all(isinstance(x, str) for x in pair)
         ):
             raise KeyTypeError(
-                f"fit() takes (query, target key) pairs of strings; pair #{i} is {pair!r:.60}"
+                f"fit() takes (query, target key) pairs of strings; pair #{i} is "
+                f"{short_repr(pair, 60)}"
             )
         # As a lookup checks it: no encoder reads it.
         check_unicode(pair[0], f"query of pair #{i}", "passing it to fit")

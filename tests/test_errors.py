@@ -628,3 +628,28 @@ def test_text_that_is_not_valid_unicode_is_refused_before_it_can_break_a_save(
     assert_unchanged(labels, before_labels)
     sd.save(tmp_path / "s")  # and the store still saves
     labels.save(tmp_path / "l")
+
+
+def test_an_integer_too_long_to_print_gets_a_softdict_error_of_a_line(
+    scalar_store: SoftDict,
+) -> None:
+    """Messages wrote the number whole: past Python's 4,300-digit limit that raised a raw
+    ValueError ("Exceeds the limit ... for integer string conversion"), and 10**400 made a
+    message of 401 digits."""
+    big = 10**5000
+    before = list(scalar_store.items())
+    calls = [
+        lambda: scalar_store.__setitem__("k", big),
+        lambda: scalar_store.lookup(["apple", "zz"], min_score=0.99, default=big),
+        lambda: scalar_store.lookup("apple", min_score=big, default=None),
+        lambda: scalar_store.nearest("apple", k=big),
+        lambda: SoftDict(encoder=FakeEncoder(), temperature=big),
+        lambda: scalar_store.fit([(big, "apple")]),
+    ]
+    for call in calls:
+        with pytest.raises(SoftDictError) as raised:
+            call()
+        assert "5,001 digits" in str(raised.value) and len(str(raised.value)) < 400
+    with pytest.raises(SoftDictError, match="an integer of 401 digits or so, beyond 2"):
+        scalar_store["k"] = 10**400
+    assert list(scalar_store.items()) == before

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from softdict._arguments import check_plug_in
-from softdict._errors import ConfigError
+from softdict._errors import ConfigError, short_repr
 from softdict._similarity import Metric
 from softdict.index.base import IndexBackend
 
@@ -42,7 +42,9 @@ def register_backend(
     """
     check_plug_in(name, "index backend name", create)
     if description is not None and not isinstance(description, str):
-        raise ConfigError(f"register_backend's description must be a str, got {description!r:.60}")
+        raise ConfigError(
+            f"register_backend's description must be a str, got {short_repr(description, 60)}"
+        )
     with _LOCK:
         _NAMED[name] = BackendSpec(name, create, description or name)
 

@@ -34,6 +34,7 @@ from softdict._errors import (
     KeyTypeError,
     StoreFormatError,
     ValueShapeError,
+    short_repr,
 )
 from softdict._files import StoreFiles
 from softdict._types import Mask, Value
@@ -262,7 +263,7 @@ class Store(ABC):
             if odd:
                 raise KeyTypeError(
                     f"mask items must be keys (str), got {type(odd[0]).__name__} "
-                    f"({odd[0]!r:.60}); "
+                    f"({short_repr(odd[0], 60)}); "
                     "to allow the keys a condition holds for, pass a predicate key -> bool"
                 )
             ids = self._ids_of(keys)
@@ -397,9 +398,10 @@ def _checked_predicate(predicate: Callable[[str], object]) -> Callable[[str], bo
             ) from exc
         if isinstance(verdict, (str, bytes, float, np.floating)):
             raise ConfigError(
-                f"the mask's predicate answered {verdict!r:.40} ({type(verdict).__name__}) for "
-                f"the key {key!r:.60}; it must answer True or False (text and floats are not "
-                f"read as either: the text 'False' is true in Python, and so is NaN)"
+                f"the mask's predicate answered {short_repr(verdict, 40)} "
+                f"({type(verdict).__name__}) for the key {key!r:.60}; it must answer True or "
+                f"False (text and floats are not read as either: the text 'False' is true in "
+                f"Python, and so is NaN)"
             )
         try:
             return bool(verdict)

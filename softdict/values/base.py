@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 
 import numpy as np
 
-from softdict._errors import ValueKindError, ValueShapeError
+from softdict._errors import ValueKindError, ValueShapeError, short_repr
 from softdict._files import FileReader, StoreFiles
 from softdict._types import BatchValue, Value
 from softdict.values.distribution import Distribution
@@ -67,11 +67,11 @@ def float64_rounding(value: object) -> str | None:
         return None
     if kind is int or isinstance(value, numbers.Integral):
         big = abs(int(value)) > MAX_EXACT_INT  # type: ignore[call-overload]
-        return (
-            f"the integer {value}, beyond 2**53, where float64 stops holding every integer"
-            if big
-            else None
-        )
+        if not big:
+            return None
+        shown = short_repr(int(value))  # type: ignore[call-overload]  # "an integer of N digits"
+        named = shown if shown.startswith("an integer") else f"the integer {shown}"
+        return f"{named}, beyond 2**53, where float64 stops holding every integer"
     if isinstance(value, (np.float64, np.float32, np.float16)):
         return None
     try:
@@ -255,13 +255,13 @@ def batch_default_error(
     """The error for a ``default`` that a batch result (one array) cannot hold, or (``rounding``:
     why) would hold rounded."""
     why = (
-        f"default must be {expected}; got {default!r:.60}"
+        f"default must be {expected}; got {short_repr(default, 60)}"
         if rounding is None
         else f"its float64 array would round default, {rounding}"
     )
     return ValueShapeError(
-        f"a batch lookup returns one array, so {why}. To get {default!r:.20} back, look the "
-        f"queries up one at a time"
+        f"a batch lookup returns one array, so {why}. To get {short_repr(default, 20)} back, "
+        f"look the queries up one at a time"
     )
 
 

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from softdict._arguments import check_plug_in
-from softdict._errors import ConfigError, ValueKindError
+from softdict._errors import ConfigError, ValueKindError, short_repr
 from softdict.values.base import ValueColumn, describe_value, number_hint
 
 __all__ = [
@@ -39,7 +39,7 @@ def register_value_kind(column: type[ValueColumn[Any]], *, inferred: bool = Fals
     if not (isinstance(column, type) and issubclass(column, ValueColumn)):
         raise ConfigError(
             f"register_value_kind takes a ValueColumn subclass (the class itself), got "
-            f"{column!r:.60}"
+            f"{short_repr(column, 60)}"
         )
     check_plug_in(getattr(column, "kind", None), "value kind", column)
     with _LOCK:
