@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from softdict._config import check_number
+from softdict._errors import short_repr
 from softdict._types import Value
 from softdict.values.distribution import Distribution
 
@@ -114,21 +116,28 @@ class Attention:
         )
 
     def top(self, n: int = 5) -> list[tuple[str, float]]:
-        """The ``n`` keys with the largest weights, as (key, weight) pairs."""
+        """The ``n`` keys with the largest weights, as (key, weight) pairs.
+
+        Raises:
+            ConfigError: ``n`` is no whole number >= 0 (-1 gave every key but the last, as a
+                slice does).
+        """
+        check_number("n", n, "a whole number >= 0", lambda k: k >= 0, whole=True)
         return [(key, float(w)) for key, w in zip(self.keys[:n], self.weights[:n])]
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"({key!r}, {w:.3f})" for key, w in self.top(3))
+        # Each text cut short: a key or label of a megabyte made a repr of a megabyte.
+        shown = ", ".join(f"({short_repr(key)}, {w:.3f})" for key, w in self.top(3))
         more = ", ..." if len(self.keys) > 3 else ""
         value = (
             np.array2string(self.value, precision=4, threshold=6)
             if isinstance(self.value, np.ndarray)
-            else repr(self.value)
+            else short_repr(self.value)
         )
         tail = "None" if self.tail_mass is None else f"{self.tail_mass:.3g}"
         sampled = f", sampled={self.sampled}" if self.sampled else ""
         return (
-            f"Attention(query={self.query!r}, value={value}, k={self.k}{sampled}, "
+            f"Attention(query={short_repr(self.query)}, value={value}, k={self.k}{sampled}, "
             f"tail_mass={tail}, top=[{shown}{more}])"
         )
 

@@ -82,7 +82,11 @@ def same_items(mine: Mapping[str, object], other: Mapping[object, object]) -> bo
             return False
         theirs = other[key]
         if isinstance(value, np.ndarray) or isinstance(theirs, np.ndarray):
-            if not np.array_equal(np.asarray(value), np.asarray(theirs)):
+            try:
+                other_array = np.asarray(theirs)
+            except (ValueError, TypeError):  # ragged ([1.0, [2.0]]): no array, so not equal
+                return False
+            if not np.array_equal(np.asarray(value), other_array):
                 return False
         elif value != theirs:
             return False

@@ -11,7 +11,14 @@ import numpy as np
 import pytest
 from _support import FakeEncoder, assert_close, close
 
-from softdict import Attention, EmptyStoreError, NoMatchError, Similarity, SoftDict
+from softdict import (
+    Attention,
+    ConfigError,
+    EmptyStoreError,
+    NoMatchError,
+    Similarity,
+    SoftDict,
+)
 from softdict._attention import attention
 
 KEYS = ["red apple", "green apple", "yellow banana", "wooden chair", "soft sofa", "red car"]
@@ -377,3 +384,18 @@ def test_attentions_and_distributions_compare_by_what_they_hold() -> None:
     assert distribution != labels.attend("b").distribution and distribution != {"y": 1.0}
     plain = SoftDict({"a": "x", "b": "y"}, encoder=FakeEncoder()).attend("a").distribution
     assert plain == {label: p for label, p in plain.items()}
+
+
+def test_a_result_shows_long_texts_cut_short_and_top_takes_a_count() -> None:
+    """repr of an Attention over a key of 100,000 characters was 200 KB long, and of a
+    Distribution with a label of a megabyte a megabyte; top(-1) gave every key but the last
+    (a slice) and top(1.5) raised a raw TypeError."""
+    long_key, long_label = "k" * 100_000, "L" * 1_000_000
+    sd = SoftDict({long_key: long_label, "short": "x"}, encoder=FakeEncoder())
+    attention = sd.attend(long_key)
+    assert len(repr(attention)) < 500 and len(repr(attention.distribution)) < 500
+    assert attention.top(1)[0][0] == long_key and len(attention.top(0)) == 0
+    assert [key for key, _ in attention.top(5)] == list(attention.keys)
+    for bad in (-1, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match="n must be a whole number >= 0"):
+            attention.top(bad)  # type: ignore[arg-type]

@@ -236,6 +236,8 @@ def test_vector_stores_compare(make_store) -> None:
     assert sd != {"apple": [1.0, 2.0], "chair": [3.0, 4.0, 0.0]}  # another length
     assert sd != {"apple": [1.0, 2.0], "table": [3.0, 4.0]}
     assert sd != make_store({"apple": 1.0, "chair": 2.0}) and sd != [("apple", [1.0, 2.0])]
+    # A value that makes no array (ragged) raised numpy's ValueError from ==.
+    assert sd != {"apple": [1.0, [2.0]], "chair": [3.0, 4.0]}
 
 
 def test_deleted_keys_never_contribute_and_survive_compaction(store, items) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Iterator, Mapping
 
 import numpy as np
 
+from softdict._errors import short_repr
 from softdict._types import Label
 
 __all__ = ["Distribution", "canonical_json"]
@@ -74,6 +75,6 @@ class Distribution(Mapping[Label, float]):
         return self._pairs[0][0]
 
     def __repr__(self) -> str:
-        shown = ", ".join(f"{label!r}: {p:.3f}" for label, p in self._pairs[:8])
+        shown = ", ".join(f"{short_repr(label)}: {p:.3f}" for label, p in self._pairs[:8])
         more = f", ... {len(self._pairs) - 8} more" if len(self._pairs) > 8 else ""
         return f"Distribution({{{shown}{more}}})"
