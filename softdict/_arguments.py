@@ -200,6 +200,11 @@ def embedding_array(embeddings: object, what: str, expected: str = _EMBEDDINGS) 
     numbers in one array (text, a ragged list, complex numbers, times); ``what`` names them and
     ``expected`` says what they should be. A number beyond float32's range becomes infinity here,
     quietly: every caller refuses what is not finite, with its own message."""
+    if np.ma.is_masked(embeddings):  # np.asarray keeps the data under the mask
+        raise InvalidValueError(
+            f"{what} are a masked array with masked (missing) entries; fill them "
+            f"(embeddings.filled(...)) or leave their rows out"
+        )
     try:
         array = np.asarray(embeddings)
         if array.dtype.kind == "O":  # Python objects: numbers (Decimal, Fraction) convert

@@ -653,3 +653,18 @@ def test_an_integer_too_long_to_print_gets_a_softdict_error_of_a_line(
     with pytest.raises(SoftDictError, match="an integer of 401 digits or so, beyond 2"):
         scalar_store["k"] = 10**400
     assert list(scalar_store.items()) == before
+
+
+def test_a_masked_array_with_masked_entries_is_refused_as_a_vector_or_embeddings() -> None:
+    """np.asarray keeps the data under a mask: [1, 99] with 99 masked (missing) was stored as
+    [1, 99], and masked embeddings were indexed as if whole."""
+    sd = SoftDict({"apple": [1.0, 2.0]}, encoder=FakeEncoder())
+    before = snapshot(sd)
+    with pytest.raises(InvalidValueError, match="masked array with masked"):
+        sd["pear"] = np.ma.array([1.0, 99.0], mask=[False, True])
+    embeddings = np.ma.array(np.ones((1, FAKE_DIM)), mask=np.eye(1, FAKE_DIM, dtype=bool))
+    with pytest.raises(InvalidValueError, match="masked array with masked"):
+        sd.add_embeddings(["pear"], embeddings, [[1.0, 2.0]])
+    assert snapshot(sd) == before
+    sd["pear"] = np.ma.array([3.0, 4.0])  # nothing masked: the data as it is
+    assert list(sd["pear"]) == [3.0, 4.0]

@@ -93,6 +93,11 @@ class VectorColumn(ValueColumn[np.ndarray]):
             numeric_array = isinstance(value, np.ndarray) and real_dtype(value.dtype)
             if not (numeric_array or is_numeric_sequence(value)):
                 raise self.kind_error(key, value)
+            if np.ma.is_masked(value):  # np.asarray keeps the data under the mask
+                raise InvalidValueError(
+                    f"value for key {key!r} is a masked array with masked (missing) entries; "
+                    f"vector values must be whole: fill them (value.filled(...)) first"
+                )
             try:
                 vector = np.asarray(value, dtype=np.float64)
             except OverflowError:
