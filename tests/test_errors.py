@@ -667,3 +667,29 @@ def test_a_masked_array_with_masked_entries_is_refused_as_a_vector_or_embeddings
     assert list(sd) == ["apple"] and list(sd["apple"]) == [1.0, 2.0]
     sd["pear"] = np.ma.array([3.0, 4.0])  # nothing masked: the data as it is
     assert list(sd["pear"]) == [3.0, 4.0]
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        (np.zeros((2, 2)), "this one is 2-D"),
+        (np.array([True, False]), "this one is of dtype bool"),
+        (np.array([]), "this one is empty"),
+    ],
+)
+def test_an_array_no_kind_takes_is_refused_saying_why_not_that_labels_are_held(
+    value: np.ndarray, why: str
+) -> None:
+    """A first value no kind takes was refused with "this store holds categorical values
+    (fixed by its first insert...)", of a store that held nothing, fixed nothing, and whose
+    advice (separate SoftDicts) did not help."""
+    sd = SoftDict(encoder=FakeEncoder())
+    with pytest.raises(ValueKindError, match=f"which no kind of value takes; .*{why}.*tolist") as e:
+        sd["apple"] = value
+    assert "holds categorical" not in str(e.value) and sd.value_kind is None
+    labels = SoftDict(encoder=FakeEncoder(), value_kind="categorical")
+    with pytest.raises(ValueKindError, match=r"pass value\.tolist\(\)"):
+        labels["apple"] = np.array([1, 2])
+    inferred = SoftDict({"apple": "red"}, encoder=FakeEncoder())
+    with pytest.raises(ValueKindError, match="make it with value_kind='categorical'"):
+        inferred["pear"] = 3

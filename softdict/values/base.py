@@ -241,11 +241,23 @@ class ValueColumn(ABC, Generic[Staged]):
     def restore(cls, files: FileReader, n: int) -> ValueColumn[Staged]:
         """A column of ``n`` slots from ``dump``'s files; StoreFormatError if they do not fit."""
 
-    def kind_error(self, key: str, value: object) -> ValueKindError:
+    def kind_error(self, key: str, value: object, *, inferred: bool = False) -> ValueKindError:
+        """The error for a ``value`` of another kind than this column's; ``inferred``: the kind
+        was taken from the store's first value (no ``value_kind=``), and ``value`` is one that
+        column accepts, but that would have made another kind of store."""
         advice = number_hint(value) or "store different kinds of value in separate SoftDicts"
+        if inferred and self.kind == "categorical":
+            advice = (
+                "a store whose first value was a label takes no numbers or vectors, which would "
+                "have made another kind of store; to keep numbers as labels too, make it with "
+                "value_kind='categorical'"
+            )
+        elif isinstance(value, np.ndarray) and self.kind == "categorical":
+            advice = "to store the array as a label (a JSON list), pass value.tolist()"
+        fixed = "its first insert" if inferred else "its first insert, or by value_kind="
         return ValueKindError(
             f"value for key {key!r} is {describe_value(value)}, but this store holds "
-            f"{self.describe()} values (fixed by its first insert, or by value_kind=); {advice}"
+            f"{self.describe()} values (fixed by {fixed}); {advice}"
         )
 
 

@@ -7,6 +7,8 @@ import threading
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from softdict._arguments import check_plug_in
 from softdict._errors import ConfigError, ValueKindError, short_repr
 from softdict.values.base import ValueColumn, describe_value, number_hint
@@ -82,13 +84,33 @@ def write_column(
         return column
     first_key, first_value = next(iter(items.items()))
     kind = fixed_kind if fixed_kind is not None else infer_column_class(first_value)
-    # No kind took it: say what to do with a complex number or a time (not "no JSON label").
-    if fixed_kind is None and not kind.accepts(first_value) and number_hint(first_value):
+    # No kind took it: say what to do with a complex number, a time or an array that is no
+    # vector, not that the store holds labels (it holds none). Any other value gets the label
+    # column's own word on why it is no JSON label.
+    hint = number_hint(first_value) or _array_hint(first_value)
+    if fixed_kind is None and not kind.accepts(first_value) and hint:
         raise ValueKindError(
-            f"value for key {first_key!r} is {describe_value(first_value)}; "
-            f"{number_hint(first_value)}"
+            f"value for key {first_key!r} is {describe_value(first_value)}, which no kind of "
+            f"value takes; {hint}"
         )
     return kind.for_first_value(first_key, first_value)
+
+
+def _array_hint(value: object) -> str:
+    """Why a numpy array is no vector and what to do instead; "" for any other value."""
+    if not isinstance(value, np.ndarray):
+        return ""
+    why = (
+        f"{value.ndim}-D"
+        if value.ndim != 1
+        else "empty"
+        if not value.size
+        else f"of dtype {value.dtype}"
+    )
+    return (
+        f"a vector is a non-empty 1-D array of real numbers, and this one is {why}; to store it "
+        f"as a label (a JSON list), pass value.tolist()"
+    )
 
 
 def check_inferred_kind(
@@ -102,4 +124,4 @@ def check_inferred_kind(
     if fixed_kind is None:
         for key, value in items:
             if infer_column_class(value) is not type(column):
-                raise column.kind_error(key, value)
+                raise column.kind_error(key, value, inferred=True)
