@@ -45,7 +45,8 @@ __all__ = [
 # ~13% slower (interleaved runs here): blocks that large come from mmap as new pages for every
 # chunk (glibc's threshold tops out at 32 MB), and leave the caches between passes. Every query
 # is selected on its own (its sample seeded by the query), so a query's result does not depend
-# on the batch it comes in.
+# on the batch it comes in, but for the last float32 bit of its scores, which BLAS sums in
+# another order for a matrix than for one row (docs/guarantees.md).
 CHUNK_ENTRIES = 1 << 20
 
 
