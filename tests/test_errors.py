@@ -693,3 +693,14 @@ def test_an_array_no_kind_takes_is_refused_saying_why_not_that_labels_are_held(
     inferred = SoftDict({"apple": "red"}, encoder=FakeEncoder())
     with pytest.raises(ValueKindError, match="make it with value_kind='categorical'"):
         inferred["pear"] = 3
+
+
+def test_a_longdouble_default_past_float64s_range_is_refused_for_a_batch(
+    scalar_store: SoftDict,
+) -> None:
+    """np.longdouble(1e400) converts to infinity without an OverflowError: a batch returned
+    inf in its place, with a stray RuntimeWarning. An infinity given as such still fits."""
+    with pytest.raises(ValueShapeError, match="default must be a number"):
+        scalar_store.lookup(["apple", "zz"], min_score=0.99, default=np.longdouble("1e400"))
+    found = scalar_store.lookup(["apple", "zz"], min_score=0.999, default=float("inf"))
+    assert found[1] == float("inf")

@@ -125,9 +125,13 @@ class ScalarColumn(ValueColumn[tuple[np.ndarray, np.ndarray]]):
 
 
 def _fits_a_float(number: object) -> bool:
-    """Whether a number converts to a float64 (10**400 does not: OverflowError)."""
+    """Whether a number converts to a float64 (10**400 does not: OverflowError; a longdouble
+    past float64's range converts to infinity, with no more than a RuntimeWarning)."""
     try:
-        float(number)  # type: ignore[arg-type]
+        with np.errstate(over="ignore"):
+            converted = float(number)  # type: ignore[arg-type]
     except OverflowError:
         return False
+    if not math.isfinite(converted):  # an infinity or NaN given as such fits; a finite one not
+        return not np.isfinite(number)  # type: ignore[call-overload]
     return True
