@@ -38,13 +38,14 @@ _ATTEND_BATCH = 1024
 
 def _build(args: argparse.Namespace) -> int:
     from softdict import SoftDict, ValueKind
-    from softdict._manifest import holds_other_data
+    from softdict._manifest import replacing_refused
 
     path, remote = Path(args.file), _remote(args.output, args.collection)
-    if not remote and holds_other_data(Path(args.output)):  # before the table is read, encoded
+    refused = None if remote else replacing_refused(Path(args.output))
+    if refused:  # before the table is read and encoded
         raise InputError(
-            f"{args.output} exists and is not a softdict store, and building would replace it; "
-            f"choose another -o or remove it yourself"
+            f"cannot build into {args.output}: {refused}, and building replaces the whole "
+            f"folder; choose another -o, or move what it holds out first"
         )
     read = read_items(
         read_table(path, args.format),

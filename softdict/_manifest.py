@@ -44,10 +44,9 @@ __all__ = [
     "check_files",
     "check_part_names",
     "config_as_loaded",
-    "holds_other_data",
     "read_manifest",
-    "refuse_foreign_entries",
     "refuse_newer_combination",
+    "replacing_refused",
     "sha256",
 ]
 
@@ -300,29 +299,35 @@ def check_files(folder: Path, files: dict[str, FileEntry]) -> dict[str, bytes]:
     return contents
 
 
-def holds_other_data(target: Path) -> bool:
-    """Whether ``target`` is a file, or a folder that holds something but no store: what a save
-    refuses to replace (the command line's build asks before it reads and encodes a table)."""
-    if not target.exists() or (target / MANIFEST).is_file():
-        return False
-    return not target.is_dir() or any(target.iterdir())
-
-
-def refuse_foreign_entries(folder: Path) -> None:
-    """StoreFormatError where the store folder ``folder`` holds an entry its manifest does not
-    list (a file a user put there, a store saved inside it): a save replaces the whole folder,
-    and deleted them without a word. A damaged manifest lists nothing: the store is replaced."""
+def replacing_refused(target: Path) -> str | None:
+    """Why a save may not replace ``target`` (it replaces the whole folder), or None where it
+    may: nothing is there, an empty folder, or a softdict store whose manifest reads and lists
+    every entry of its folder. A file; a folder of other data; one whose manifest.json is not
+    softdict's, is damaged or is a link (which of its entries a store wrote cannot be told: a
+    folder of a web app's manifest.json and pages was replaced whole, and a store's folder with
+    a damaged manifest lost the notes beside it); a store's folder holding an entry its manifest
+    does not list (a file a user put there, a store saved inside it): each is refused, saying
+    why. The command line's build asks before it reads and encodes a table."""
+    if not target.exists():
+        return None
+    if not target.is_dir():
+        return "it exists and is not a softdict store (a file)"
+    entries = [entry.name for entry in target.iterdir()]
+    if not entries:
+        return None
+    if MANIFEST not in entries:
+        return "it exists and is not a softdict store"
     try:
-        written = {MANIFEST, *read_manifest(folder).body.files}
-    except StoreFormatError:
-        return
+        written = {MANIFEST, *read_manifest(target).body.files}
+    except StoreFormatError as exc:
+        return (
+            f"its {MANIFEST} is not a readable softdict manifest ({exc}), so which of its "
+            f"{len(entries)} entries a store wrote cannot be told"
+        )
     # A lock file of a store saved inside (".NAME.lock") holds no data: it goes with the folder.
-    names = [entry.name for entry in folder.iterdir() if entry.name not in written]
+    names = [name for name in entries if name not in written]
     foreign = sorted(n for n in names if not (n.startswith(".") and n.endswith(".lock")))
     if foreign:
         count = f"{len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} in all"
-        raise StoreFormatError(
-            f"cannot save to {folder}: it holds {foreign[0]!r} ({count}), "
-            f"which is no part of the store saved there, and saving replaces the whole folder; "
-            f"move it out first"
-        )
+        return f"it holds {foreign[0]!r} ({count}), which is no part of the store saved there"
+    return None

@@ -75,9 +75,8 @@ from softdict._manifest import (
     check_files,
     check_part_names,
     config_as_loaded,
-    holds_other_data,
     read_manifest,
-    refuse_foreign_entries,
+    replacing_refused,
     sha256,
 )
 from softdict.encoders import EncoderIdentity, TextEncoder
@@ -182,13 +181,12 @@ def save_store(
 def _save_locked(
     target: Path, state: StoreState, part_files: StoreFiles, identity: dict[str, Any]
 ) -> None:
-    if holds_other_data(target):
+    refused = replacing_refused(target)
+    if refused:
         raise StoreFormatError(
-            f"cannot save to {target}: it exists and is not a softdict store, and saving "
-            f"would replace it; choose another path or remove it yourself"
+            f"cannot save to {target}: {refused}, and saving replaces the whole folder; choose "
+            f"another path, or move what it holds out first"
         )
-    if (target / MANIFEST).is_file():
-        refuse_foreign_entries(target)
     check_part_names(target, part_files)
     contents: dict[str, Any] = {"keys.json": state.keys, "ids.npy": state.ids, **part_files}
     if state.projection is not None:

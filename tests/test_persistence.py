@@ -28,6 +28,7 @@ from softdict import (
     StoreFormatError,
     ValueKindError,
 )
+from softdict._cli import main
 
 TESTS = Path(__file__).resolve().parent
 
@@ -383,13 +384,48 @@ def test_a_save_never_deletes_what_else_is_in_the_store_folder(tmp_path: Path) -
     outer.save(tmp_path / "s")
     SoftDict({"x": 2.0}, encoder=FakeEncoder()).save(tmp_path / "s" / "inner")
     outer["pear"] = 3.0
-    with pytest.raises(StoreFormatError, match=r"holds 'inner' \(1 entry in all\).*move it out"):
+    with pytest.raises(StoreFormatError, match=r"holds 'inner' \(1 entry in all\).*move what"):
         outer.save(tmp_path / "s")
     assert list(SoftDict.load(tmp_path / "s" / "inner", encoder=FakeEncoder())) == ["x"]
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
     shutil.rmtree(tmp_path / "s" / "inner")
     outer.save(tmp_path / "s")  # only the store's own files: replaced as before
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple", "pear"]
+
+
+@pytest.mark.parametrize("manifest", ["foreign", "damaged", "link"])
+def test_a_save_never_replaces_a_folder_whose_manifest_is_not_a_readable_softdict_one(
+    tmp_path: Path, manifest: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Any manifest.json counted as a store's: a web app's folder (manifest.json, index.html,
+    src/) was replaced whole by a save, and so was a store's folder whose manifest had one
+    damaged byte, with the notes a user kept beside it. Which entries a store wrote cannot be
+    told from such a manifest: the save is refused, and build refuses before it reads."""
+    folder = tmp_path / "s"
+    if manifest == "foreign":
+        folder.mkdir()
+        (folder / "manifest.json").write_text('{"name": "my web app", "start_url": "/"}')
+        (folder / "index.html").write_text("<html></html>")
+    else:
+        SoftDict({"apple": 1.0}, encoder=FakeEncoder()).save(folder)
+        if manifest == "damaged":
+            text = (folder / "manifest.json").read_text()
+            (folder / "manifest.json").write_text(text.replace('"count": 1', '"count": 2'))
+        else:
+            (tmp_path / "real.json").write_text((folder / "manifest.json").read_text())
+            (folder / "manifest.json").unlink()
+            (folder / "manifest.json").symlink_to(tmp_path / "real.json")
+    (folder / "notes.txt").write_text("keep me")
+    before = sorted(entry.name for entry in folder.iterdir())
+    with pytest.raises(StoreFormatError, match=r"not a readable softdict manifest|not a softdict"):
+        SoftDict({"pear": 2.0}, encoder=FakeEncoder()).save(folder)
+    assert sorted(entry.name for entry in folder.iterdir()) == before
+    assert (folder / "notes.txt").read_text() == "keep me"
+    (tmp_path / "t.csv").write_text("name,price\napple,1\n")
+    build = ["build", str(tmp_path / "t.csv"), "--key", "name", "--value", "price", "-o"]
+    assert main([*build, str(folder), "--force", "--encoder", "/no/such/model"]) == 1
+    assert f"cannot build into {folder}: " in capsys.readouterr().err  # not the encoder's error
+    assert (folder / "notes.txt").read_text() == "keep me"
 
 
 def test_saving_over_a_store_replaces_it_and_leaves_no_debris(tmp_path: Path) -> None:
