@@ -1037,3 +1037,26 @@ def test_a_blank_value_kind_is_refused_and_a_store_saved_with_one_loads(tmp_path
     loaded.clear()
     loaded["label"] = "a label"  # no kind fixed: emptied, it takes the next value's
     assert loaded.value_kind == "categorical"
+
+
+@pytest.mark.parametrize("version", [3, 2])
+def test_a_format_version_altered_outside_the_checksum_is_refused(
+    tmp_path: Path, version: int
+) -> None:
+    """format_version lies outside the checksummed body: one byte changed (4 to 3) loaded the
+    store with the hand-set rule, to 2 with meaning alone too, without a word."""
+    folder = saved_store(tmp_path)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    manifest["format_version"] = version
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(StoreFormatError, match=f"says store format {version}, but .* altered"):
+        SoftDict.load(folder, encoder=FakeEncoder())
+
+
+def test_a_body_lacking_its_formats_options_is_refused(tmp_path: Path) -> None:
+    """The other way: a format 4 manifest without the combination (its checksum made to match)
+    loaded with the default combination, not the one saved."""
+    folder = saved_store(tmp_path)
+    rewrite_manifest(folder, lambda manifest: manifest["body"]["config"].pop("combination"))
+    with pytest.raises(StoreFormatError, match="lacks 'combination'"):
+        SoftDict.load(folder, encoder=FakeEncoder())
