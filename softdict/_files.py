@@ -72,8 +72,10 @@ def store_folder(path: object, doing: str) -> Path:
     if "\0" in str(folder):
         raise StoreFormatError(f"cannot {doing} {str(folder)!r:.80}: a path holds no NUL character")
     try:
-        if folder.is_symlink():
-            folder = folder.resolve()
+        # A link, to its target; "." and "..", to the folder they name: a store named "" got
+        # the lock file "..lock" and was then refused as a folder that is no store.
+        if folder.is_symlink() or folder.name in ("", ".."):
+            folder = folder.resolve(strict=False)
         if not folder.parent.is_dir():
             why = "is a file" if folder.parent.exists() else "does not exist"
             raise StoreFormatError(
@@ -81,6 +83,10 @@ def store_folder(path: object, doing: str) -> Path:
             )
     except OSError as exc:  # a name too long for the system, a folder it may not read
         raise StoreFormatError(f"cannot {doing} {folder}: {exc.strerror or exc}") from None
+    except RuntimeError:  # pathlib's "Symlink loop" (Python 3.11; 3.13 raises OSError)
+        raise StoreFormatError(
+            f"cannot {doing} {folder}: its symbolic links point at each other in a loop"
+        ) from None
     return folder
 
 

@@ -131,6 +131,20 @@ def _locked(target: Path, timeout: float, *, writing: bool) -> Iterator[None]:
         lock.release()
 
 
+@contextmanager
+def _permission_refused(doing: str, target: Path) -> Iterator[None]:
+    """A file or folder of the store this process may not read or write, as a StoreFormatError
+    naming it: a store folder or file of mode 000 raised a raw PermissionError."""
+    try:
+        yield
+    except PermissionError as exc:
+        where = exc.filename or target
+        raise StoreFormatError(
+            f"cannot {doing} {target}: permission to read or write {where} is denied; run as a "
+            f"user who may, or change its permissions"
+        ) from None
+
+
 # The token T of a swap's folders (``_swap_in`` writes 12 hex digits).
 _TOKEN = re.compile(r"[0-9a-f]+")
 
@@ -168,7 +182,7 @@ def save_store(
     target = store_folder(path, "save to")
     # Taken before the folder's lock: the snapshot takes the longest.
     state, part_files = store.snapshot()
-    with _locked(target, timeout, writing=True):
+    with _locked(target, timeout, writing=True), _permission_refused("save to", target):
         # Under the lock: a store saved here since the caller looked stays, as does one whose save
         # was cut short between its renames, finished first as a load would (a probe lost it).
         _recover(target)
@@ -328,7 +342,7 @@ def load_store(
     # Checked before the lock, whose file would make a missing parent folder. A missing store in
     # a folder is found under the lock: a save of it may be between its renames.
     folder = store_folder(path, "load")
-    with _locked(folder, timeout, writing=False):
+    with _locked(folder, timeout, writing=False), _permission_refused("load", folder):
         _recover(folder)
         if not folder.is_dir():
             why = "a file, not a store's folder" if folder.exists() else "the folder does not exist"

@@ -1060,3 +1060,35 @@ def test_a_body_lacking_its_formats_options_is_refused(tmp_path: Path) -> None:
     rewrite_manifest(folder, lambda manifest: manifest["body"]["config"].pop("combination"))
     with pytest.raises(StoreFormatError, match="lacks 'combination'"):
         SoftDict.load(folder, encoder=FakeEncoder())
+
+
+def test_links_in_a_loop_a_dot_path_and_a_file_it_may_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Links in a loop raised pathlib's raw RuntimeError; save(".") in an empty folder made the
+    lock file "..lock" there and then refused the folder as no store; a store file or folder
+    this process may not read (mode 000, for a user other than root) raised a raw
+    PermissionError."""
+    sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
+    (tmp_path / "loop1").symlink_to(tmp_path / "loop2")
+    (tmp_path / "loop2").symlink_to(tmp_path / "loop1")
+    for call in (sd.save, lambda p: SoftDict.load(p, encoder=FakeEncoder())):
+        with pytest.raises(StoreFormatError, match="symbolic links point at each other"):
+            call(tmp_path / "loop1")
+    (tmp_path / "here").mkdir()
+    monkeypatch.chdir(tmp_path / "here")
+    sd.save(".")
+    assert dict(SoftDict.load(tmp_path / "here", encoder=FakeEncoder()).items()) == {"apple": 1}
+    assert not any(entry.name.endswith(".lock") for entry in (tmp_path / "here").iterdir())
+    read_bytes = Path.read_bytes
+
+    def refused(path: Path) -> bytes:
+        if path.name == "manifest.json":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", refused)
+    with pytest.raises(StoreFormatError, match=r"permission to read or write .*manifest\.json"):
+        SoftDict.load(tmp_path / "here", encoder=FakeEncoder())
+    with pytest.raises(StoreFormatError, match=r"permission to read or write .*manifest\.json"):
+        sd.save(tmp_path / "here")
