@@ -1092,3 +1092,14 @@ def test_links_in_a_loop_a_dot_path_and_a_file_it_may_not_read(
         SoftDict.load(tmp_path / "here", encoder=FakeEncoder())
     with pytest.raises(StoreFormatError, match=r"permission to read or write .*manifest\.json"):
         sd.save(tmp_path / "here")
+
+
+def test_opening_a_saved_folder_points_to_load(tmp_path: Path) -> None:
+    """SoftDict.open(folder) said only that no kind of store had that name."""
+    folder = saved_store(tmp_path)
+    for uri in (str(folder), "./s"):
+        with pytest.raises(ConfigError, match=r"no known kind of store.*SoftDict\.load\(path\)"):
+            SoftDict.open(uri, encoder=FakeEncoder())
+    with pytest.raises(ConfigError, match="no known kind of store") as raised:
+        SoftDict.open("nosuchscheme", encoder=FakeEncoder())
+    assert "load" not in str(raised.value)

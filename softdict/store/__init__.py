@@ -8,6 +8,7 @@ URI scheme; ``SoftDict(store="scheme:location")`` then opens it.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable
 
@@ -59,9 +60,12 @@ def open_store(uri: str, config: SoftDictConfig, **options: object) -> Store:
         raise ConfigError(f"store must be a string such as 'memory', got {type(uri).__name__}")
     scheme, _, location = uri.partition(":")
     if scheme not in _SCHEMES:
+        # A folder a store was saved to is loaded, not opened: say so to whoever tried.
+        folder = "/" in uri or "\\" in uri or uri.startswith(".") or os.path.isdir(uri)
+        hint = "; a store saved to a folder is read with SoftDict.load(path)" if folder else ""
         raise ConfigError(
             f"store={uri!r} names no known kind of store; the known schemes are "
-            f"{store_schemes()} (e.g. store='memory')"
+            f"{store_schemes()} (e.g. store='memory'){hint}"
         )
     given = {name: value for name, value in options.items() if value is not None}
     store = _SCHEMES[scheme](location, config, **given)
