@@ -145,8 +145,9 @@ def _permission_refused(doing: str, target: Path) -> Iterator[None]:
         ) from None
 
 
-# The token T of a swap's folders (``_swap_in`` writes 12 hex digits).
-_TOKEN = re.compile(r"[0-9a-f]+")
+# The token T of a swap's folders: the 12 hex digits ``_swap_in`` writes, no other (a load took
+# a user's hidden folder ".prices.old-2023" for a swap's and deleted it).
+_TOKEN = re.compile(r"[0-9a-f]{12}")
 
 
 def _siblings(path: Path, tag: str) -> list[Path]:

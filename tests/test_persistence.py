@@ -1103,3 +1103,16 @@ def test_opening_a_saved_folder_points_to_load(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="no known kind of store") as raised:
         SoftDict.open("nosuchscheme", encoder=FakeEncoder())
     assert "load" not in str(raised.value)
+
+
+def test_a_load_keeps_a_users_folder_named_like_a_swap_folder(tmp_path: Path) -> None:
+    """Any hex after ".NAME.old-" counted as a swap's token: a load deleted a user's hidden
+    folder ".s.old-2023" beside the store. A swap's token is 12 hex digits."""
+    folder = saved_store(tmp_path)
+    for name in (".s.old-2023", ".s.new-abc"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "mine.txt").write_text("keep me")
+    assert len(SoftDict.load(folder, encoder=FakeEncoder())) == 5
+    SoftDict.load(folder, encoder=FakeEncoder()).save(folder)
+    for name in (".s.old-2023", ".s.new-abc"):
+        assert (tmp_path / name / "mine.txt").read_text() == "keep me"
