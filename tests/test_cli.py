@@ -214,7 +214,7 @@ def cut_short_save(tmp_path: Path) -> tuple[str, Path, Path]:
     command = ["build", str(csv), "--key", "name", "--value", "price", "--encoder", "test-hashing"]
     run(*command, "-o", str(fresh))
     _, store = build(tmp_path, "name,price\napple,10\n")
-    old, new = tmp_path / ".s.old-aaaa", tmp_path / ".s.new-aaaa"
+    old, new = tmp_path / ".s.old-aaaaaaaaaaaa", tmp_path / ".s.new-aaaaaaaaaaaa"
     os.rename(store, old)  # the first rename happened...
     os.rename(fresh, new)  # ...the second did not
     return store, old, new

@@ -447,14 +447,14 @@ def store_at(tmp_path: Path, name: str, items: dict, *, replacing: bool = False)
 def test_a_save_killed_between_its_renames_is_finished_on_load(tmp_path: Path) -> None:
     old = store_at(tmp_path, "s", {"apple": 1.0})
     new = store_at(tmp_path, "new", {"chair": 2.0}, replacing=True)
-    os.rename(old, tmp_path / ".s.old-aaaa")  # the first rename happened...
-    os.rename(new, tmp_path / ".s.new-aaaa")  # ...the second did not
+    os.rename(old, tmp_path / ".s.old-aaaaaaaaaaaa")  # the first rename happened...
+    os.rename(new, tmp_path / ".s.new-aaaaaaaaaaaa")  # ...the second did not
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
     assert folder_names(tmp_path) == ["s"]  # the leftover is cleaned
     # With the new folder damaged, the swap goes back: the old store returns.
-    os.rename(tmp_path / "s", tmp_path / ".s.old-cccc")
-    (tmp_path / ".s.new-cccc").mkdir()
-    (tmp_path / ".s.new-cccc" / "keys.json").write_text("[")
+    os.rename(tmp_path / "s", tmp_path / ".s.old-cccccccccccc")
+    (tmp_path / ".s.new-cccccccccccc").mkdir()
+    (tmp_path / ".s.new-cccccccccccc" / "keys.json").write_text("[")
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
 
 
@@ -463,8 +463,8 @@ def test_a_save_with_replace_false_sees_a_store_whose_save_was_cut_short(tmp_pat
     for free, saved, and its swap's cleanup deleted both folders: the store was lost (a probe)."""
     old = store_at(tmp_path, "s", {"apple": 1.0})
     new = store_at(tmp_path, "new", {"chair": 2.0}, replacing=True)
-    os.rename(old, tmp_path / ".s.old-aaaa")
-    os.rename(new, tmp_path / ".s.new-aaaa")
+    os.rename(old, tmp_path / ".s.old-aaaaaaaaaaaa")
+    os.rename(new, tmp_path / ".s.new-aaaaaaaaaaaa")
     with pytest.raises(StoreFormatError, match="it holds a store and replace=False"):
         SoftDict({"other": 0.0}, encoder=FakeEncoder()).save(tmp_path / "s", replace=False)
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["chair"]
@@ -481,15 +481,15 @@ def test_a_name_that_reads_as_a_pattern_is_recovered_and_touches_no_other_store(
     unfinished save (a store "s[12]" used to match ".s1.new-T" and delete it)."""
     old = store_at(tmp_path, name, {"apple": 1.0})
     new = store_at(tmp_path, "new", {"chair": 2.0}, replacing=True)
-    os.rename(old, tmp_path / f".{name}.old-aaaa")
-    os.rename(new, tmp_path / f".{name}.new-aaaa")
+    os.rename(old, tmp_path / f".{name}.old-aaaaaaaaaaaa")
+    os.rename(new, tmp_path / f".{name}.new-aaaaaaaaaaaa")
     assert list(SoftDict.load(tmp_path / name, encoder=FakeEncoder())) == ["chair"]
     assert folder_names(tmp_path) == [name]
     # Another store's save killed between its renames, then this store saved again.
     other_old = store_at(tmp_path, "s1", {"pear": 3.0})
     other_new = store_at(tmp_path, "other", {"plum": 4.0}, replacing=True)
-    os.rename(other_old, tmp_path / ".s1.old-bbbb")
-    os.rename(other_new, tmp_path / ".s1.new-bbbb")
+    os.rename(other_old, tmp_path / ".s1.old-bbbbbbbbbbbb")
+    os.rename(other_new, tmp_path / ".s1.new-bbbbbbbbbbbb")
     SoftDict({"fig": 5.0}, encoder=FakeEncoder()).save(tmp_path / name)
     assert list(SoftDict.load(tmp_path / "s1", encoder=FakeEncoder())) == ["plum"]
     assert list(SoftDict.load(tmp_path / name, encoder=FakeEncoder())) == ["fig"]
@@ -549,7 +549,7 @@ def test_a_name_too_long_to_save_is_a_clear_error(tmp_path: Path) -> None:
 
 def test_a_first_save_killed_before_its_rename_is_finished_on_load(tmp_path: Path) -> None:
     fresh = store_at(tmp_path, "fresh", {"apple": 1.0})  # no store stood there: nothing to move
-    os.rename(fresh, tmp_path / ".s.new-bbbb")
+    os.rename(fresh, tmp_path / ".s.new-bbbbbbbbbbbb")
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
 
 
@@ -558,12 +558,14 @@ def test_a_deleted_store_does_not_come_back(tmp_path: Path) -> None:
     finished swap's old folder, or a save killed before its first rename."""
     folder = store_at(tmp_path, "s", {"chair": 2.0})
     older = store_at(tmp_path, "older", {"apple": 1.0})
-    os.rename(older, tmp_path / ".s.old-dddd")  # a finished swap whose cleanup was killed
+    os.rename(older, tmp_path / ".s.old-dddddddddddd")  # a finished swap whose cleanup was killed
     assert list(SoftDict.load(folder, encoder=FakeEncoder())) == ["chair"]
-    assert not (tmp_path / ".s.old-dddd").exists()  # cleaned once the swap is known finished
-    os.rename(store_at(tmp_path, "o2", {"apple": 1.0}), tmp_path / ".s.old-eeee")
+    assert not (
+        tmp_path / ".s.old-dddddddddddd"
+    ).exists()  # cleaned once the swap is known finished
+    os.rename(store_at(tmp_path, "o2", {"apple": 1.0}), tmp_path / ".s.old-eeeeeeeeeeee")
     stale = store_at(tmp_path, "stale", {"pear": 3.0}, replacing=True)
-    os.rename(stale, tmp_path / ".s.new-ffff")  # killed before its first rename
+    os.rename(stale, tmp_path / ".s.new-ffffffffffff")  # killed before its first rename
     shutil.rmtree(folder)  # the user deletes the store
     with pytest.raises(StoreFormatError, match="does not exist"):
         SoftDict.load(folder, encoder=FakeEncoder())
@@ -1015,7 +1017,7 @@ def test_a_save_killed_before_its_first_rename_leaves_nothing_after_the_next_loa
     """A save killed while it wrote its files left its half-written folder beside the store,
     as large as the store, until the next save (a probe); a load now removes it."""
     store_at(tmp_path, "s", {"apple": 1.0})
-    half = tmp_path / ".s.new-aaaa"
+    half = tmp_path / ".s.new-aaaaaaaaaaaa"
     half.mkdir()
     (half / "keys.json").write_text('["apple", "pe')
     assert list(SoftDict.load(tmp_path / "s", encoder=FakeEncoder())) == ["apple"]
