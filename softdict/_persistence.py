@@ -47,16 +47,14 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from filelock import FileLock, Timeout
 
 from softdict._encoder_match import matching_encoder
-from softdict._errors import ConfigError, StoreBusyError, StoreFormatError
+from softdict._errors import ConfigError, StoreFormatError
 from softdict._files import (
     FileReader,
     StoreFiles,
@@ -66,6 +64,7 @@ from softdict._files import (
     store_folder,
     write_durably,
 )
+from softdict._folder_lock import LOCK_TIMEOUT, locked, permission_refused
 from softdict._manifest import (
     FORMAT_NAME,
     FORMAT_VERSION,
@@ -93,56 +92,6 @@ __all__ = [
     "restore_snapshot",
     "save_store",
 ]
-
-# How long save and load wait for another process's save or load of the same store, by default.
-LOCK_TIMEOUT = 60.0
-
-
-@contextmanager
-def _locked(target: Path, timeout: float, *, writing: bool) -> Iterator[None]:
-    """Hold the advisory lock of the store at ``target`` (the file ``.NAME.lock`` beside it: the
-    store folder itself is renamed by a save). Every save and load of one store, in any process,
-    takes it, so a load never sees a save between its renames and two saves never interleave.
-
-    Where the lock file cannot be created (a read-only place), loading goes ahead unlocked:
-    nobody can save there either.
-    """
-    lock_path = target.parent / f".{target.name}.lock"
-    lock = FileLock(lock_path, timeout=timeout)
-    try:
-        # Polled every 10 ms (filelock's default is 50): a process that saves or loads in a
-        # loop would otherwise win the lock again and again before a waiting one looks.
-        lock.acquire(poll_interval=0.01)
-    except Timeout:
-        raise StoreBusyError(
-            f"another process has been saving or loading {target} for over {timeout:g} s (it "
-            f"holds {lock_path}); try again later, or pass a longer timeout="
-        ) from None
-    except OSError as exc:
-        if writing:
-            raise StoreFormatError(
-                f"cannot save to {target}: cannot create its lock file {lock_path} ({exc})"
-            ) from None
-        yield
-        return
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-@contextmanager
-def _permission_refused(doing: str, target: Path) -> Iterator[None]:
-    """A file or folder of the store this process may not read or write, as a StoreFormatError
-    naming it: a store folder or file of mode 000 raised a raw PermissionError."""
-    try:
-        yield
-    except PermissionError as exc:
-        where = exc.filename or target
-        raise StoreFormatError(
-            f"cannot {doing} {target}: permission to read or write {where} is denied; run as a "
-            f"user who may, or change its permissions"
-        ) from None
 
 
 # The token T of a swap's folders: the 12 hex digits ``_swap_in`` writes, no other (a load took
@@ -183,7 +132,7 @@ def save_store(
     target = store_folder(path, "save to")
     # Taken before the folder's lock: the snapshot takes the longest.
     state, part_files = store.snapshot()
-    with _locked(target, timeout, writing=True), _permission_refused("save to", target):
+    with locked(target, timeout, writing=True), permission_refused("save to", target):
         # Under the lock: a store saved here since the caller looked stays, as does one whose save
         # was cut short between its renames, finished first as a load would (a probe lost it).
         _recover(target)
@@ -289,7 +238,7 @@ def recover_store(path: str | os.PathLike[str], timeout: float = LOCK_TIMEOUT) -
         return False
     if not (_siblings(folder, "new") or _siblings(folder, "old")):
         return False  # no swap folder beside it: no save was cut short, and no lock is needed
-    with _locked(folder, timeout, writing=False):
+    with locked(folder, timeout, writing=False):
         return _recover(folder)
 
 
@@ -343,7 +292,7 @@ def load_store(
     # Checked before the lock, whose file would make a missing parent folder. A missing store in
     # a folder is found under the lock: a save of it may be between its renames.
     folder = store_folder(path, "load")
-    with _locked(folder, timeout, writing=False), _permission_refused("load", folder):
+    with locked(folder, timeout, writing=False), permission_refused("load", folder):
         _recover(folder)
         if not folder.is_dir():
             why = "a file, not a store's folder" if folder.exists() else "the folder does not exist"
