@@ -704,3 +704,13 @@ def test_a_longdouble_default_past_float64s_range_is_refused_for_a_batch(
         scalar_store.lookup(["apple", "zz"], min_score=0.99, default=np.longdouble("1e400"))
     found = scalar_store.lookup(["apple", "zz"], min_score=0.999, default=float("inf"))
     assert found[1] == float("inf")
+
+
+@pytest.mark.parametrize("index", ["HNSW0", "HNSW1", "IVF0,Flat"])
+def test_a_factory_index_that_cannot_hold_keys_is_refused_when_the_store_is_made(
+    index: str,
+) -> None:
+    """FAISS builds these: "HNSW1" crashed the process at the first insert (a segfault),
+    "HNSW0" aborted it at the second, and "IVF0,Flat" divided by zero at every lookup."""
+    with pytest.raises(ConfigError, match="needs at least"):
+        SoftDict(encoder=FakeEncoder(), index=index)

@@ -32,10 +32,29 @@ def parse_error(name: str) -> str | None:
     not fit 8 dims, such as a product quantiser with 48 codes, parses; its fit is checked when
     the real dimension is known)."""
     try:
-        faiss.index_factory(8, name)
+        probe = faiss.index_factory(8, name)
     except RuntimeError as exc:
         if "could not parse" in str(exc):
             return faiss_message(exc, "could not parse it")
+        return None
+    return _unusable(probe)
+
+
+def _unusable(index: faiss.Index) -> str | None:
+    """Why an index FAISS builds cannot hold keys, or None: a graph of fewer than 2 links per
+    node ("HNSW0" aborted the process at its second insert, "HNSW1" crashed it at its first),
+    or an IVF of no cells (every lookup divided by zero)."""
+    inner = faiss.downcast_index(index)
+    if isinstance(inner, faiss.IndexHNSW):
+        try:
+            links = inner.hnsw.nb_neighbors(0)
+        except RuntimeError:
+            links = 0
+        if links < 4:  # 2·M links at the graph's base level
+            return "an HNSW graph needs at least 2 links per node (HNSW2 or more)"
+    ivf = faiss.try_extract_index_ivf(index)
+    if ivf is not None and ivf.nlist < 1:
+        return "an IVF index needs at least 1 cell (IVF1 or more)"
     return None
 
 
@@ -48,6 +67,9 @@ def check_factory(name: str, dim: int) -> int:
             f"index={name!r} cannot be built for {dim}-dim embeddings "
             f"({faiss_message(exc, '')}); choose parameters that fit {dim} dimensions"
         ) from None
+    unusable = _unusable(probe)
+    if unusable:
+        raise ConfigError(f"index={name!r} cannot hold keys: {unusable}")
     if probe.is_trained:
         return 0
     ivf = faiss.try_extract_index_ivf(probe)
