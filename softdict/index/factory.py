@@ -45,6 +45,11 @@ def _unusable(index: faiss.Index) -> str | None:
     node ("HNSW0" aborted the process at its second insert, "HNSW1" crashed it at its first),
     or an IVF of no cells (every lookup divided by zero)."""
     inner = faiss.downcast_index(index)
+    # Through the wrappers a factory string puts around it ("PCA8,HNSW1", "IDMap,HNSW1",
+    # a Refine's base): a wrapped graph of one link crashed the process as a bare one did.
+    while isinstance(inner, (faiss.IndexPreTransform, faiss.IndexIDMap, faiss.IndexRefine)):
+        wrapped = inner.base_index if isinstance(inner, faiss.IndexRefine) else inner.index
+        inner = faiss.downcast_index(wrapped)
     if isinstance(inner, faiss.IndexHNSW):
         try:
             links = inner.hnsw.nb_neighbors(0)
