@@ -251,13 +251,14 @@ def _info(args: argparse.Namespace) -> int:
 def _holds_a_store(output: str) -> bool:
     """Whether ``build -o output`` would replace a store: a store folder, or one a save cut
     short left beside it (finished here, so that it is one again)."""
-    from softdict._manifest import MANIFEST
+    from softdict._manifest import MANIFEST, replacing_refused
     from softdict._persistence import recover_store
 
     if output.startswith("milvus:"):  # a collection that holds keys is refused by _build
         return False
     recover_store(output)
-    return (Path(output) / MANIFEST).is_file()
+    # A folder no save may replace is no store to replace: _build says why, --force or not.
+    return (Path(output) / MANIFEST).is_file() and replacing_refused(Path(output)) is None
 
 
 def _combination(name: str, known: float) -> str:

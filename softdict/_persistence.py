@@ -126,9 +126,9 @@ def save_store(
     replace: bool = True,
 ) -> None:
     """Write ``store`` (embedded by the encoder of that ``identity``) to the folder ``path``
-    atomically, holding the folder's lock (see ``_locked``); with ``replace`` False, refusing a
-    store already there. The caller fingerprints its encoder before it takes the store's own
-    lock: encoding the probe text may be slow, and lookups wait for that lock."""
+    atomically, holding the folder's lock (``_folder_lock.locked``); with ``replace`` False,
+    refusing a store already there. The caller fingerprints its encoder before it takes the
+    store's own lock: encoding the probe text may be slow, and lookups wait for that lock."""
     target = store_folder(path, "save to")
     # Taken before the folder's lock: the snapshot takes the longest.
     state, part_files = store.snapshot()
@@ -136,6 +136,14 @@ def save_store(
         # Under the lock: a store saved here since the caller looked stays, as does one whose save
         # was cut short between its renames, finished first as a load would (a probe lost it).
         _recover(target)
+        # First what no save may replace: a folder of another program's manifest.json was
+        # said to hold a store, which replace=True would replace.
+        refused = replacing_refused(target)
+        if refused:
+            raise StoreFormatError(
+                f"cannot save to {target}: {refused}, and saving replaces the whole folder; "
+                f"choose another path, or move what it holds out first"
+            )
         if not replace and (target / MANIFEST).is_file():
             raise StoreFormatError(f"cannot save to {target}: it holds a store and replace=False "
                                    f"(the command line's --force replaces it)")  # fmt: skip
@@ -145,12 +153,6 @@ def save_store(
 def _save_locked(
     target: Path, state: StoreState, part_files: StoreFiles, identity: dict[str, Any]
 ) -> None:
-    refused = replacing_refused(target)
-    if refused:
-        raise StoreFormatError(
-            f"cannot save to {target}: {refused}, and saving replaces the whole folder; choose "
-            f"another path, or move what it holds out first"
-        )
     check_part_names(target, part_files)
     contents: dict[str, Any] = {"keys.json": state.keys, "ids.npy": state.ids, **part_files}
     if state.projection is not None:

@@ -417,14 +417,16 @@ def test_a_save_never_replaces_a_folder_whose_manifest_is_not_a_readable_softdic
             (folder / "manifest.json").symlink_to(tmp_path / "real.json")
     (folder / "notes.txt").write_text("keep me")
     before = sorted(entry.name for entry in folder.iterdir())
-    with pytest.raises(StoreFormatError, match=r"not a readable softdict manifest|not a softdict"):
-        SoftDict({"pear": 2.0}, encoder=FakeEncoder()).save(folder)
+    for replace in (True, False):  # replace=False said "it holds a store" of a web app's folder
+        with pytest.raises(StoreFormatError, match=r"not a readable softdict manifest|not a soft"):
+            SoftDict({"pear": 2.0}, encoder=FakeEncoder()).save(folder, replace=replace)
     assert sorted(entry.name for entry in folder.iterdir()) == before
     assert (folder / "notes.txt").read_text() == "keep me"
     (tmp_path / "t.csv").write_text("name,price\napple,1\n")
     build = ["build", str(tmp_path / "t.csv"), "--key", "name", "--value", "price", "-o"]
-    assert main([*build, str(folder), "--force", "--encoder", "/no/such/model"]) == 1
-    assert f"cannot build into {folder}: " in capsys.readouterr().err  # not the encoder's error
+    for force in (["--force"], []):  # without --force it said "holds a store; pass --force"
+        assert main([*build, str(folder), *force, "--encoder", "/no/such/model"]) == 1
+        assert f"cannot build into {folder}: " in capsys.readouterr().err  # not the encoder's
     assert (folder / "notes.txt").read_text() == "keep me"
 
 
