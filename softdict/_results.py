@@ -79,7 +79,9 @@ class Attention:
         weight_error: an upper bound on the total variation distance between the attention
             and the one that scoring every key exactly would give: from spelling left unscored
             (``softdict.spelling.bounded``), or from meaning read from compressed codes (every
-            key's weight, listed or not; ``softdict._compressed``). 0: it is that attention.
+            key's weight, listed or not; ``softdict._compressed``), or from an index that keeps
+            only lossy codes of the keys ("ivf_sq8", PQ and SQ factory strings: from the
+            vectors given; ``softdict.index._code_error``). 0: it is that attention.
             For numbers, the value is then within ``weight_error`` times the values' range.
     """
 

@@ -140,7 +140,24 @@ def select(
     ``allow`` limits the keys (None: every key); ``n_allowed`` is how many keys it allows.
     ``spelling`` adds the spelling channel (None: meaning alone, as before it existed).
     ``decided``: the lookup's route, decided once for all its chunks (None: decided here).
+    Where the backend keeps only lossy codes of its vectors, ``weight_error`` also bounds what
+    the codes' error can change (``IndexBackend.score_error``).
     """
+    chosen = _selected(backend, queries, policy, allow, n_allowed, spelling, decided)
+    errors = backend.score_error(queries) if len(queries) else None
+    return chosen if errors is None else chosen.with_code_error(errors, policy.temperature)
+
+
+def _selected(
+    backend: IndexBackend,
+    queries: np.ndarray,
+    policy: RetrievalPolicy,
+    allow: Allow | None,
+    n_allowed: int,
+    spelling: SpellingRequest | None,
+    decided: Route | None,
+) -> Selection:
+    """``select`` before the codes' error."""
     m = len(queries)
     temperature = policy.temperature
     if m == 0:

@@ -4,6 +4,7 @@ their scores and weights (``Selection``). Data only; ``softdict._retrieval`` mak
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -152,6 +153,19 @@ class Selection:
             bounds = self.score_bounds
             return weight_error_bound(self.scores, bounds.temperature, bounds.spread)
         return self.weight_error
+
+    def with_code_error(self, errors: np.ndarray, temperature: float) -> Selection:
+        """This selection, its ``weight_error`` widened by scores each within ``errors`` (m,)
+        of their true meaning score for every key alike (an index of lossy codes:
+        ``softdict.index._code_error``), scaled as the combination scales meaning."""
+        scale = self.terms.scale if self.terms is not None else 1.0
+        spread = (np.asarray(errors, dtype=np.float64) * scale / temperature)[:, None]
+        codes = weight_error_bound(
+            self.scores, temperature, np.broadcast_to(spread, self.scores.shape)
+        )
+        before = self.weight_error if self.weight_error is not None else 0.0
+        # Total variation obeys the triangle inequality: the two errors add.
+        return dataclasses.replace(self, weight_error=np.minimum(before + codes, 1.0))
 
     def tail_interval(self) -> np.ndarray:
         """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]

@@ -706,7 +706,7 @@ def test_a_longdouble_default_past_float64s_range_is_refused_for_a_batch(
     assert found[1] == float("inf")
 
 
-@pytest.mark.parametrize("index", ["HNSW0", "HNSW1", "IVF0,Flat", "PCA8,HNSW1", "IDMap,HNSW0"])
+@pytest.mark.parametrize("index", ["HNSW0", "HNSW1", "IVF0,Flat", "PCA8,HNSW1"])
 def test_a_factory_index_that_cannot_hold_keys_is_refused_when_the_store_is_made(
     index: str,
 ) -> None:

@@ -15,6 +15,7 @@ query.
 
 from __future__ import annotations
 
+import re
 from abc import abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -22,9 +23,11 @@ from typing import Any
 import faiss
 import numpy as np
 
+from softdict._attention import top_of_scores
 from softdict._files import FileReader, StoreFiles
-from softdict._similarity import Metric
+from softdict._similarity import Metric, metric_scores
 from softdict.index._cells import CellSampler
+from softdict.index._code_error import CodeError, decoding_gap, keeps_exact_vectors
 from softdict.index._ids import IdRows, increasing_ids
 from softdict.index.base import Allow, BackendDump, RowsBackend
 from softdict.index.exact import score_rows
@@ -51,9 +54,17 @@ def faiss_metric(metric: Metric) -> int:
 
 
 def faiss_message(exc: RuntimeError, fallback: str) -> str:
-    """The useful last line of a FAISS error (its first lines are C++ frames)."""
+    """The useful last line of a FAISS error (its first lines are C++ frames), without the C++
+    signature and source line it starts with."""
     text = str(exc).strip()
-    return text.splitlines()[-1] if text else fallback
+    if not text:
+        return fallback
+    line = text.splitlines()[-1]
+    return _FAISS_WHERE.sub("", line) or line
+
+
+# "Error in virtual void faiss::X::f(...) at /project/faiss/X.cpp:109: Error: '...' failed: "
+_FAISS_WHERE = re.compile(r"^Error in .*? at \S+:\d+: (Error: )?")
 
 
 class FaissBackend(RowsBackend):
@@ -68,6 +79,12 @@ class FaissBackend(RowsBackend):
         self._built_for = 0  # keys the index was built (trained) for
         self._live_bitmap: np.ndarray | None = None  # packed live rows, rebuilt after changes
         self._cells = CellSampler(dim, metric) if self._draws_by_cell else None
+        # How far the stored vectors may be from those added, for an index that keeps lossy
+        # codes of them (softdict.index._code_error); None while they are the vectors added.
+        self._code_error: CodeError | None = None
+        # False once FAISS refused an IDSelector for this index's searches (a flat PQ, fast-scan
+        # PQ, NSG): masks and tombstones are then applied without one (``_search_by_hand``).
+        self._takes_selector = True
 
     # -- what a subclass says --------------------------------------------------------------------
 
@@ -105,9 +122,13 @@ class FaissBackend(RowsBackend):
         self._rows.check_new(ids)
         # Everything that can fail comes first, so a failed add changes nothing.
         index = self._index if self._index is not None else self._new_index(vectors)
+        first_row = index.ntotal
         index.add(vectors)
         if self._index is None:
             self._index, self._built_for = index, len(vectors)
+            self._code_error = None if keeps_exact_vectors(index) else CodeError()
+        if self._code_error is not None:
+            self._code_error = self._code_error.widened(*decoding_gap(index, first_row, vectors))
         self._rows.append(ids)
         self._live_bitmap = None
         if self._cells is not None:
@@ -160,6 +181,8 @@ class FaissBackend(RowsBackend):
             except RuntimeError:
                 return
             index.add(vectors)
+            if self._code_error is not None:  # the decoded vectors, encoded again
+                self._code_error = self._code_error.re_encoded(*decoding_gap(index, 0, vectors))
         self._rows.keep(rows)
         if self._cells is not None:
             self._cells.keep(rows)
@@ -185,13 +208,96 @@ class FaissBackend(RowsBackend):
         if bitmap is not None:
             selector = faiss.IDSelectorBitmap(self._rows.size, faiss.swig_ptr(bitmap))
         fraction = n_allowed / max(self._rows.size, 1)
-        index, params = self._search_plan(self._index, SearchRequest(k, selector, fraction, m))
-        distances, rows = index.search(np.ascontiguousarray(queries), k, params=params)
-        del bitmap  # kept alive until here: the selector points into it
-        scores = distances.astype(np.float64)
-        if self.metric is Metric.L2:
-            scores = -scores  # FAISS gives squared distances, smallest first
+        request = SearchRequest(k, selector, fraction, m)
+        queries = np.ascontiguousarray(queries)
+        if selector is not None and not self._takes_selector:
+            scores, rows = self._search_by_hand(queries, k, allow)
+        else:
+            index, params = self._search_plan(self._index, request)
+            try:
+                distances, rows = index.search(queries, k, params=params)
+            except RuntimeError:
+                if selector is None:
+                    raise
+                # This index takes no selector (FAISS checks it only at search time).
+                self._takes_selector = False
+                scores, rows = self._search_by_hand(queries, k, allow)
+            else:
+                scores = distances.astype(np.float64)
+                if self.metric is Metric.L2:
+                    scores = -scores  # FAISS gives squared distances, smallest first
+            del bitmap  # kept alive until here: the selector points into it
+        if self._code_error is not None:
+            scores, rows = self._rescored(queries, scores, rows)
         return np.where(rows >= 0, scores, -np.inf), self._rows.ids_of(rows)
+
+    def _search_by_hand(
+        self, queries: np.ndarray, k: int, allow: Allow | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A search limited to the allowed (or live) rows of an index that takes no selector:
+        scores and rows (m, k), padded with -inf and -1. A mask's rows are scored from their
+        stored vectors; without one, the search asks for as many more keys as there are deleted
+        rows and drops those."""
+        assert self._index is not None
+        if allow is not None:
+            rows = self._rows.rows_of(allow.ids)
+            if not len(rows):
+                return np.full((len(queries), k), -np.inf), np.full((len(queries), k), -1)
+            scores = metric_scores(queries, self._stored_rows(rows), self.metric)
+            best, columns = top_of_scores(scores, k)
+            return best, np.where(columns >= 0, rows[np.maximum(columns, 0)], -1)
+        wanted = min(k + self._rows.size - self._rows.n_live, self._rows.size)
+        distances, found = self._index.search(queries, wanted)
+        scores = -distances if self.metric is Metric.L2 else distances
+        best = np.full((len(queries), k), -np.inf)
+        rows = np.full((len(queries), k), -1, dtype=np.int64)
+        for i in range(len(queries)):
+            kept = found[i] >= 0
+            kept[kept] = self._rows.live[found[i, kept]]
+            taken = np.flatnonzero(kept)[:k]
+            best[i, : len(taken)], rows[i, : len(taken)] = scores[i, taken], found[i, taken]
+        return best, rows
+
+    def _rescored(
+        self, queries: np.ndarray, scores: np.ndarray, rows: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A search's results scored again from the stored (decoded) vectors, best first: the
+        score every other path gives those keys. FAISS's own can differ (a fast-scan PQ rounds
+        its tables, a PCA scores in its own space, an HNSW over PQ codes by inner product
+        measured 7 off)."""
+        assert self._index is not None
+        scores, rows = scores.copy(), rows.copy()
+        for i in range(len(queries)):
+            found = np.flatnonzero(rows[i] >= 0)
+            if not len(found):
+                continue
+            fresh = metric_scores(
+                queries[i : i + 1], self._stored_rows(rows[i, found]), self.metric
+            )
+            order = np.argsort(-fresh[0], kind="stable")
+            scores[i, : len(found)] = fresh[0, order]
+            rows[i, : len(found)] = rows[i, found[order]]
+            scores[i, len(found) :], rows[i, len(found) :] = -np.inf, -1
+        return scores, rows
+
+    def score_error(self, queries: np.ndarray) -> np.ndarray | None:
+        if self._code_error is None:
+            return None
+        return self._code_error.of_queries(queries, self.metric)
+
+    def vector_error(self) -> float:
+        return 0.0 if self._code_error is None else self._code_error.radius
+
+    @property
+    def code_error(self) -> CodeError | None:
+        """How far the stored vectors may be from those first added (None: they are those)."""
+        return self._code_error
+
+    def carry(self, earlier: CodeError | None) -> None:
+        """Count the vectors just added as an earlier index's decoded vectors, whose error was
+        ``earlier`` (None: the vectors first added)."""
+        if earlier is not None:
+            self._code_error = (self._code_error or CodeError()).carried(earlier)
 
     def score_all(
         self, queries: np.ndarray, allow: Allow | None = None
@@ -241,6 +347,8 @@ class FaissBackend(RowsBackend):
         if self._index is not None:
             files["index.faiss"] = faiss.serialize_index(self._index).tobytes()
         meta: dict[str, Any] = {"built_for": self._built_for}
+        if self._code_error is not None:
+            meta["code_error"] = self._code_error.meta()
         if self._cells is not None and self._cells.centroids is not None:
             files["index_cells.npy"] = self._cells.cells.copy()
             files["index_centroids.npy"] = self._cells.centroids.copy()
@@ -273,9 +381,15 @@ class FaissBackend(RowsBackend):
         built_for = meta.get("built_for", index.ntotal)  # format 1 did not record it
         if not isinstance(built_for, int) or built_for < 0:
             raise files.error("manifest.json", f"has an invalid index built_for {built_for!r}")
+        code_error = None
+        if not keeps_exact_vectors(index):
+            # Saved before it was kept: not known (a bound of 1).
+            code_error = CodeError.from_meta(meta.get("code_error", {"radius": None, "norm": 0}))
+            if code_error is None:
+                raise files.error("manifest.json", "has an invalid index code_error")
         if self._cells is not None:
             self._restore_cells(meta, files, len(ids))
-        self._index, self._built_for = index, int(built_for)
+        self._index, self._built_for, self._code_error = index, int(built_for), code_error
         self._rows = IdRows.restored(ids, live)
         self._live_bitmap = None
 

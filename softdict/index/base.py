@@ -252,6 +252,18 @@ class IndexBackend(ABC):
         Only where ``capabilities.approximate_scores``."""
         raise NotImplementedError(f"{self.describe()} keeps no compressed scores")
 
+    def vector_error(self) -> float:
+        """How far a stored vector may lie from the vector added (0: they are the same; NaN:
+        not known), where the backend keeps only lossy codes (``softdict.index._code_error``)."""
+        return 0.0
+
+    def score_error(self, queries: np.ndarray) -> np.ndarray | None:
+        """(m,) how far any key's score may be from its score against the vector added, for
+        each prepared query, where the backend keeps only lossy codes of its vectors and scores
+        those (``softdict.index._code_error``); None where its scores are exact. (Compressed
+        scores beside exact vectors say their errors in ``score_approximately`` instead.)"""
+        return None
+
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         """The prepared vectors of held ``ids`` (approximations for compressed indexes).
         Only where ``capabilities.returns_vectors``."""

@@ -7,6 +7,8 @@ quantiser needs d divisible by its code count) is known only once their dimensio
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import faiss
 import numpy as np
 
@@ -23,6 +25,7 @@ from softdict.index.base import Capabilities
 from softdict.index.exact import SCAN_ANY_SIZE
 from softdict.index.hnsw import sparse_or_graph
 from softdict.index.ivf import ivf_params
+from softdict.index.registry import BackendRefused
 
 __all__ = ["FactoryBackend", "check_factory", "parse_error"]
 
@@ -30,20 +33,31 @@ __all__ = ["FactoryBackend", "check_factory", "parse_error"]
 def parse_error(name: str) -> str | None:
     """Why FAISS cannot parse ``name``, or None if it can (parsed at 8 dims: a string that does
     not fit 8 dims, such as a product quantiser with 48 codes, parses; its fit is checked when
-    the real dimension is known)."""
+    the real dimension is known).
+
+    Raises:
+        BackendRefused: FAISS parses it into an index softdict cannot use (``_unusable``).
+    """
     try:
         probe = faiss.index_factory(8, name)
     except RuntimeError as exc:
         if "could not parse" in str(exc):
             return faiss_message(exc, "could not parse it")
         return None
-    return _unusable(probe)
+    unusable = _unusable(probe)
+    if unusable:
+        raise BackendRefused(f"index={name!r} is a FAISS index softdict cannot use: {unusable}")
+    return None
 
 
 def _unusable(index: faiss.Index) -> str | None:
     """Why an index FAISS builds cannot hold keys, or None: a graph of fewer than 2 links per
     node ("HNSW0" aborted the process at its second insert, "HNSW1" crashed it at its first),
-    or an IVF of no cells (every lookup divided by zero)."""
+    an IVF of no cells (every lookup divided by zero), or a part that scores keys by something
+    other than the store's similarity (``_changes_scores``)."""
+    changes = _changes_scores(index)
+    if changes:
+        return changes
     inner = faiss.downcast_index(index)
     # Through the wrappers a factory string puts around it ("PCA8,HNSW1", "IDMap,HNSW1",
     # a Refine's base): a wrapped graph of one link crashed the process as a bare one did.
@@ -60,6 +74,32 @@ def _unusable(index: faiss.Index) -> str | None:
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None and ivf.nlist < 1:
         return "an IVF index needs at least 1 cell (IVF1 or more)"
+    return None
+
+
+def _changes_scores(index: faiss.Index) -> str | None:
+    """Why ``index`` cannot answer softdict's scores, or None. softdict scores every key against
+    its stored vector by the store's similarity, so the index must keep vectors it can give back:
+    an LSH keeps bits and ranks by Hamming distance, an ITQ transform cannot be undone, an
+    L2norm turns dot products into cosines, and an IDMap wants ids softdict keeps itself."""
+    inner = faiss.downcast_index(index)
+    if isinstance(inner, faiss.IndexIDMap):
+        return "softdict keeps its own ids: drop the 'IDMap' prefix"
+    if isinstance(inner, faiss.IndexLSH):
+        return "an LSH index ranks keys by the Hamming distance of bits, not by their similarity"
+    if isinstance(inner, faiss.IndexRefine):
+        return _changes_scores(inner.base_index) or _changes_scores(inner.refine_index)
+    if isinstance(inner, faiss.IndexPreTransform):
+        for i in range(inner.chain.size()):
+            step = faiss.downcast_VectorTransform(inner.chain.at(i))
+            if isinstance(step, faiss.NormalizationTransform):
+                return (
+                    "'L2norm' normalises every vector, which turns similarity='dot' or 'l2' into "
+                    "cosine; leave it out (similarity='cosine' normalises already)"
+                )
+            if isinstance(step, (faiss.ITQTransform, faiss.ITQMatrix)):
+                return "an ITQ transform cannot give the keys' vectors back"
+        return _changes_scores(inner.index)
     return None
 
 
@@ -128,6 +168,17 @@ class FactoryBackend(FaissBackend):
         return isinstance(loaded, type(expected)) or isinstance(expected, type(loaded))
 
     def _search_plan(self, index: faiss.Index, request: SearchRequest) -> SearchPlan:
+        refine = faiss.downcast_index(index)
+        if isinstance(refine, faiss.IndexRefine):
+            # Its base searches with the base's parameters, the selector among them; the refine
+            # step only orders what the base found.
+            base = faiss.downcast_index(refine.base_index)
+            planned, params = self._search_plan(base, request)
+            if planned is not base:  # an HNSW base's flat storage: a refine searches the graph
+                planned, params = self._search_plan(base, replace(request, fraction=1.0))
+            return index, faiss.IndexRefineSearchParameters(
+                k_factor=refine.k_factor, base_index_params=params
+            )
         ivf = faiss.try_extract_index_ivf(index)
         if ivf is not None:
             return index, ivf_params(ivf, ivf.nprobe, request)

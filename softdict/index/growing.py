@@ -18,6 +18,7 @@ import numpy as np
 
 from softdict._files import FileReader
 from softdict._similarity import Metric
+from softdict.index._code_error import CodeError
 from softdict.index._faiss import FaissBackend
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
 from softdict.index.exact import ExactBackend
@@ -57,6 +58,9 @@ class GrowingBackend(IndexBackend):
         self.name = name
         self._large_kind, self._kind_of_large = large_kind, large_kind
         self._earlier_large = earlier_large
+        # The exact phase's vectors after a shrink are the large index's decoded ones: its
+        # error stays with them (softdict.index._code_error; None: the vectors added).
+        self._carried: CodeError | None = None
 
     @property
     def _active(self) -> IndexBackend:
@@ -85,7 +89,8 @@ class GrowingBackend(IndexBackend):
         except RuntimeError:  # FAISS: too few training points for this index
             self._switch_at = 2 * len(self._small)
             return
-        self._small = None
+        self._large.carry(self._carried)
+        self._small, self._carried = None, None
 
     def remove(self, ids: np.ndarray) -> None:
         self._active.remove(ids)
@@ -96,6 +101,7 @@ class GrowingBackend(IndexBackend):
             ids = self._large.ids()
             small = ExactBackend(self.dim, self.metric)
             small.add(ids, self._large.vectors(ids) if len(ids) else np.zeros((0, self.dim)))
+            self._carried = self._large.code_error
             self._large, self._small = self._make_large(), small
             self._kind_of_large = self._large_kind
 
@@ -140,6 +146,16 @@ class GrowingBackend(IndexBackend):
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         return self._active.vectors(ids)
 
+    def vector_error(self) -> float:
+        if self._small is not None:
+            return 0.0 if self._carried is None else self._carried.radius
+        return self._large.vector_error()
+
+    def score_error(self, queries: np.ndarray) -> np.ndarray | None:
+        if self._small is not None:
+            return None if self._carried is None else self._carried.of_queries(queries, self.metric)
+        return self._large.score_error(queries)
+
     def score_ids(self, queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
         return self._active.score_ids(queries, ids)
 
@@ -154,6 +170,8 @@ class GrowingBackend(IndexBackend):
     def dump(self) -> BackendDump:
         inner = self._active.dump()
         meta: dict[str, Any] = {"phase": "exact" if self._small is not None else "built"}
+        if self._small is not None and self._carried is not None:
+            meta["code_error"] = self._carried.meta()
         if self._small is None and self._kind_of_large is not None:
             meta["large"] = self._kind_of_large
         return BackendDump({**meta, **inner.meta}, inner.files)
@@ -163,6 +181,10 @@ class GrowingBackend(IndexBackend):
         if phase == "exact":
             assert self._small is not None
             self._small.restore(meta, files)
+            if "code_error" in meta:
+                self._carried = CodeError.from_meta(meta["code_error"])
+                if self._carried is None:
+                    raise files.error("manifest.json", "has an invalid index code_error")
         elif phase == "built":
             kind = meta.get("large")
             if kind is None and self._earlier_large is not None:

@@ -12,7 +12,13 @@ from softdict._errors import ConfigError, short_repr
 from softdict._similarity import Metric
 from softdict.index.base import IndexBackend
 
-__all__ = ["BackendSpec", "backend_names", "backend_spec", "register_backend"]
+__all__ = [
+    "BackendRefused",
+    "BackendSpec",
+    "backend_names",
+    "backend_spec",
+    "register_backend",
+]
 
 
 @dataclass(frozen=True)
@@ -23,6 +29,11 @@ class BackendSpec:
     name: str
     create: Callable[[int, Metric], IndexBackend]
     description: str
+
+
+class BackendRefused(ConfigError):
+    """Raised by a fallback for an option it recognises and refuses: the message is complete,
+    not one of the reasons why no fallback took the option."""
 
 
 _NAMED: dict[str, BackendSpec] = {}
@@ -67,6 +78,8 @@ def backend_spec(option: str) -> BackendSpec:
     for resolve in _FALLBACK:
         try:
             spec = resolve(option)
+        except BackendRefused:
+            raise
         except ConfigError as exc:
             reasons.append(str(exc))
             continue

@@ -389,7 +389,9 @@ class MemoryStore(Store):
 # longer one came from no insert but from a file edited with its checksums recomputed, and would
 # outscore every other key, or overflow its scores. The margin covers float32 rounding. Only
 # embeddings.npy is checked: FAISS's indexes hold approximations (PQ codes) and are trusted
-# files anyway (their checksums catch damage, not a crafted file; docs/guarantees.md).
+# files anyway (their checksums catch damage, not a crafted file; docs/guarantees.md). A store
+# that shrank from such an index to exact search holds its decoded vectors, each within the
+# codes' error of a vector added (``IndexBackend.vector_error``): that much longer.
 _UNIT_MARGIN = 1e-3
 # Vectors checked at a time: 100 MB of copies at 384 dims, whatever the store's size.
 _CHECKED_ROWS = 1 << 16
@@ -401,6 +403,7 @@ def _check_key_norms(backend: IndexBackend, files: FileReader, cosine: bool) -> 
     if not files.has("embeddings.npy"):
         return
     ids, most = backend.ids(), 1.0 + _UNIT_MARGIN if cosine else MAX_SCORED_NORM
+    most += backend.vector_error()  # NaN (not known): nothing is refused
     for start in range(0, len(ids), _CHECKED_ROWS):
         vectors = backend.vectors(ids[start : start + _CHECKED_ROWS])
         longest = float(np.sqrt(np.max(squared_norms(vectors), initial=0.0)))

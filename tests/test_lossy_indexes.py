@@ -1,0 +1,194 @@
+"""FAISS indexes that keep lossy codes of the keys, or take no selector: honest answers.
+
+A probe found factory strings with lossy codes ("PQ4", "IVF16,PQ4", "SQ4", "PCA8,Flat", ...)
+reporting approximate answers as exact (``weight_error`` 0, a tail interval of zero width) while
+values were off by up to 3.7 times the values' spread; others ranked keys by something else
+than the store's similarity ("LSH": Hamming distances; "L2norm" under "dot"); and masked lookups
+(and every lookup after a delete) on "PQ4", "PQ16x4fs" and "NSG32", and every lookup on
+"IVF4,Flat,Refine(Flat)", raised FAISS's raw RuntimeError.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _support import FakeEncoder, assert_close
+
+from softdict import ConfigError, SoftDict
+
+DIM = 16
+N = 1200  # past every index's training size here (a product quantiser's 1,000)
+LOSSY = ["PQ4", "IVF4,PQ4", "SQ4", "SQ8", "PQ16x4fs", "PCA8,Flat", "HNSW8,PQ4", "OPQ4,PQ4"]
+EXACT_STORAGE = ["Flat", "HNSW8", "IVF8,Flat", "IVF8,Flat,Refine(Flat)", "NSG16", "PQ4,RFlat"]
+# Indexes FAISS would not search with a selector (a mask, or the live rows after a delete).
+NO_SELECTOR = ["PQ4", "PQ16x4fs", "NSG16", "PQ4,RFlat"]
+
+
+def exact_attention(
+    similarity: str, temperature: float, query: np.ndarray, keys: np.ndarray, values: np.ndarray
+) -> float:
+    """softmax(score(q, K)/T)·V over the vectors as given, in float64."""
+    q, K = query.astype(np.float64), keys.astype(np.float64)
+    if similarity == "cosine":
+        q, K = q / np.linalg.norm(q), K / np.linalg.norm(K, axis=1, keepdims=True)
+    scores = -((K - q) ** 2).sum(axis=1) if similarity == "l2" else K @ q
+    weights = np.exp((scores - scores.max()) / temperature)
+    return float(weights @ values / weights.sum())
+
+
+def store_of(index: str, similarity: str = "cosine", seed: int = 0):
+    rng = np.random.default_rng(seed)
+    keys = rng.standard_normal((N, DIM)).astype(np.float32)
+    values = rng.standard_normal(N)
+    store = SoftDict(encoder=FakeEncoder(), index=index, similarity=similarity)
+    store.add_embeddings([f"k{i}" for i in range(N)], keys, values.tolist())
+    return store, keys, values
+
+
+@pytest.mark.parametrize(
+    ("index", "why"),
+    [
+        ("LSH", "Hamming"),
+        ("ITQ,Flat", "ITQ"),
+        ("L2norm,Flat", "L2norm"),
+        ("PCA8,L2norm,Flat", "L2norm"),
+        ("IDMap,Flat", "own ids"),
+        ("IDMap,HNSW8", "own ids"),
+        ("IVF8,Flat,Refine(LSH)", "Hamming"),
+    ],
+)
+def test_an_index_that_scores_keys_otherwise_is_refused_when_the_store_is_made(
+    index: str, why: str
+) -> None:
+    """These parse; "LSH" then answered by Hamming distances, "ITQ,Flat" raised FAISS's raw
+    error at every lookup once trained, "L2norm" turned "dot" into cosine unasked."""
+    with pytest.raises(ConfigError, match=f"is a FAISS index softdict cannot use: .*{why}"):
+        SoftDict(encoder=FakeEncoder(), index=index, similarity="dot")
+
+
+@pytest.mark.parametrize("similarity", ["cosine", "dot", "l2"])
+@pytest.mark.parametrize("index", LOSSY)
+def test_lossy_codes_are_reported_and_their_bound_holds(index: str, similarity: str) -> None:
+    """Every answer lies within its ``weight_error`` of exact attention over the embeddings
+    added (for numbers: the value within weight_error times the values' range)."""
+    store, keys, values = store_of(index, similarity)
+    rng = np.random.default_rng(1)
+    for query in rng.standard_normal((8, DIM)).astype(np.float32):
+        attention = store.attend_embeddings(query)
+        truth = exact_attention(similarity, store.temperature, query, keys, values)
+        assert attention.weight_error > 0
+        assert abs(attention.value - truth) <= attention.weight_error * np.ptp(values) + 1e-9
+
+
+@pytest.mark.parametrize("index", EXACT_STORAGE)
+def test_an_index_that_keeps_the_vectors_reports_no_error(index: str) -> None:
+    store, keys, values = store_of(index)
+    for query in keys[:5]:
+        attention = store.attend_embeddings(query)
+        assert attention.weight_error == 0.0
+        assert_close(attention.value, exact_attention("cosine", 0.05, query, keys, values))
+
+
+def test_a_searched_key_is_scored_as_every_other_key_is() -> None:
+    """A fast-scan PQ's search rounds its distance tables: its scores differed from those of the
+    same keys scored from their stored vectors (the sampled tail, a mask) by up to 0.3. A
+    search's keys are rescored, so a key has one score whichever way it was found."""
+    store, _, _ = store_of("PQ16x4fs")
+    searched = dict(store.nearest("k7", 10))
+    masked = dict(store.nearest("k7", 10, mask=list(searched)))
+    assert searched.keys() == masked.keys()
+    for key, score in searched.items():
+        assert_close(score, masked[key])
+
+
+@pytest.mark.parametrize("index", NO_SELECTOR)
+def test_masks_and_deletes_work_on_an_index_that_takes_no_selector(index: str) -> None:
+    store, keys, values = store_of(index)
+    allowed = [f"k{i}" for i in range(0, N, 7)]
+    rows = np.arange(0, N, 7)
+    for query in keys[:3]:
+        attention = store.attend_embeddings(query, mask=allowed)
+        assert set(attention.keys) <= set(allowed)
+        truth = exact_attention("cosine", 0.05, query, keys[rows], values[rows])
+        assert abs(attention.value - truth) <= attention.weight_error * np.ptp(values) + 1e-6
+    gone = [f"k{i}" for i in range(0, N, 3)]
+    for key in gone:
+        del store[key]
+    left = np.setdiff1d(np.arange(N), np.arange(0, N, 3))
+    for query in keys[:3]:
+        attention = store.attend_embeddings(query)
+        assert not set(attention.keys) & set(gone)
+        truth = exact_attention("cosine", 0.05, query, keys[left], values[left])
+        assert abs(attention.value - truth) <= attention.weight_error * np.ptp(values) + 1e-6
+
+
+def test_the_bound_is_kept_through_save_load_and_compaction(tmp_path: Path) -> None:
+    store, keys, values = store_of("SQ8")
+    query = keys[3]
+    before = store.attend_embeddings(query)
+    store.save(tmp_path / "s")
+    loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder())
+    assert loaded.attend_embeddings(query).weight_error == before.weight_error
+    # More than half deleted: the index is rebuilt from its decoded vectors, encoded again.
+    left = np.arange(N)[np.arange(N) % 2 == 0]
+    for i in np.setdiff1d(np.arange(N), left):
+        del loaded[f"k{i}"]
+    assert_within_bound(loaded, keys, values, left)
+
+
+def assert_within_bound(store, keys: np.ndarray, values: np.ndarray, rows: np.ndarray) -> None:
+    for query in keys[rows[:5]]:
+        attention = store.attend_embeddings(query)
+        truth = exact_attention("cosine", 0.05, query, keys[rows], values[rows])
+        assert attention.weight_error > 0
+        assert abs(attention.value - truth) <= attention.weight_error * np.ptp(values) + 1e-9
+
+
+def test_a_store_that_shrinks_to_exact_search_keeps_its_codes_error(tmp_path: Path) -> None:
+    """Below half its training size a store answers by exact search again, from the index's
+    decoded vectors: it reported a weight_error of 0 there, on answers 2.5e-4 off."""
+    store, keys, values = store_of("SQ8")
+    left = np.arange(N)[np.arange(N) % 4 == 0]  # 300 keys: below half the 1,000 it trains at
+    for i in np.setdiff1d(np.arange(N), left):
+        del store[f"k{i}"]
+    assert_within_bound(store, keys, values, left)
+    store.save(tmp_path / "s")
+    loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder())
+    assert_within_bound(loaded, keys, values, left)
+    # Grown past its training size again: the index encodes the decoded vectors once more.
+    more = np.arange(N, N + 900)
+    rng = np.random.default_rng(5)
+    keys = np.concatenate([keys, rng.standard_normal((900, DIM)).astype(np.float32)])
+    values = np.concatenate([values, rng.standard_normal(900)])
+    loaded.add_embeddings([f"k{i}" for i in more], keys[more], values[more].tolist())
+    assert_within_bound(loaded, keys, values, np.concatenate([left, more]))
+
+
+def _without_code_error(node: object) -> bool:
+    """Drop every saved code_error from a manifest's body; whether one was found."""
+    found = False
+    if isinstance(node, dict):
+        found = node.pop("code_error", None) is not None
+        for child in node.values():
+            found = _without_code_error(child) or found
+    elif isinstance(node, list):
+        for child in node:
+            found = _without_code_error(child) or found
+    return found
+
+
+def test_a_lossy_store_saved_before_its_error_was_kept_says_it_is_not_known(
+    tmp_path: Path,
+) -> None:
+    from test_persistence import rewrite_manifest
+
+    store, keys, _ = store_of("SQ8")
+    store.save(tmp_path / "s")
+    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    assert _without_code_error(manifest["body"])
+    rewrite_manifest(tmp_path / "s", lambda saved: _without_code_error(saved["body"]))
+    loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder())
+    assert loaded.attend_embeddings(keys[0]).weight_error == 1.0
