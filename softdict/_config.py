@@ -112,8 +112,9 @@ class SoftDictConfig(BaseModel):
     max_k: int = Field(default=1024, gt=0, le=1_000_000)
     tail_tolerance: float = Field(default=0.01, gt=0.0, lt=1.0)
     # Full attention in a large store, estimated (softdict._sampling): the half-width wanted on
-    # the tail mass's interval at this confidence, at most max_sample keys drawn per query (0:
-    # attend to the head alone), drawn by a generator seeded with seed and the query.
+    # the tail mass's interval at this confidence, at most max_sample keys drawn per query (but
+    # 2 at least: one draw has no spread; 0: attend to the head alone), drawn by a generator
+    # seeded with seed and the query.
     tolerance: float = Field(default=0.01, gt=0.0, lt=1.0)
     confidence: float = Field(default=0.95, gt=0.0, lt=1.0)
     max_sample: int = Field(default=4096, ge=0, le=1_000_000)

@@ -115,13 +115,22 @@ def _draws_sd(kept: np.ndarray, n_draws: int) -> np.ndarray:
     return np.sqrt(np.maximum(variance, 0.0))
 
 
+def first_draws(policy: RetrievalPolicy) -> int:
+    """How many keys a query draws first: ``FIRST_SAMPLE``, or ``max_sample`` where it is less,
+    but at least 2 (the spread of one draw is not defined)."""
+    return min(FIRST_SAMPLE, max(policy.max_sample, 2))
+
+
 def sample_size_for(stderr: float, m: int, tolerance: float, z: float, cap: int) -> int:
     """The sample size that brings the interval's half-width z·se (se measured at ``m``) under
     ``tolerance``: se falls as 1/√m. ``m`` where it already is; at most ``cap``."""
     if z * stderr <= tolerance:
         return m
-    # 10% more than the CLT's size: se measured on a small sample is itself uncertain.
-    return min(cap, math.ceil(1.1 * m * (z * stderr / tolerance) ** 2))
+    # 10% more than the CLT's size: se measured on a small sample is itself uncertain. As a
+    # product, not a power: a tolerance of 1e-300 made the square overflow (an OverflowError).
+    ratio = z * stderr / tolerance
+    wanted = 1.1 * m * ratio * ratio
+    return cap if not math.isfinite(wanted) or wanted >= cap else math.ceil(wanted)
 
 
 def value_stderr(
@@ -171,7 +180,7 @@ def with_sampled_tail(
             rows.append((found, sample, scored, estimate))
             continue
         rng = query_rng(policy.seed, queries[i])
-        sample = _draw(backend, queries[i], rng, FIRST_SAMPLE, allow, head_ids, policy)
+        sample = _draw(backend, queries[i], rng, first_draws(policy), allow, head_ids, policy)
         scored = _score_sample(backend, queries, i, sample, spelling)
         estimate = estimate_tail(
             head.scores[i, found], scored[0], sample.factors(), sample.draws, policy.temperature

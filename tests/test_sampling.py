@@ -230,3 +230,23 @@ def test_head_only_and_options_are_validated() -> None:
     for bad in ({"tolerance": 0}, {"confidence": 1.0}, {"max_sample": -1}, {"seed": -2}):
         with pytest.raises(ConfigError, match=next(iter(bad))):
             SoftDict(encoder=FakeEncoder(), **bad)  # type: ignore[arg-type]
+
+
+def test_a_tiny_tolerance_draws_the_most_keys_allowed(store) -> None:  # type: ignore[no-untyped-def]
+    """tolerance=1e-300 passes validation; the size it asks for overflowed a float in
+    ``sample_size_for`` and the lookup raised a raw OverflowError."""
+    backend, _X, _ = store
+    queries = diffuse(3, seed=11)
+    chosen = select(backend, queries, policy(tolerance=1e-300, max_sample=2048), None, N)
+    assert chosen.n_draws is not None and np.all(chosen.n_draws == 2048)
+    assert np.all(np.isfinite(chosen.weights))
+
+
+@pytest.mark.parametrize("max_sample", [1, 2, 5, 100])
+def test_no_more_keys_are_drawn_than_max_sample_asks_but_two(store, max_sample: int) -> None:  # type: ignore[no-untyped-def]
+    """The first draw was 512 keys whatever ``max_sample`` said (the option's comment: at most
+    max_sample). One draw has no spread, so a sample is 2 draws at least."""
+    backend, _X, _ = store
+    chosen = select(backend, diffuse(3, seed=12), policy(max_sample=max_sample), None, N)
+    assert chosen.n_draws is not None and np.all(chosen.n_draws == max(max_sample, 2))
+    assert np.all(np.isfinite(chosen.weights)) and np.all(np.isfinite(chosen.tail_stderr))
