@@ -714,3 +714,31 @@ def test_a_factory_index_that_cannot_hold_keys_is_refused_when_the_store_is_made
     "HNSW0" aborted it at the second, and "IVF0,Flat" divided by zero at every lookup."""
     with pytest.raises(ConfigError, match="needs at least"):
         SoftDict(encoder=FakeEncoder(), index=index)
+
+
+def test_the_advice_given_for_an_array_works_when_followed() -> None:
+    """A label store whose kind came from its first value advised value.tolist() for a 1-D array
+    of numbers, which it then refused (a list of numbers would have made a vector store); an
+    empty store advised value.tolist() "as a label (a JSON list)" for a 0-D array, whose
+    tolist() is a number."""
+    empty = SoftDict(encoder=FakeEncoder())
+    with pytest.raises(ValueKindError, match=r"0-D; for the number it holds, pass value\.item"):
+        empty["apple"] = np.array(5.0)
+    empty["apple"] = np.array(5.0).item()
+    assert empty["apple"] == 5.0
+    inferred = SoftDict({"apple": "red"}, encoder=FakeEncoder())
+    vector = np.array([1.0, 2.0])
+    with pytest.raises(ValueKindError, match=r"tolist\(\) to a store made with value_kind="):
+        inferred["pear"] = vector
+    with pytest.raises(ValueKindError):
+        inferred["pear"] = vector.tolist()  # as the advice says: this store takes none
+    labels = SoftDict({"apple": "red"}, encoder=FakeEncoder(), value_kind="categorical")
+    labels["pear"] = vector.tolist()
+    with pytest.raises(ValueKindError, match=r"value\.item\(\) to a store made with value_kind="):
+        inferred["plum"] = np.array(3)
+    labels["plum"] = np.array(3).item()
+    grid = np.zeros((2, 2))
+    with pytest.raises(ValueKindError, match=r"pass value\.tolist\(\)$"):
+        inferred["fig"] = grid
+    inferred["fig"] = grid.tolist()
+    assert labels["pear"] == [1.0, 2.0] and labels["plum"] == 3 and inferred["fig"] == grid.tolist()

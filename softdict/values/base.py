@@ -253,12 +253,31 @@ class ValueColumn(ABC, Generic[Staged]):
                 "value_kind='categorical'"
             )
         elif isinstance(value, np.ndarray) and self.kind == "categorical":
-            advice = "to store the array as a label (a JSON list), pass value.tolist()"
+            advice = _array_as_label(value)
         fixed = "its first insert" if inferred else "its first insert, or by value_kind="
         return ValueKindError(
             f"value for key {key!r} is {describe_value(value)}, but this store holds "
             f"{self.describe()} values (fixed by {fixed}); {advice}"
         )
+
+
+def _array_as_label(value: np.ndarray) -> str:
+    """How to store a numpy array as a label. Its number or its list of numbers is taken only
+    by a store made with value_kind='categorical': one whose kind came from a first label
+    refuses them, which would have made another kind of store (``kind_error``)."""
+    if value.ndim == 0 and value.dtype.kind in "biuf":
+        return (
+            "to store the number it holds as a label, pass value.item() to a store made with "
+            "value_kind='categorical'"
+        )
+    if value.ndim == 0:
+        return "to store what it holds as a label, pass value.item()"
+    if value.ndim == 1 and value.dtype.kind in "biuf":
+        return (
+            "to store it as a label (a JSON list), pass value.tolist() to a store made with "
+            "value_kind='categorical'"
+        )
+    return "to store the array as a label (a JSON list), pass value.tolist()"
 
 
 def batch_default_error(

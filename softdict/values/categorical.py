@@ -128,7 +128,7 @@ class CategoricalColumn(ValueColumn[list[str]]):
             try:
                 text = canonical_json(value)
             except (TypeError, ValueError, RecursionError) as exc:
-                if isinstance(value, np.ndarray) and value.ndim:  # a vector: another kind
+                if isinstance(value, np.ndarray):  # a vector, or a number: another kind
                     raise self.kind_error(key, value) from None
                 raise ValueKindError(
                     f"value for key {key!r} is {describe_value(value)}, which is not a number, a "

@@ -100,13 +100,14 @@ def _array_hint(value: object) -> str:
     """Why a numpy array is no vector and what to do instead; "" for any other value."""
     if not isinstance(value, np.ndarray):
         return ""
-    why = (
-        f"{value.ndim}-D"
-        if value.ndim != 1
-        else "empty"
-        if not value.size
-        else f"of dtype {value.dtype}"
-    )
+    if value.ndim == 0:  # its tolist() is a number, not a list
+        return (
+            "a vector is a 1-D array, and this one is 0-D; for the number it holds, pass "
+            "value.item()"
+        )
+    why = "empty" if value.ndim == 1 and not value.size else f"{value.ndim}-D"
+    if value.ndim == 1 and value.size:
+        why = f"of dtype {value.dtype}"
     return (
         f"a vector is a non-empty 1-D array of real numbers, and this one is {why}; to store it "
         f"as a label (a JSON list), pass value.tolist()"
