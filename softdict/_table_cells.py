@@ -11,6 +11,7 @@ import json
 import math
 import re
 
+from softdict._errors import short_repr
 from softdict.values.base import MAX_EXACT_INT
 
 __all__ = ["Problem", "Underflow", "cell_value", "json_float", "numeric"]
@@ -128,7 +129,7 @@ def _unfit(cell: object, value: float, several: bool) -> Problem | None:
     if isinstance(value, int) and abs(value) > MAX_EXACT_INT:
         keep = "" if several else ", or --value-kind categorical to keep it as text"
         return (
-            f"{value} is an integer beyond 2**53, which a 64-bit float rounds",
+            f"{short_repr(value, 30)} is an integer beyond 2**53, which a 64-bit float rounds",
             f"round it in the table{keep}",
         )
     return None
@@ -148,11 +149,14 @@ def _vector(cell: object) -> tuple[object, Problem | None]:
     for item in cell:
         if isinstance(item, Underflow):
             return None, (f"its item {item.text} {_TOO_SMALL}", "fix the cell")
-        if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item):
-            return None, (f"its item {item!r:.30} is no finite number", "fix the cell")
-        if isinstance(item, int) and abs(item) > MAX_EXACT_INT:  # as a number cell (``_unfit``)
-            return None, (
-                f"its item {item} is an integer beyond 2**53, which a 64-bit float rounds",
+        # An int first: math.isfinite of one past float64's range (400 digits) raised an
+        # OverflowError, which the command line reported as an internal error.
+        if isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_EXACT_INT:
+            return None, (  # as a number cell (``_unfit``)
+                f"its item {short_repr(item, 30)} is an integer beyond 2**53, which a 64-bit "
+                "float rounds",
                 "round it in the table",
             )
+        if isinstance(item, bool) or not isinstance(item, (int, float)) or not math.isfinite(item):
+            return None, (f"its item {short_repr(item, 30)} is no finite number", "fix the cell")
     return cell, None

@@ -503,6 +503,8 @@ def test_a_number_too_small_for_a_float_is_an_error_not_zero(tmp_path: Path) -> 
         ("-inf", "'-inf' is no finite number"),
         ("1e400", "1e400 is beyond a 64-bit float's range"),
         ("9007199254740993", "9007199254740993 is an integer beyond 2**53"),
+        # Printed whole, 400 digits, before; by its size now (as every message does).
+        ("1" + "0" * 400, "an integer of 401 digits or so is an integer beyond 2**53"),
     ],
 )
 def test_a_number_that_is_no_value_is_a_cell_error(tmp_path: Path, cell: str, message: str) -> None:
@@ -520,14 +522,20 @@ def test_a_number_that_is_no_value_is_a_cell_error(tmp_path: Path, cell: str, me
         assert result.returncode == 1 and "item 2, column 'price'" in result.stderr
 
 
-def test_an_integer_past_2_53_in_a_json_vector_cell_is_a_cell_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("item", "shown"),
+    [("9007199254740993", "9007199254740993"), ("1" + "0" * 400, "an integer of 401 digits or so")],
+)
+def test_an_integer_past_2_53_in_a_json_vector_cell_is_a_cell_error(
+    tmp_path: Path, item: str, shown: str
+) -> None:
     """A number cell past 2**53 was a cell error, but the same integer inside a JSON list cell
     went on to the store, which refused it naming the key, not the line, and --skip-bad-rows
-    kept its row."""
-    table = 'name,vec\napple,"[1, 2]"\npear,"[9007199254740993, 1]"\nplum,"[3, 4]"\n'
+    kept its row. One of 400 digits was an "internal error: OverflowError"."""
+    table = f'name,vec\napple,"[1, 2]"\npear,"[{item}, 1]"\nplum,"[3, 4]"\n'
     options = ("--value", "vec", "--value-kind", "vector")
     result, _ = build(tmp_path, table, *options, "--encoder", "/no/such/model", check=False)
-    message = "line 3, column 'vec': its item 9007199254740993 is an integer beyond 2**53"
+    message = f"line 3, column 'vec': its item {shown} is an integer beyond 2**53"
     assert result.returncode == 1 and message in result.stderr
     result, store = build(tmp_path, table, *options, "--skip-bad-rows")
     assert sorted(SoftDict.load(store)) == ["apple", "plum"] and "left out 1 rows" in result.stderr
