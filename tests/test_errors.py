@@ -442,6 +442,26 @@ def test_a_mask_predicate_that_fails_is_a_config_error(
     assert scalar_store.attend("apple", mask=lambda key: key != "chair").keys[0] == "apple"
 
 
+def test_a_mask_predicate_that_writes_to_the_store_attends_to_the_keys_still_held() -> None:
+    """A predicate that added or deleted a key (the store's lock lets its own thread in) raised
+    Python's raw "dictionary changed size during iteration" mid-lookup."""
+    sd = SoftDict({"red apple": 1.0, "green apple": 3.0, "chair": 2.0}, encoder=FakeEncoder())
+
+    def adds(key: str) -> bool:
+        sd["zz"] = 5.0
+        return True
+
+    assert set(sd.attend("apple", mask=adds).keys) == {"red apple", "green apple", "chair"}
+    assert sd["zz"] == 5.0  # the predicate's own write stands
+
+    def deletes(key: str) -> bool:
+        sd.pop("green apple", None)
+        return key != "chair"
+
+    attention = sd.attend("apple", mask=deletes)
+    assert set(attention.keys) == {"red apple", "zz"} and "green apple" not in sd
+
+
 @pytest.mark.parametrize("answer", ["False", b"", float("nan"), np.float64(0.0)])
 def test_a_mask_predicate_that_answers_text_or_a_float_is_a_config_error(
     scalar_store: SoftDict, answer: object

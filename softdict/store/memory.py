@@ -273,8 +273,11 @@ class MemoryStore(Store):
         return self._spelling
 
     def _ids_where(self, predicate: Callable[[str], bool]) -> np.ndarray:
-        slots = [slot for key, slot in self._slot_of.items() if predicate(key)]
-        return self._id_of_slot.view[np.asarray(slots, dtype=np.int64)]
+        # Over a copy of the keys, and then the accepted keys still held: a predicate that
+        # wrote to the store (the lock is re-entrant) raised "dictionary changed size during
+        # iteration" mid-lookup.
+        accepted = [key for key in list(self._slot_of) if predicate(key)]
+        return self._ids_of(accepted)
 
     def _ids_of(self, keys: list[str]) -> np.ndarray:
         slots = [self._slot_of[key] for key in keys if key in self._slot_of]
