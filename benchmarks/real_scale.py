@@ -35,8 +35,11 @@ METHODS, all on the same keys (cosine, T = 0.05, unit-norm embeddings) in one ru
   ``"compressed_8bit"``: full attention read from every key's codes, the keys within the head
   margin of the best (``softdict._compressed.HEAD_MARGIN``; rows at other margins, which no
   option sets: the benchmark reaches in) scored exactly, with the bound it reports;
+* softdict on ``index="ivf_sq8"`` (IVF over 8-bit codes of the keys, which it keeps instead of
+  their vectors): the estimate as on IVF, every score against a key's decoded vector, and the
+  ``weight_error`` that bounds what the codes change (``softdict.index._code_error``);
 * softdict fixed top-k (``top_k`` = 64, 256 on the default index and on the codes, 256 on
-  IVF): softmax over the k nearest;
+  IVF and IVF-SQ8): softmax over the k nearest;
 * FAISS IndexFlatIP, k = 256, softmax over those k: exact top-k attention;
 * nearest key (quality only): the value of the single key nearest by exact cosine.
 
@@ -55,9 +58,9 @@ COLUMNS:
   components) with |y − y_exact| <= 1.96·``value_stderr``. Both aim at 0.95 for a sample's
   interval; the interval of scores read from codes must always hold (1.000);
 * TV bound: the mean ``weight_error`` reported (a bound on the total variation between the
-  attention and exact attention; scores read from codes); bound held: share of queries whose
-  every value component is within ``weight_error`` times that component's range of exact
-  attention's, as the bound implies;
+  attention and exact attention; scores read from codes, or keys kept as codes); bound held:
+  share of queries whose every value component is within ``weight_error`` times that
+  component's range of exact attention's, as the bound implies;
 * k: mean head size (the keys scored exactly; k for top-k); m: mean sample size;
 * recall@k: share of the true k best keys (by exact cosine; k = each query's head size or
   top_k) among the keys the method scored exactly (a key counts if its cosine is within 1e-6
@@ -362,7 +365,7 @@ def measure(corpus_name: str, n: int) -> str:
     # "auto" (exact, then an HNSW graph), and beside it the keys' vectors with 4-bit and 8-bit
     # codes (index="compressed", "compressed_8bit"), whose full attention reads the codes.
     stores = {}
-    for index in ("auto", "compressed", "compressed_8bit", "ivf"):
+    for index in ("auto", "compressed", "compressed_8bit", "ivf", "ivf_sq8"):
         gc.collect()
         sd, build_s, description = build_store(index, keys, vectors, values)
         print(f"  store {index}: {description} in {build_s:.0f} s", flush=True)
@@ -405,10 +408,14 @@ def measure(corpus_name: str, n: int) -> str:
             ("default (estimated full attention)", {}),
             ("top_k=256", {"top_k": 256}),
         ],
+        "ivf_sq8": [
+            ("default (estimated full attention)", {}),
+            ("top_k=256", {"top_k": 256}),
+        ],
     }
     descriptions = {}
     for index, (sd, build_s, memory, description) in stores.items():
-        short = "IVF" if index == "ivf" else index
+        short = {"ivf": "IVF", "ivf_sq8": "IVF-SQ8"}.get(index, index)
         descriptions[short] = description
         built_with = sd._store.config
         for label, options in rows[index]:

@@ -127,6 +127,9 @@ class Selection:
             bound of scores read from codes).
         score_bounds: where scores were read from compressed codes (``softdict._compressed``),
             how far each may be from the true one; None elsewhere.
+        code_spread: (m,) where the index keeps only lossy codes of the keys, how far each
+            log-weight may be from the one of the vectors added, for every key alike
+            (``with_code_error``); None elsewhere.
     """
 
     scores: np.ndarray
@@ -145,27 +148,32 @@ class Selection:
     n_draws: np.ndarray | None = None
     weight_error: np.ndarray | None = None
     score_bounds: ScoreBounds | None = None
+    code_spread: np.ndarray | None = None
 
     def weight_errors(self) -> np.ndarray | None:
-        """``weight_error``, or where scores were read from codes, the bound their errors give
-        (computed when an explanation asks: a lookup of values does not need it)."""
+        """``weight_error``, or where scores were read from codes, the bound their errors give,
+        and where keys are kept as lossy codes, the bound of their error added (computed when
+        an explanation asks: a lookup of values does not need it)."""
         if self.score_bounds is not None:
             bounds = self.score_bounds
             return weight_error_bound(self.scores, bounds.temperature, bounds.spread)
-        return self.weight_error
-
-    def with_code_error(self, errors: np.ndarray, temperature: float) -> Selection:
-        """This selection, its ``weight_error`` widened by scores each within ``errors`` (m,)
-        of their true meaning score for every key alike (an index of lossy codes:
-        ``softdict.index._code_error``), scaled as the combination scales meaning."""
-        scale = self.terms.scale if self.terms is not None else 1.0
-        spread = (np.asarray(errors, dtype=np.float64) * scale / temperature)[:, None]
-        codes = weight_error_bound(
-            self.scores, temperature, np.broadcast_to(spread, self.scores.shape)
-        )
+        if self.code_spread is None:
+            return self.weight_error
+        spread = np.broadcast_to(self.code_spread[:, None], self.scores.shape)
+        # One spread for every key bounds the total variation by 1 − e^(−2·spread) whatever
+        # the weights, so any temperature gives it.
+        codes = weight_error_bound(self.scores, 1.0, spread)
         before = self.weight_error if self.weight_error is not None else 0.0
         # Total variation obeys the triangle inequality: the two errors add.
-        return dataclasses.replace(self, weight_error=np.minimum(before + codes, 1.0))
+        return np.minimum(before + codes, 1.0)
+
+    def with_code_error(self, errors: np.ndarray, temperature: float) -> Selection:
+        """This selection, with every key's score within ``errors`` (m,) of its score against
+        the vector added (an index of lossy codes: ``softdict.index._code_error``), scaled as
+        the combination scales meaning."""
+        scale = self.terms.scale if self.terms is not None else 1.0
+        spread = np.asarray(errors, dtype=np.float64) * scale / temperature
+        return dataclasses.replace(self, code_spread=spread)
 
     def tail_interval(self) -> np.ndarray:
         """(m, 2) the interval on ``tail_mass`` at the selection's confidence, within [0, 1]
