@@ -18,6 +18,8 @@ import pytest
 from _support import FakeEncoder, assert_close
 
 from softdict import ConfigError, SoftDict
+from softdict._similarity import Metric, metric_scores
+from softdict.index import backend_spec
 
 DIM = 16
 N = 1200  # past every index's training size here (a product quantiser's 1,000)
@@ -92,11 +94,14 @@ def test_an_index_that_keeps_the_vectors_reports_no_error(index: str) -> None:
         assert_close(attention.value, exact_attention("cosine", 0.05, query, keys, values))
 
 
-def test_a_searched_key_is_scored_as_every_other_key_is() -> None:
+@pytest.mark.parametrize("similarity", ["cosine", "l2"])
+@pytest.mark.parametrize("index", LOSSY)
+def test_a_searched_key_is_scored_as_every_other_key_is(index: str, similarity: str) -> None:
     """A fast-scan PQ's search rounds its distance tables: its scores differed from those of the
-    same keys scored from their stored vectors (the sampled tail, a mask) by up to 0.3. A
-    search's keys are rescored, so a key has one score whichever way it was found."""
-    store, _, _ = store_of("PQ16x4fs")
+    same keys scored from their stored vectors (the sampled tail, a mask) by up to 0.3, and an
+    HNSW over PQ codes by 7. A key has one score whichever way it was found: from its decoded
+    vector (the bound assumes it)."""
+    store, _, _ = store_of(index, similarity)
     searched = dict(store.nearest("k7", 10))
     masked = dict(store.nearest("k7", 10, mask=list(searched)))
     assert searched.keys() == masked.keys()
@@ -192,3 +197,20 @@ def test_a_lossy_store_saved_before_its_error_was_kept_says_it_is_not_known(
     rewrite_manifest(tmp_path / "s", lambda saved: _without_code_error(saved["body"]))
     loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder())
     assert loaded.attend_embeddings(keys[0]).weight_error == 1.0
+
+
+@pytest.mark.parametrize("metric", [Metric.INNER_PRODUCT, Metric.L2])
+@pytest.mark.parametrize("index", [*LOSSY, "ivf_sq8"])
+def test_a_search_scores_each_key_against_its_decoded_vector(index: str, metric: Metric) -> None:
+    """Whether FAISS's own scores are kept (indexes that score decoded vectors) or replaced,
+    a search's scores are those of the keys' stored vectors, which the bound is about."""
+    rng = np.random.default_rng(3)
+    n = 2_500  # past ivf_sq8's training size
+    backend = backend_spec(index).create(DIM, metric)
+    backend.add(np.arange(n, dtype=np.int64), rng.standard_normal((n, DIM)).astype(np.float32))
+    queries = rng.standard_normal((3, DIM)).astype(np.float32)
+    scores, ids = backend.search(queries, 20)
+    for query, row, found in zip(queries, scores, ids):
+        stored = metric_scores(query[None], backend.vectors(found), metric)[0]
+        assert_close(row, stored)
+        assert np.all(np.diff(row) <= 0)  # best first

@@ -28,12 +28,31 @@ import numpy as np
 
 from softdict._similarity import Metric
 
-__all__ = ["CodeError", "decoding_gap", "keeps_exact_vectors"]
+__all__ = ["CodeError", "decoding_gap", "keeps_exact_vectors", "scores_decoded_vectors"]
 
 _CHUNK = 65_536
 
 # Indexes whose stored vectors are the vectors added, and whose search scores them exactly.
 _EXACT_STORAGE = (faiss.IndexFlat, faiss.IndexHNSWFlat, faiss.IndexIVFFlat, faiss.IndexNSGFlat)
+
+
+# Lossy indexes whose search scores a query against each key's decoded vector, as softdict
+# does: their results need no rescoring (measured agreeing to float rounding). Exact types, not
+# subclasses: a fast-scan PQ rounds its distance tables (0.05-0.3 off), a PCA scores in its own
+# space, an HNSW over PQ codes by inner product was 7 off.
+_SCORES_DECODED = (
+    faiss.IndexScalarQuantizer,
+    faiss.IndexIVFScalarQuantizer,
+    faiss.IndexHNSWSQ,
+    faiss.IndexPQ,
+    faiss.IndexIVFPQ,
+)
+
+
+def scores_decoded_vectors(index: faiss.Index) -> bool:
+    """Whether ``index``'s search scores each key against its decoded vector (so its results
+    agree with scores taken from ``reconstruct``)."""
+    return type(faiss.downcast_index(index)) in _SCORES_DECODED
 
 
 def keeps_exact_vectors(index: faiss.Index) -> bool:

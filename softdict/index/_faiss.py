@@ -27,7 +27,12 @@ from softdict._attention import top_of_scores
 from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric, metric_scores
 from softdict.index._cells import CellSampler
-from softdict.index._code_error import CodeError, decoding_gap, keeps_exact_vectors
+from softdict.index._code_error import (
+    CodeError,
+    decoding_gap,
+    keeps_exact_vectors,
+    scores_decoded_vectors,
+)
 from softdict.index._ids import IdRows, increasing_ids
 from softdict.index.base import Allow, BackendDump, RowsBackend
 from softdict.index.exact import score_rows
@@ -227,7 +232,7 @@ class FaissBackend(RowsBackend):
                 if self.metric is Metric.L2:
                     scores = -scores  # FAISS gives squared distances, smallest first
             del bitmap  # kept alive until here: the selector points into it
-        if self._code_error is not None:
+        if self._code_error is not None and not scores_decoded_vectors(self._index):
             scores, rows = self._rescored(queries, scores, rows)
         return np.where(rows >= 0, scores, -np.inf), self._rows.ids_of(rows)
 
