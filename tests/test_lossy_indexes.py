@@ -60,13 +60,16 @@ def store_of(index: str, similarity: str = "cosine", seed: int = 0):
         ("IDMap,Flat", "own ids"),
         ("IDMap,HNSW8", "own ids"),
         ("IVF8,Flat,Refine(LSH)", "Hamming"),
+        ("IVF8,PQ4x4fs", "once it is loaded"),
+        ("PCA8,IVF8,PQ4x4fsr", "once it is loaded"),
     ],
 )
 def test_an_index_that_scores_keys_otherwise_is_refused_when_the_store_is_made(
     index: str, why: str
 ) -> None:
     """These parse; "LSH" then answered by Hamming distances, "ITQ,Flat" raised FAISS's raw
-    error at every lookup once trained, "L2norm" turned "dot" into cosine unasked."""
+    error at every lookup once trained, "L2norm" turned "dot" into cosine unasked, and a saved
+    IVF fast-scan PQ crashed the process (a segfault) at its first lookup once loaded."""
     with pytest.raises(ConfigError, match=f"is a FAISS index softdict cannot use: .*{why}"):
         SoftDict(encoder=FakeEncoder(), index=index, similarity="dot")
 

@@ -80,13 +80,20 @@ def _unusable(index: faiss.Index) -> str | None:
 def _changes_scores(index: faiss.Index) -> str | None:
     """Why ``index`` cannot answer softdict's scores, or None. softdict scores every key against
     its stored vector by the store's similarity, so the index must keep vectors it can give back:
-    an LSH keeps bits and ranks by Hamming distance, an ITQ transform cannot be undone, an
-    L2norm turns dot products into cosines, and an IDMap wants ids softdict keeps itself."""
+    an LSH keeps bits and ranks by Hamming distance, an ITQ transform cannot be undone, an IVF
+    fast-scan PQ crashes giving them back once loaded, an L2norm turns dot products into
+    cosines, and an IDMap wants ids softdict keeps itself."""
     inner = faiss.downcast_index(index)
     if isinstance(inner, faiss.IndexIDMap):
         return "softdict keeps its own ids: drop the 'IDMap' prefix"
     if isinstance(inner, faiss.IndexLSH):
         return "an LSH index ranks keys by the Hamming distance of bits, not by their similarity"
+    if isinstance(inner, faiss.IndexIVFPQFastScan):
+        # FAISS's reconstruct of a loaded one crashed the process (a segfault, faiss-cpu 1.15).
+        return (
+            "an IVF fast-scan PQ cannot give the keys' vectors back once it is loaded; use the "
+            "same string without 'fs' (e.g. 'IVF1024,PQ48'), or a fast-scan PQ without IVF"
+        )
     if isinstance(inner, faiss.IndexRefine):
         return _changes_scores(inner.base_index) or _changes_scores(inner.refine_index)
     if isinstance(inner, faiss.IndexPreTransform):
