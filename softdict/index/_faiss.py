@@ -15,17 +15,19 @@ query.
 
 from __future__ import annotations
 
+import math
 import re
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import faiss
 import numpy as np
 
-from softdict._attention import top_of_scores
 from softdict._files import FileReader, StoreFiles
-from softdict._similarity import Metric, metric_scores
+from softdict._similarity import Metric
+from softdict.index._by_hand import rescored, search_by_hand
 from softdict.index._cells import CellSampler
 from softdict.index._code_error import (
     CodeError,
@@ -88,7 +90,7 @@ class FaissBackend(RowsBackend):
         # codes of them (softdict.index._code_error); None while they are the vectors added.
         self._code_error: CodeError | None = None
         # False once FAISS refused an IDSelector for this index's searches (a flat PQ, fast-scan
-        # PQ, NSG): masks and tombstones are then applied without one (``_search_by_hand``).
+        # PQ): masks and tombstones are then applied without one (``_by_hand.search_by_hand``).
         self._takes_selector = True
 
     # -- what a subclass says --------------------------------------------------------------------
@@ -113,6 +115,11 @@ class FaissBackend(RowsBackend):
         """How many keys building the index needs (the growing policy waits for them)."""
         return 0
 
+    def builds_lossy_codes(self) -> bool:
+        """Whether the index, once built, keeps lossy codes of the keys rather than their
+        vectors (``softdict.index._code_error``)."""
+        return False
+
     def _flat_vectors(self) -> np.ndarray | None:
         """The built index's vectors by row (tombstones included), read in place where its
         storage is a plain array numpy can scan; None where it is not (``score_all`` then
@@ -133,13 +140,28 @@ class FaissBackend(RowsBackend):
             self._index, self._built_for = index, len(vectors)
             self._code_error = None if keeps_exact_vectors(index) else CodeError()
         if self._code_error is not None:
-            self._code_error = self._code_error.widened(*decoding_gap(index, first_row, vectors))
+            self._code_error = self._measured(self._code_error.widened, index, first_row, vectors)
         self._rows.append(ids)
         self._live_bitmap = None
         if self._cells is not None:
             self._place_in_cells(vectors)
         if self._wants_rebuild(self._rows.n_live, self._built_for):
             self._try_rebuild(self._rows.live_rows())
+
+    @staticmethod
+    def _measured(
+        update: Callable[[float, float], CodeError],
+        index: faiss.Index,
+        first_row: int,
+        vectors: np.ndarray,
+    ) -> CodeError:
+        """The code error ``update`` gives with the decoding gap of ``vectors`` (held by
+        ``index`` from ``first_row`` on), or an unknown one where FAISS cannot decode them: the
+        add has happened, and must not fail now."""
+        try:
+            return update(*decoding_gap(index, first_row, vectors))
+        except RuntimeError:
+            return CodeError(math.nan, 0.0)
 
     def _place_in_cells(self, vectors: np.ndarray) -> None:
         """Give the rows just added their cells, training the cells first when it is time
@@ -183,11 +205,11 @@ class FaissBackend(RowsBackend):
             vectors = np.ascontiguousarray(self._stored_rows(rows), dtype=np.float32)
             try:
                 index = self._new_index(vectors)
+                index.add(vectors)  # an NSG graph of too few vectors fails here
             except RuntimeError:
                 return
-            index.add(vectors)
             if self._code_error is not None:  # the decoded vectors, encoded again
-                self._code_error = self._code_error.re_encoded(*decoding_gap(index, 0, vectors))
+                self._code_error = self._measured(self._code_error.re_encoded, index, 0, vectors)
         self._rows.keep(rows)
         if self._cells is not None:
             self._cells.keep(rows)
@@ -216,7 +238,7 @@ class FaissBackend(RowsBackend):
         request = SearchRequest(k, selector, fraction, m)
         queries = np.ascontiguousarray(queries)
         if selector is not None and not self._takes_selector:
-            scores, rows = self._search_by_hand(queries, k, allow)
+            scores, rows = self._searched_by_hand(queries, k, allow)
         else:
             index, params = self._search_plan(self._index, request)
             try:
@@ -226,64 +248,22 @@ class FaissBackend(RowsBackend):
                     raise
                 # This index takes no selector (FAISS checks it only at search time).
                 self._takes_selector = False
-                scores, rows = self._search_by_hand(queries, k, allow)
+                scores, rows = self._searched_by_hand(queries, k, allow)
             else:
                 scores = distances.astype(np.float64)
                 if self.metric is Metric.L2:
                     scores = -scores  # FAISS gives squared distances, smallest first
             del bitmap  # kept alive until here: the selector points into it
         if self._code_error is not None and not scores_decoded_vectors(self._index):
-            scores, rows = self._rescored(queries, scores, rows)
+            scores, rows = rescored(self._stored_rows, self.metric, queries, scores, rows)
         return np.where(rows >= 0, scores, -np.inf), self._rows.ids_of(rows)
 
-    def _search_by_hand(
+    def _searched_by_hand(
         self, queries: np.ndarray, k: int, allow: Allow | None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """A search limited to the allowed (or live) rows of an index that takes no selector:
-        scores and rows (m, k), padded with -inf and -1. A mask's rows are scored from their
-        stored vectors; without one, the search asks for as many more keys as there are deleted
-        rows and drops those."""
         assert self._index is not None
-        if allow is not None:
-            rows = self._rows.rows_of(allow.ids)
-            if not len(rows):
-                return np.full((len(queries), k), -np.inf), np.full((len(queries), k), -1)
-            scores = metric_scores(queries, self._stored_rows(rows), self.metric)
-            best, columns = top_of_scores(scores, k)
-            return best, np.where(columns >= 0, rows[np.maximum(columns, 0)], -1)
-        wanted = min(k + self._rows.size - self._rows.n_live, self._rows.size)
-        distances, found = self._index.search(queries, wanted)
-        scores = -distances if self.metric is Metric.L2 else distances
-        best = np.full((len(queries), k), -np.inf)
-        rows = np.full((len(queries), k), -1, dtype=np.int64)
-        for i in range(len(queries)):
-            kept = found[i] >= 0
-            kept[kept] = self._rows.live[found[i, kept]]
-            taken = np.flatnonzero(kept)[:k]
-            best[i, : len(taken)], rows[i, : len(taken)] = scores[i, taken], found[i, taken]
-        return best, rows
-
-    def _rescored(
-        self, queries: np.ndarray, scores: np.ndarray, rows: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """A search's results scored again from the stored (decoded) vectors, best first: the
-        score every other path gives those keys. FAISS's own can differ (a fast-scan PQ rounds
-        its tables, a PCA scores in its own space, an HNSW over PQ codes by inner product
-        measured 7 off)."""
-        assert self._index is not None
-        scores, rows = scores.copy(), rows.copy()
-        for i in range(len(queries)):
-            found = np.flatnonzero(rows[i] >= 0)
-            if not len(found):
-                continue
-            fresh = metric_scores(
-                queries[i : i + 1], self._stored_rows(rows[i, found]), self.metric
-            )
-            order = np.argsort(-fresh[0], kind="stable")
-            scores[i, : len(found)] = fresh[0, order]
-            rows[i, : len(found)] = rows[i, found[order]]
-            scores[i, len(found) :], rows[i, len(found) :] = -np.inf, -1
-        return scores, rows
+        stored, metric = self._stored_rows, self.metric
+        return search_by_hand(self._index, self._rows, stored, metric, queries, k, allow)
 
     def score_error(self, queries: np.ndarray) -> np.ndarray | None:
         if self._code_error is None:

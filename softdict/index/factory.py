@@ -14,6 +14,7 @@ import numpy as np
 
 from softdict._errors import ConfigError
 from softdict._similarity import Metric
+from softdict.index._code_error import keeps_exact_vectors
 from softdict.index._faiss import (
     FaissBackend,
     SearchPlan,
@@ -54,8 +55,8 @@ def _unusable(index: faiss.Index) -> str | None:
     """Why an index FAISS builds cannot hold keys, or None: a graph of fewer than 2 links per
     node ("HNSW0" aborted the process at its second insert, "HNSW1" crashed it at its first),
     an IVF of no cells (every lookup divided by zero), or a part that scores keys by something
-    other than the store's similarity (``_changes_scores``)."""
-    changes = _changes_scores(index)
+    other than the store's similarity (``_cannot_serve``)."""
+    changes = _cannot_serve(index)
     if changes:
         return changes
     inner = faiss.downcast_index(index)
@@ -77,15 +78,20 @@ def _unusable(index: faiss.Index) -> str | None:
     return None
 
 
-def _changes_scores(index: faiss.Index) -> str | None:
+def _cannot_serve(index: faiss.Index) -> str | None:
     """Why ``index`` cannot answer softdict's scores, or None. softdict scores every key against
     its stored vector by the store's similarity, so the index must keep vectors it can give back:
-    an LSH keeps bits and ranks by Hamming distance, an ITQ transform cannot be undone, an IVF
-    fast-scan PQ crashes giving them back once loaded, an L2norm turns dot products into
-    cosines, and an IDMap wants ids softdict keeps itself."""
+    an LSH keeps bits and ranks by Hamming distance, an ITQ or whitening transform cannot be
+    undone, an IVF fast-scan PQ crashes giving them back once loaded, a refine over fast-scan
+    codes aborts the process, an NSG graph takes no keys once built, and an IDMap wants ids
+    softdict keeps itself. (An L2norm is kept:
+    its decoded vectors are the unit ones, and the gap to the vectors added is measured as any
+    code's is.)"""
     inner = faiss.downcast_index(index)
     if isinstance(inner, faiss.IndexIDMap):
         return "softdict keeps its own ids: drop the 'IDMap' prefix"
+    if isinstance(inner, faiss.IndexNSG):
+        return "an NSG graph cannot take keys once it is built; use an HNSW graph ('HNSW32')"
     if isinstance(inner, faiss.IndexLSH):
         return "an LSH index ranks keys by the Hamming distance of bits, not by their similarity"
     if isinstance(inner, faiss.IndexIVFPQFastScan):
@@ -95,25 +101,27 @@ def _changes_scores(index: faiss.Index) -> str | None:
             "same string without 'fs' (e.g. 'IVF1024,PQ48'), or a fast-scan PQ without IVF"
         )
     if isinstance(inner, faiss.IndexRefine):
-        return _changes_scores(inner.base_index) or _changes_scores(inner.refine_index)
+        if isinstance(faiss.downcast_index(inner.refine_index), faiss.IndexFastScan):
+            # FAISS threw inside OpenMP at the first lookup: the process aborted.
+            return "a refine step over a fast-scan PQ cannot score keys; refine with 'Flat'"
+        return _cannot_serve(inner.base_index) or _cannot_serve(inner.refine_index)
     if isinstance(inner, faiss.IndexPreTransform):
         for i in range(inner.chain.size()):
             step = faiss.downcast_VectorTransform(inner.chain.at(i))
-            if isinstance(step, faiss.NormalizationTransform):
-                return (
-                    "'L2norm' normalises every vector, which turns similarity='dot' or 'l2' into "
-                    "cosine; leave it out (similarity='cosine' normalises already)"
-                )
             if isinstance(step, (faiss.ITQTransform, faiss.ITQMatrix)):
                 return "an ITQ transform cannot give the keys' vectors back"
-        return _changes_scores(inner.index)
+            if isinstance(step, faiss.PCAMatrix) and step.eigen_power != 0:
+                # A whitening PCA: FAISS cannot undo it, and the first add failed half done.
+                return "a whitening PCA ('PCAW') cannot give the keys' vectors back; use 'PCA'"
+        return _cannot_serve(inner.index)
     return None
 
 
-def check_factory(name: str, dim: int) -> int:
-    """How many keys building ``name`` for ``dim`` dims needs; ConfigError if it cannot be."""
+def check_factory(name: str, dim: int, metric: Metric = Metric.L2) -> int:
+    """How many keys building ``name`` for ``dim`` dims and ``metric`` needs; ConfigError if
+    it cannot be."""
     try:
-        probe = faiss.index_factory(dim, name)
+        probe = faiss.index_factory(dim, name, faiss_metric(metric))
     except RuntimeError as exc:
         raise ConfigError(
             f"index={name!r} cannot be built for {dim}-dim embeddings "
@@ -122,6 +130,13 @@ def check_factory(name: str, dim: int) -> int:
     unusable = _unusable(probe)
     if unusable:
         raise ConfigError(f"index={name!r} cannot hold keys: {unusable}")
+    if probe.metric_type != faiss_metric(metric):
+        # "HNSW32,PQ16" is built for L2 whatever it is asked: its saved form then failed the
+        # load's check of the store's metric, and its search ranked dot products by distance.
+        raise ConfigError(
+            f"index={name!r} is built by FAISS for L2 distances only, and this store scores by "
+            f"inner product; use similarity='l2', or another index (e.g. 'HNSW32,SQ8')"
+        )
     if probe.is_trained:
         return 0
     ivf = faiss.try_extract_index_ivf(probe)
@@ -135,10 +150,13 @@ class FactoryBackend(FaissBackend):
     def __init__(self, dim: int, metric: Metric, factory: str) -> None:
         super().__init__(dim, metric)
         self.factory = factory
-        self._min_train = check_factory(factory, dim)
+        self._min_train = check_factory(factory, dim, metric)
 
     def min_train_size(self) -> int:
         return self._min_train
+
+    def builds_lossy_codes(self) -> bool:
+        return not keeps_exact_vectors(faiss.index_factory(self.dim, self.factory))
 
     @property
     def capabilities(self) -> Capabilities:

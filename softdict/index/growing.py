@@ -11,13 +11,14 @@ built before there are enough keys to train on, and until then exact search answ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from softdict._files import FileReader
-from softdict._similarity import Metric
+from softdict._similarity import Metric, squared_norms
 from softdict.index._code_error import CodeError
 from softdict.index._faiss import FaissBackend
 from softdict.index.base import Allow, BackendDump, Capabilities, IndexBackend
@@ -185,6 +186,11 @@ class GrowingBackend(IndexBackend):
                 self._carried = CodeError.from_meta(meta["code_error"])
                 if self._carried is None:
                     raise files.error("manifest.json", "has an invalid index code_error")
+            elif self._large.builds_lossy_codes() and _decoded_unit_vectors(self._small):
+                # Saved before the error was kept, by a cosine store that shrank from an index
+                # of codes: it was refused as edited (a key of norm 1.0058). How far its
+                # vectors are from those added is not known.
+                self._carried = CodeError(math.nan, 0.0)
         elif phase == "built":
             kind = meta.get("large")
             if kind is None and self._earlier_large is not None:
@@ -198,3 +204,16 @@ class GrowingBackend(IndexBackend):
             self._small = None
         else:
             raise files.error("manifest.json", f"has an unknown index phase {phase!r}")
+
+
+def _decoded_unit_vectors(small: ExactBackend) -> bool:
+    """Whether ``small``'s vectors look like a cosine store's decoded from codes: nearly all
+    within 5% of unit length, not all unit (to float32's rounding) or zero. The vectors of a
+    store that never shrank are the prepared ones; of another similarity, not known."""
+    ids = small.ids()
+    if not len(ids):
+        return False
+    lengths = np.sqrt(squared_norms(small.vectors(ids)))
+    exact = (np.abs(lengths - 1.0) <= 1e-5) | (lengths == 0)
+    near = np.abs(lengths - 1.0) <= 0.05
+    return bool(near.mean() >= 0.99 and not exact.all())

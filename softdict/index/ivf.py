@@ -67,6 +67,9 @@ class IVFBackend(FaissBackend):
     def min_train_size(self) -> int:
         return MIN_TRAIN_KEYS
 
+    def builds_lossy_codes(self) -> bool:
+        return self.encoding != "Flat"
+
     def _new_index(self, training: np.ndarray) -> faiss.Index:
         nlist = _list_count(len(training))
         metric = faiss_metric(self.metric)
