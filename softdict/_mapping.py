@@ -99,9 +99,9 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
             and its best score tells a query with no key less well).
         lexical_known: under "rule-1" to "rule-7", the share of the spelling weight a query's
             common English words keep (1/16 by default): meaning decides what a real word means.
-        index: "auto" (exact up to 10,000 keys, then HNSW), "flat" (exact), "hnsw", "ivf",
-            "ivf_sq8" (compressed, 1 byte per dimension), a FAISS index_factory string, or a
-            name registered with ``softdict.index.register_backend``.
+        index: "auto" (exact up to 10,000 keys, then HNSW), "flat" (exact), "compressed" and
+            "compressed_8bit" (exact, 4- or 8-bit codes read first), "hnsw", "ivf", "ivf_sq8" (1
+            byte per dimension), a FAISS index_factory string, or a registered name.
         value_kind: "scalar", "vector", "categorical" (or a kind registered with
             ``softdict.values.register_value_kind``); None infers it from the first value.
         query_cache_size: how many query embeddings to keep (LRU); 0 disables the cache.
