@@ -278,7 +278,10 @@ def softdict_method(
     heads = [np.array([position[key] for key in a.keys], dtype=np.int64) for a in attentions]
     # A scan of every key is exact: no interval to cover (its tail is 0). A sample's interval
     # and the sure interval of scores read from codes are.
-    estimated = any(a.sampled > 0 or a.weight_error > 0 for a in attentions)
+    # (Top-k attention has none: a store of codes reports its weight_error there too.)
+    estimated = any(a.sampled > 0 or a.weight_error > 0 for a in attentions) and all(
+        a.tail_interval is not None for a in attentions
+    )
     stderr = None
     if any(a.value_stderr is not None for a in attentions):
         stderr = np.stack([np.asarray(a.value_stderr, dtype=np.float64) for a in attentions])
