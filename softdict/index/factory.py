@@ -54,11 +54,11 @@ def parse_error(name: str) -> str | None:
 def _unusable(index: faiss.Index) -> str | None:
     """Why an index FAISS builds cannot hold keys, or None: a graph of fewer than 2 links per
     node ("HNSW0" aborted the process at its second insert, "HNSW1" crashed it at its first),
-    an IVF of no cells (every lookup divided by zero), or a part that scores keys by something
-    other than the store's similarity (``_cannot_serve``)."""
-    changes = _cannot_serve(index)
-    if changes:
-        return changes
+    an IVF of no cells (every lookup divided by zero), or a part softdict cannot serve
+    (``_cannot_serve``)."""
+    refused = _cannot_serve(index)
+    if refused:
+        return refused
     inner = faiss.downcast_index(index)
     # Through the wrappers a factory string puts around it ("PCA8,HNSW1", "IDMap,HNSW1",
     # a Refine's base): a wrapped graph of one link crashed the process as a bare one did.
@@ -84,9 +84,8 @@ def _cannot_serve(index: faiss.Index) -> str | None:
     an LSH keeps bits and ranks by Hamming distance, an ITQ or whitening transform cannot be
     undone, an IVF fast-scan PQ crashes giving them back once loaded, a refine over fast-scan
     codes aborts the process, an NSG graph takes no keys once built, and an IDMap wants ids
-    softdict keeps itself. (An L2norm is kept:
-    its decoded vectors are the unit ones, and the gap to the vectors added is measured as any
-    code's is.)"""
+    softdict keeps itself. (An L2norm is kept: its decoded vectors are the unit ones, and their
+    gap to the vectors added is measured as any code's is.)"""
     inner = faiss.downcast_index(index)
     if isinstance(inner, faiss.IndexIDMap):
         return "softdict keeps its own ids: drop the 'IDMap' prefix"
