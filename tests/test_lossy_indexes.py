@@ -310,3 +310,18 @@ def test_a_large_mask_on_an_index_without_selectors_is_scored_in_chunks(monkeypa
     assert_close([score for _, score in chunked], [score for _, score in whole])
     attention = store.attend_embeddings(keys[3], mask=allowed)
     assert set(attention.keys) <= set(allowed)
+
+
+def test_a_copy_of_a_store_of_codes_keeps_their_error() -> None:
+    """``copy_to`` writes the source's decoded vectors into the new store, which encodes them
+    again: it measured only that second gap (a bound of 0.25 where the source's was 0.30)."""
+    store, keys, values = store_of("SQ8")
+    copied = store.copy_to("memory")
+    for query in keys[:5]:
+        source, copy = store.attend_embeddings(query), copied.attend_embeddings(query)
+        assert copy.weight_error >= source.weight_error
+        truth = exact_attention("cosine", 0.05, query, keys, values)
+        assert abs(copy.value - truth) <= copy.weight_error * np.ptp(values) + 1e-9
+    small = SoftDict(encoder=FakeEncoder(), index="SQ8")
+    small.add_embeddings(["a", "b"], keys[:2], [1.0, 2.0])  # exact search yet: nothing to carry
+    assert small.copy_to("memory").attend_embeddings(keys[0]).weight_error == 0.0

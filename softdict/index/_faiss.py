@@ -265,24 +265,11 @@ class FaissBackend(RowsBackend):
         stored, metric = self._stored_rows, self.metric
         return search_by_hand(self._index, self._rows, stored, metric, queries, k, allow)
 
-    def score_error(self, queries: np.ndarray) -> np.ndarray | None:
-        if self._code_error is None:
-            return None
-        return self._code_error.of_queries(queries, self.metric)
-
-    def vector_error(self) -> float:
-        return 0.0 if self._code_error is None else self._code_error.radius
-
-    @property
     def code_error(self) -> CodeError | None:
-        """How far the stored vectors may be from those first added (None: they are those)."""
         return self._code_error
 
-    def carry(self, earlier: CodeError | None) -> None:
-        """Count the vectors just added as an earlier index's decoded vectors, whose error was
-        ``earlier`` (None: the vectors first added)."""
-        if earlier is not None:
-            self._code_error = (self._code_error or CodeError()).carried(earlier)
+    def carry(self, earlier: CodeError) -> None:
+        self._code_error = (self._code_error or CodeError()).carried(earlier)
 
     def score_all(
         self, queries: np.ndarray, allow: Allow | None = None

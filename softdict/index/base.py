@@ -21,6 +21,7 @@ import numpy as np
 from softdict._errors import ConfigError
 from softdict._files import FileReader, StoreFiles
 from softdict._similarity import Metric, metric_scores
+from softdict.index._code_error import CodeError
 from softdict.index._ids import IdRows
 from softdict.index._plug_in_checks import checked_score_all, checked_search
 
@@ -252,17 +253,30 @@ class IndexBackend(ABC):
         Only where ``capabilities.approximate_scores``."""
         raise NotImplementedError(f"{self.describe()} keeps no compressed scores")
 
-    def vector_error(self) -> float:
-        """How far a stored vector may lie from the vector added (0: they are the same; NaN:
-        not known), where the backend keeps only lossy codes (``softdict.index._code_error``)."""
-        return 0.0
+    def code_error(self) -> CodeError | None:
+        """How far the stored vectors may lie from the vectors added, where the backend keeps
+        only lossy codes of them (``softdict.index._code_error``); None where they are those."""
+        return None
+
+    def carry(self, earlier: CodeError) -> None:
+        """Count every vector held as the decoded vector of another store's, whose error was
+        ``earlier`` (a copy of a store of codes, ``softdict.store.copying``).
+
+        Raises:
+            ConfigError: the backend cannot record it (by default).
+        """
+        raise ConfigError(
+            f"the index {self.describe()!r} cannot record how far the vectors it is given are "
+            f"from those first added (they were read from lossy codes); use the source's index"
+        )
 
     def score_error(self, queries: np.ndarray) -> np.ndarray | None:
         """(m,) how far any key's score may be from its score against the vector added, for
         each prepared query, where the backend keeps only lossy codes of its vectors and scores
-        those (``softdict.index._code_error``); None where its scores are exact. (Compressed
-        scores beside exact vectors say their errors in ``score_approximately`` instead.)"""
-        return None
+        those (``code_error``); None where its scores are exact. (Compressed scores beside exact
+        vectors say their errors in ``score_approximately`` instead.)"""
+        error = self.code_error()
+        return None if error is None else error.of_queries(queries, self.metric)
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         """The prepared vectors of held ``ids`` (approximations for compressed indexes).

@@ -90,7 +90,8 @@ class GrowingBackend(IndexBackend):
         except RuntimeError:  # FAISS: too few training points for this index
             self._switch_at = 2 * len(self._small)
             return
-        self._large.carry(self._carried)
+        if self._carried is not None:
+            self._large.carry(self._carried)
         self._small, self._carried = None, None
 
     def remove(self, ids: np.ndarray) -> None:
@@ -102,7 +103,7 @@ class GrowingBackend(IndexBackend):
             ids = self._large.ids()
             small = ExactBackend(self.dim, self.metric)
             small.add(ids, self._large.vectors(ids) if len(ids) else np.zeros((0, self.dim)))
-            self._carried = self._large.code_error
+            self._carried = self._large.code_error()
             self._large, self._small = self._make_large(), small
             self._kind_of_large = self._large_kind
 
@@ -147,15 +148,14 @@ class GrowingBackend(IndexBackend):
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         return self._active.vectors(ids)
 
-    def vector_error(self) -> float:
-        if self._small is not None:
-            return 0.0 if self._carried is None else self._carried.radius
-        return self._large.vector_error()
+    def code_error(self) -> CodeError | None:
+        return self._carried if self._small is not None else self._large.code_error()
 
-    def score_error(self, queries: np.ndarray) -> np.ndarray | None:
-        if self._small is not None:
-            return None if self._carried is None else self._carried.of_queries(queries, self.metric)
-        return self._large.score_error(queries)
+    def carry(self, earlier: CodeError) -> None:
+        if self._small is None:
+            self._large.carry(earlier)
+        else:
+            self._carried = (self._carried or CodeError()).carried(earlier)
 
     def score_ids(self, queries: np.ndarray, ids: np.ndarray) -> np.ndarray:
         return self._active.score_ids(queries, ids)

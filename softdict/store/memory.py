@@ -394,7 +394,7 @@ class MemoryStore(Store):
 # embeddings.npy is checked: FAISS's indexes hold approximations (PQ codes) and are trusted
 # files anyway (their checksums catch damage, not a crafted file; docs/guarantees.md). A store
 # that shrank from such an index to exact search holds its decoded vectors, each within the
-# codes' error of a vector added (``IndexBackend.vector_error``): that much longer.
+# codes' error of a vector added (``IndexBackend.code_error``): that much longer.
 _UNIT_MARGIN = 1e-3
 # Vectors checked at a time: 100 MB of copies at 384 dims, whatever the store's size.
 _CHECKED_ROWS = 1 << 16
@@ -406,7 +406,8 @@ def _check_key_norms(backend: IndexBackend, files: FileReader, cosine: bool) -> 
     if not files.has("embeddings.npy"):
         return
     ids, most = backend.ids(), 1.0 + _UNIT_MARGIN if cosine else MAX_SCORED_NORM
-    most += backend.vector_error()  # NaN (not known): nothing is refused
+    error = backend.code_error()
+    most += 0.0 if error is None else error.radius  # NaN (not known): nothing is refused
     for start in range(0, len(ids), _CHECKED_ROWS):
         vectors = backend.vectors(ids[start : start + _CHECKED_ROWS])
         longest = float(np.sqrt(np.max(squared_norms(vectors), initial=0.0)))
