@@ -81,7 +81,8 @@ class Attention:
             (``softdict.spelling.bounded``), or from meaning read from compressed codes (every
             key's weight, listed or not; ``softdict._compressed``), or from an index that keeps
             only lossy codes of the keys ("ivf_sq8", PQ and SQ factory strings: from the
-            vectors given; ``softdict.index._code_error``). 0: it is that attention.
+            vectors given; ``softdict.index._code_error``; not the keys an approximate search
+            missed). 0: it is that attention.
             For numbers, the value is then within ``weight_error`` times the values' range.
     """
 

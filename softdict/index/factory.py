@@ -99,10 +99,16 @@ def _cannot_serve(index: faiss.Index) -> str | None:
             "an IVF fast-scan PQ cannot give the keys' vectors back once it is loaded; use the "
             "same string without 'fs' (e.g. 'IVF1024,PQ48'), or a fast-scan PQ without IVF"
         )
+    if isinstance(inner, faiss.IndexLattice):
+        return "a lattice index ('ZnLattice') saves no codes FAISS can read back"
     if isinstance(inner, faiss.IndexRefine):
-        if isinstance(faiss.downcast_index(inner.refine_index), faiss.IndexFastScan):
-            # FAISS threw inside OpenMP at the first lookup: the process aborted.
-            return "a refine step over a fast-scan PQ cannot score keys; refine with 'Flat'"
+        if not isinstance(faiss.downcast_index(inner.refine_index), faiss.IndexFlatCodes):
+            # A refine over fast-scan codes, a transform, an IVF or another refine: FAISS threw
+            # inside OpenMP at the first lookup, and the process aborted.
+            return (
+                "a refine step needs flat codes to score keys by ('Flat', 'SQ8', 'PQ16'), "
+                "not an index of its own"
+            )
         return _cannot_serve(inner.base_index) or _cannot_serve(inner.refine_index)
     if isinstance(inner, faiss.IndexPreTransform):
         for i in range(inner.chain.size()):
@@ -114,6 +120,20 @@ def _cannot_serve(index: faiss.Index) -> str | None:
                 return "a whitening PCA ('PCAW') cannot give the keys' vectors back; use 'PCA'"
         return _cannot_serve(inner.index)
     return None
+
+
+def _centres(index: faiss.Index) -> bool:
+    """Whether ``index`` transforms vectors by a PCA (which subtracts their mean) anywhere."""
+    inner = faiss.downcast_index(index)
+    if isinstance(inner, faiss.IndexRefine):
+        return _centres(inner.base_index) or _centres(inner.refine_index)
+    if isinstance(inner, faiss.IndexPreTransform):
+        for i in range(inner.chain.size()):
+            step = faiss.downcast_VectorTransform(inner.chain.at(i))
+            if isinstance(step, (faiss.PCAMatrix, faiss.CenteringTransform)):
+                return True
+        return _centres(inner.index)
+    return False
 
 
 def check_factory(name: str, dim: int, metric: Metric = Metric.L2) -> int:
@@ -129,6 +149,15 @@ def check_factory(name: str, dim: int, metric: Metric = Metric.L2) -> int:
     unusable = _unusable(probe)
     if unusable:
         raise ConfigError(f"index={name!r} cannot hold keys: {unusable}")
+    if metric is Metric.INNER_PRODUCT and _centres(probe):
+        # A PCA subtracts the keys' mean: the inner products it ranks keys by are not theirs,
+        # so a search found other keys than the best (top_k=3: none of the true three) while
+        # its keys, rescored, claimed a small bound.
+        raise ConfigError(
+            f"index={name!r} ranks keys by inner products of vectors less their mean (a PCA), "
+            f"which are not the store's; use similarity='l2', a rotation ('OPQ16', 'RR64'), "
+            f"or no transform"
+        )
     if probe.metric_type != faiss_metric(metric):
         # "HNSW32,PQ16" is built for L2 whatever it is asked: its saved form then failed the
         # load's check of the store's metric, and its search ranked dot products by distance.

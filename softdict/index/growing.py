@@ -171,8 +171,8 @@ class GrowingBackend(IndexBackend):
     def dump(self) -> BackendDump:
         inner = self._active.dump()
         meta: dict[str, Any] = {"phase": "exact" if self._small is not None else "built"}
-        if self._small is not None and self._carried is not None:
-            meta["code_error"] = self._carried.meta()
+        if self._small is not None:  # null: the vectors added (a store saved before: not said)
+            meta["code_error"] = None if self._carried is None else self._carried.meta()
         if self._small is None and self._kind_of_large is not None:
             meta["large"] = self._kind_of_large
         return BackendDump({**meta, **inner.meta}, inner.files)
@@ -183,13 +183,14 @@ class GrowingBackend(IndexBackend):
             assert self._small is not None
             self._small.restore(meta, files)
             if "code_error" in meta:
-                self._carried = CodeError.from_meta(meta["code_error"])
-                if self._carried is None:
+                saved = meta["code_error"]
+                self._carried = None if saved is None else CodeError.from_meta(saved)
+                if saved is not None and self._carried is None:
                     raise files.error("manifest.json", "has an invalid index code_error")
-            elif self._large.builds_lossy_codes() and _decoded_unit_vectors(self._small):
-                # Saved before the error was kept, by a cosine store that shrank from an index
-                # of codes: it was refused as edited (a key of norm 1.0058). How far its
-                # vectors are from those added is not known.
+            elif self._large.builds_lossy_codes() and not _unit_vectors(self._small):
+                # Saved before the error was kept: its vectors may be an index's decoded ones
+                # (a store that shrank; a cosine one was refused as edited, a key of norm
+                # 1.0058), how far from those added is not known.
                 self._carried = CodeError(math.nan, 0.0)
         elif phase == "built":
             kind = meta.get("large")
@@ -206,14 +207,11 @@ class GrowingBackend(IndexBackend):
             raise files.error("manifest.json", f"has an unknown index phase {phase!r}")
 
 
-def _decoded_unit_vectors(small: ExactBackend) -> bool:
-    """Whether ``small``'s vectors look like a cosine store's decoded from codes: nearly all
-    within 5% of unit length, not all unit (to float32's rounding) or zero. The vectors of a
-    store that never shrank are the prepared ones; of another similarity, not known."""
+def _unit_vectors(small: ExactBackend) -> bool:
+    """Whether every vector of ``small`` is a unit one or zero (to float32's rounding), as a
+    cosine store's prepared vectors are and no index's decoded ones stay."""
     ids = small.ids()
     if not len(ids):
-        return False
+        return True
     lengths = np.sqrt(squared_norms(small.vectors(ids)))
-    exact = (np.abs(lengths - 1.0) <= 1e-5) | (lengths == 0)
-    near = np.abs(lengths - 1.0) <= 0.05
-    return bool(near.mean() >= 0.99 and not exact.all())
+    return bool(np.all((np.abs(lengths - 1.0) <= 1e-5) | (lengths == 0)))
