@@ -26,7 +26,7 @@ from typing import Any
 import faiss
 import numpy as np
 
-from softdict._similarity import Metric
+from softdict._similarity import Metric, squared_norms
 
 __all__ = ["CodeError", "decoding_gap", "keeps_exact_vectors", "scores_decoded_vectors"]
 
@@ -90,7 +90,7 @@ class CodeError:
 
     def of_queries(self, queries: np.ndarray, metric: Metric) -> np.ndarray:
         """(m,) the most any key's score may be off for each prepared query (module docstring)."""
-        length = np.sqrt(_squared(queries))
+        length = np.sqrt(squared_norms(queries))
         r = self.radius
         if metric is Metric.L2:
             return 2.0 * length * r + r * (2.0 * self.norm + r)
@@ -125,8 +125,8 @@ def decoding_gap(index: faiss.Index, first_row: int, vectors: np.ndarray) -> tup
         decoded = index.reconstruct_batch(
             np.arange(first_row + start, first_row + start + len(part))
         )
-        gap = max(gap, float(np.sqrt(np.max(_squared(part - decoded)))))
-        norm = max(norm, float(np.sqrt(np.max(_squared(decoded)))))
+        gap = max(gap, float(np.sqrt(np.max(squared_norms(part - decoded)))))
+        norm = max(norm, float(np.sqrt(np.max(squared_norms(decoded)))))
     return gap, norm
 
 
@@ -137,9 +137,3 @@ def _finite_non_negative(number: object) -> bool:
         and math.isfinite(number)
         and number >= 0
     )
-
-
-def _squared(vectors: np.ndarray) -> np.ndarray:
-    """Each row's squared norm, in float64 (float32 vectors of norm 1e20 would overflow)."""
-    wide = np.asarray(vectors, dtype=np.float64)
-    return np.einsum("ij,ij->i", wide, wide)

@@ -7,6 +7,7 @@ quantiser needs d divisible by its code count) is known only once their dimensio
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import replace
 
 import faiss
@@ -51,89 +52,89 @@ def parse_error(name: str) -> str | None:
     return None
 
 
-def _unusable(index: faiss.Index) -> str | None:
-    """Why an index FAISS builds cannot hold keys, or None: a graph of fewer than 2 links per
-    node ("HNSW0" aborted the process at its second insert, "HNSW1" crashed it at its first),
-    an IVF of no cells (every lookup divided by zero), or a part softdict cannot serve
-    (``_cannot_serve``)."""
-    refused = _cannot_serve(index)
-    if refused:
-        return refused
+def _parts(index: faiss.Index) -> Iterator[object]:
+    """Every index and transform in ``index``, outermost first: through the pre-transforms, a
+    refine's base and refine index, and an IDMap (downcast proxies, valid while ``index`` is)."""
     inner = faiss.downcast_index(index)
-    # Through the wrappers a factory string puts around it ("PCA8,HNSW1", "IDMap,HNSW1",
-    # a Refine's base): a wrapped graph of one link crashed the process as a bare one did.
-    while isinstance(inner, (faiss.IndexPreTransform, faiss.IndexIDMap, faiss.IndexRefine)):
-        wrapped = inner.base_index if isinstance(inner, faiss.IndexRefine) else inner.index
-        inner = faiss.downcast_index(wrapped)
-    if isinstance(inner, faiss.IndexHNSW):
-        try:
-            links = inner.hnsw.nb_neighbors(0)
-        except RuntimeError:
-            links = 0
-        if links < 4:  # 2·M links at the graph's base level
-            return "an HNSW graph needs at least 2 links per node (HNSW2 or more)"
+    yield inner
+    if isinstance(inner, faiss.IndexPreTransform):
+        for i in range(inner.chain.size()):
+            yield faiss.downcast_VectorTransform(inner.chain.at(i))
+        yield from _parts(inner.index)
+    elif isinstance(inner, faiss.IndexRefine):
+        yield from _parts(inner.base_index)
+        yield from _parts(inner.refine_index)
+    elif isinstance(inner, faiss.IndexIDMap):
+        yield from _parts(inner.index)
+
+
+def _unusable(index: faiss.Index) -> str | None:
+    """Why an index FAISS builds cannot hold keys, or None: a part softdict cannot serve
+    (``_cannot_serve``), a graph of fewer than 2 links per node ("HNSW0" aborted the process at
+    its second insert, "HNSW1" crashed it at its first, and so did "PCA8,HNSW1": wrapped ones
+    are looked at too), or an IVF of no cells (every lookup divided by zero)."""
+    for part in _parts(index):
+        refused = _cannot_serve(part)
+        if refused:
+            return refused
+        if isinstance(part, faiss.IndexHNSW):
+            try:
+                links = part.hnsw.nb_neighbors(0)
+            except RuntimeError:
+                links = 0
+            if links < 4:  # 2·M links at the graph's base level
+                return "an HNSW graph needs at least 2 links per node (HNSW2 or more)"
     ivf = faiss.try_extract_index_ivf(index)
     if ivf is not None and ivf.nlist < 1:
         return "an IVF index needs at least 1 cell (IVF1 or more)"
     return None
 
 
-def _cannot_serve(index: faiss.Index) -> str | None:
-    """Why ``index`` cannot answer softdict's scores, or None. softdict scores every key against
-    its stored vector by the store's similarity, so the index must keep vectors it can give back:
-    an LSH keeps bits and ranks by Hamming distance, an ITQ or whitening transform cannot be
-    undone, an IVF fast-scan PQ crashes giving them back once loaded, a refine over fast-scan
-    codes aborts the process, an NSG graph takes no keys once built, and an IDMap wants ids
-    softdict keeps itself. (An L2norm is kept: its decoded vectors are the unit ones, and their
-    gap to the vectors added is measured as any code's is.)"""
-    inner = faiss.downcast_index(index)
-    if isinstance(inner, faiss.IndexIDMap):
+def _cannot_serve(part: object) -> str | None:
+    """Why softdict cannot serve an index with this ``part`` (``_parts``), or None. softdict
+    scores every key against its stored vector by the store's similarity, so the index must
+    keep vectors it can give back: an LSH keeps bits and ranks by Hamming distance, an ITQ or
+    whitening transform cannot be undone, an IVF fast-scan PQ crashes giving them back once
+    loaded, a refine over anything but flat codes aborts the process, a lattice's save cannot
+    be read back, an NSG graph takes no keys once built, and an IDMap wants ids softdict keeps
+    itself. (An L2norm is kept: its decoded vectors are the unit ones, and their gap to the
+    vectors added is measured as any code's is.)"""
+    if isinstance(part, faiss.IndexIDMap):
         return "softdict keeps its own ids: drop the 'IDMap' prefix"
-    if isinstance(inner, faiss.IndexNSG):
+    if isinstance(part, faiss.IndexNSG):
         return "an NSG graph cannot take keys once it is built; use an HNSW graph ('HNSW32')"
-    if isinstance(inner, faiss.IndexLSH):
+    if isinstance(part, faiss.IndexLSH):
         return "an LSH index ranks keys by the Hamming distance of bits, not by their similarity"
-    if isinstance(inner, faiss.IndexIVFPQFastScan):
+    if isinstance(part, faiss.IndexIVFPQFastScan):
         # FAISS's reconstruct of a loaded one crashed the process (a segfault, faiss-cpu 1.15).
         return (
             "an IVF fast-scan PQ cannot give the keys' vectors back once it is loaded; use the "
             "same string without 'fs' (e.g. 'IVF1024,PQ48'), or a fast-scan PQ without IVF"
         )
-    if isinstance(inner, faiss.IndexLattice):
+    if isinstance(part, faiss.IndexLattice):
         return "a lattice index ('ZnLattice') saves no codes FAISS can read back"
-    if isinstance(inner, faiss.IndexRefine):
-        if not isinstance(faiss.downcast_index(inner.refine_index), faiss.IndexFlatCodes):
-            # A refine over fast-scan codes, a transform, an IVF or another refine: FAISS threw
-            # inside OpenMP at the first lookup, and the process aborted.
-            return (
-                "a refine step needs flat codes to score keys by ('Flat', 'SQ8', 'PQ16'), "
-                "not an index of its own"
-            )
-        return _cannot_serve(inner.base_index) or _cannot_serve(inner.refine_index)
-    if isinstance(inner, faiss.IndexPreTransform):
-        for i in range(inner.chain.size()):
-            step = faiss.downcast_VectorTransform(inner.chain.at(i))
-            if isinstance(step, (faiss.ITQTransform, faiss.ITQMatrix)):
-                return "an ITQ transform cannot give the keys' vectors back"
-            if isinstance(step, faiss.PCAMatrix) and step.eigen_power != 0:
-                # A whitening PCA: FAISS cannot undo it, and the first add failed half done.
-                return "a whitening PCA ('PCAW') cannot give the keys' vectors back; use 'PCA'"
-        return _cannot_serve(inner.index)
+    if isinstance(part, faiss.IndexRefine) and not isinstance(
+        faiss.downcast_index(part.refine_index), faiss.IndexFlatCodes
+    ):
+        # A refine over fast-scan codes, a transform, an IVF or another refine: FAISS threw
+        # inside OpenMP at the first lookup, and the process aborted.
+        return (
+            "a refine step needs flat codes to score keys by ('Flat', 'SQ8', 'PQ16'), "
+            "not an index of its own"
+        )
+    if isinstance(part, (faiss.ITQTransform, faiss.ITQMatrix)):
+        return "an ITQ transform cannot give the keys' vectors back"
+    if isinstance(part, faiss.PCAMatrix) and part.eigen_power != 0:
+        # A whitening PCA: FAISS cannot undo it, and the first add failed half done.
+        return "a whitening PCA ('PCAW') cannot give the keys' vectors back; use 'PCA'"
     return None
 
 
 def _centres(index: faiss.Index) -> bool:
     """Whether ``index`` transforms vectors by a PCA (which subtracts their mean) anywhere."""
-    inner = faiss.downcast_index(index)
-    if isinstance(inner, faiss.IndexRefine):
-        return _centres(inner.base_index) or _centres(inner.refine_index)
-    if isinstance(inner, faiss.IndexPreTransform):
-        for i in range(inner.chain.size()):
-            step = faiss.downcast_VectorTransform(inner.chain.at(i))
-            if isinstance(step, (faiss.PCAMatrix, faiss.CenteringTransform)):
-                return True
-        return _centres(inner.index)
-    return False
+    return any(
+        isinstance(part, (faiss.PCAMatrix, faiss.CenteringTransform)) for part in _parts(index)
+    )
 
 
 def check_factory(name: str, dim: int, metric: Metric = Metric.L2) -> int:
