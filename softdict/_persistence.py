@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from softdict._encoder_match import matching_encoder
-from softdict._errors import ConfigError, StoreFormatError
+from softdict._errors import ConfigError, StoreFormatError, short_repr
 from softdict._files import (
     FileReader,
     StoreFiles,
@@ -79,6 +79,8 @@ from softdict._manifest import (
     sha256,
 )
 from softdict.encoders import EncoderIdentity, TextEncoder
+from softdict.index import backend_spec
+from softdict.index.reindexing import IndexChangeRefused, builds, check_reindex
 from softdict.store.base import Store, StoreState
 from softdict.store.memory import MemoryStore
 
@@ -286,11 +288,18 @@ def load_store(
     timeout: float = LOCK_TIMEOUT,
     *,
     accept_variant: bool = False,
+    index: str | None = None,
 ) -> tuple[MemoryStore, TextEncoder]:
     """Read the store at ``path``; every problem is a ``StoreFormatError`` naming the file.
+    ``index``: the index to rebuild the saved one as (None: the saved one); ConfigError if it
+    names none or cannot hold the store's keys.
 
     The store's lock is held while recovering and reading the files into memory, and released
     before the encoder loads."""
+    if index is not None:
+        if not isinstance(index, str):
+            raise ConfigError(f"index must be a str or None, got {short_repr(index, 60)}")
+        backend_spec(index)  # ConfigError for an unknown one, before anything is read
     # Checked before the lock, whose file would make a missing parent folder. A missing store in
     # a folder is found under the lock: a save of it may be between its renames.
     folder = store_folder(path, "load")
@@ -309,11 +318,24 @@ def load_store(
     text_encoder = matching_encoder(
         identity, encoder, state.config.query_cache_size, accept_variant
     )
+    saved_index, metric = None, state.config.similarity.metric
+    if index is not None and index != state.config.index:
+        check_reindex(index, state.dim, metric)
+        saved_index = state.config.index
+        state = dataclasses.replace(state, config=state.config.replace(index=index))
     try:
-        store = MemoryStore.restore(state, files)
+        store = MemoryStore.restore(state, files, saved_index)
+    except IndexChangeRefused:
+        raise
     except ConfigError as exc:
+        hint = ""
+        if saved_index is None and not builds(state.config.index, state.dim, metric):
+            hint = (
+                "; SoftDict.load(path, index='auto') (or another index) rebuilds its index "
+                "from the vectors it kept"
+            )
         raise StoreFormatError(
-            f"{folder / MANIFEST} holds options this softdict lacks: {exc}"
+            f"{folder / MANIFEST} holds options this softdict lacks: {exc}{hint}"
         ) from None
     return store, text_encoder
 

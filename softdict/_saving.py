@@ -101,6 +101,7 @@ class Saving(Facade):
         encoder: object = None,
         timeout: float = LOCK_TIMEOUT,
         accept_variant: bool = False,
+        index: str | None = None,
     ) -> S:
         """Load a store saved with ``save``.
 
@@ -113,18 +114,25 @@ class Saving(Facade):
                 (``"bundled-int8"`` for a store built on the bundled model, or the reverse):
                 the keys keep their embeddings and queries get the variant's, so scores shift
                 a little. A later ``save`` records the variant in use.
+            index: rebuild the saved index as this one (an ``index=`` option of ``SoftDict``)
+                from the vectors it kept, decoded where it kept codes (their error is carried:
+                ``Attention.weight_error``); nothing is embedded again. None keeps the saved
+                index. It loads a store saved with an index this version refuses to build.
+                A later ``save`` records the new index.
 
         Raises:
-            StoreFormatError: a file is missing, truncated, corrupted or of an unknown version.
+            StoreFormatError: a file is missing, truncated, corrupted or of an unknown version,
+                or the saved index keeps no vectors to rebuild as ``index``.
             EncoderError: the encoder does not match the store's, or cannot be loaded.
             StoreBusyError: another process held the store's lock for longer than ``timeout``.
             ConfigError: ``path`` is no str or os.PathLike of str, ``timeout`` is not a number
-                >= 0, or ``accept_variant`` not True or False.
+                >= 0, ``accept_variant`` not True or False, or ``index`` names no index or one
+                that cannot hold the store's keys.
         """
         check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
         if not isinstance(accept_variant, bool):  # "no" is truthy: it would accept
             raise ConfigError(f"accept_variant must be True or False, got {accept_variant!r}")
         store, text_encoder = load_store(
-            path, encoder, float(timeout), accept_variant=accept_variant
+            path, encoder, float(timeout), accept_variant=accept_variant, index=index
         )
         return cls._from_store(store, text_encoder)

@@ -70,8 +70,9 @@ def faiss_message(exc: RuntimeError, fallback: str) -> str:
     return _FAISS_WHERE.sub("", line) or line
 
 
-# "Error in virtual void faiss::X::f(...) at /project/faiss/X.cpp:109: Error: '...' failed: "
-_FAISS_WHERE = re.compile(r"^Error in .*? at \S+:\d+: (Error: )?")
+# "Error in virtual void faiss::X::f(...) at /project/faiss/X.cpp:109: Error: '...' failed: ",
+# as often as FAISS nests it (reconstruct_batch's around a transform's).
+_FAISS_WHERE = re.compile(r"^(?:Error in .*? at \S+:\d+: (?:Error: )?)+")
 
 
 class FaissBackend(RowsBackend):
@@ -79,6 +80,8 @@ class FaissBackend(RowsBackend):
 
     # Whether the sampled tail is drawn by k-means cells near the query (else uniformly).
     _draws_by_cell = False
+    # Whether a saved index of another metric is read (for its vectors only: ``reindexing``).
+    reads_any_metric = False
 
     def __init__(self, dim: int, metric: Metric) -> None:
         super().__init__(dim, metric)
@@ -346,7 +349,9 @@ class FaissBackend(RowsBackend):
                 f"does not fit the store: it holds {index.ntotal} vectors of {index.d} dims, "
                 f"the store {len(ids)} of {self.dim}",
             )
-        if index.metric_type != faiss_metric(self.metric) or not self._fits(index):
+        if (
+            index.metric_type != faiss_metric(self.metric) and not self.reads_any_metric
+        ) or not self._fits(index):
             raise files.error(
                 "index.faiss", f"is not a {self.describe()} index with this store's metric"
             )

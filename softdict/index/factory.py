@@ -29,7 +29,7 @@ from softdict.index.hnsw import sparse_or_graph
 from softdict.index.ivf import ivf_params
 from softdict.index.registry import BackendRefused
 
-__all__ = ["FactoryBackend", "check_factory", "parse_error"]
+__all__ = ["FactoryBackend", "check_factory", "index_parts", "parse_error"]
 
 
 def parse_error(name: str) -> str | None:
@@ -52,7 +52,7 @@ def parse_error(name: str) -> str | None:
     return None
 
 
-def _parts(index: faiss.Index) -> Iterator[object]:
+def index_parts(index: faiss.Index) -> Iterator[object]:
     """Every index and transform in ``index``, outermost first: through the pre-transforms, a
     refine's base and refine index, and an IDMap (downcast proxies, valid while ``index`` is)."""
     inner = faiss.downcast_index(index)
@@ -60,12 +60,12 @@ def _parts(index: faiss.Index) -> Iterator[object]:
     if isinstance(inner, faiss.IndexPreTransform):
         for i in range(inner.chain.size()):
             yield faiss.downcast_VectorTransform(inner.chain.at(i))
-        yield from _parts(inner.index)
+        yield from index_parts(inner.index)
     elif isinstance(inner, faiss.IndexRefine):
-        yield from _parts(inner.base_index)
-        yield from _parts(inner.refine_index)
+        yield from index_parts(inner.base_index)
+        yield from index_parts(inner.refine_index)
     elif isinstance(inner, faiss.IndexIDMap):
-        yield from _parts(inner.index)
+        yield from index_parts(inner.index)
 
 
 def _unusable(index: faiss.Index) -> str | None:
@@ -73,7 +73,7 @@ def _unusable(index: faiss.Index) -> str | None:
     (``_cannot_serve``), a graph of fewer than 2 links per node ("HNSW0" aborted the process at
     its second insert, "HNSW1" crashed it at its first, and so did "PCA8,HNSW1": wrapped ones
     are looked at too), or an IVF of no cells (every lookup divided by zero)."""
-    for part in _parts(index):
+    for part in index_parts(index):
         refused = _cannot_serve(part)
         if refused:
             return refused
@@ -91,7 +91,7 @@ def _unusable(index: faiss.Index) -> str | None:
 
 
 def _cannot_serve(part: object) -> str | None:
-    """Why softdict cannot serve an index with this ``part`` (``_parts``), or None. softdict
+    """Why softdict cannot serve an index with this ``part`` (``index_parts``), or None. softdict
     scores every key against its stored vector by the store's similarity, so the index must
     keep vectors it can give back: an LSH keeps bits and ranks by Hamming distance, an ITQ or
     whitening transform cannot be undone, an IVF fast-scan PQ crashes giving them back once
@@ -133,7 +133,7 @@ def _cannot_serve(part: object) -> str | None:
 def _centres(index: faiss.Index) -> bool:
     """Whether ``index`` transforms vectors by a PCA (which subtracts their mean) anywhere."""
     return any(
-        isinstance(part, (faiss.PCAMatrix, faiss.CenteringTransform)) for part in _parts(index)
+        isinstance(part, (faiss.PCAMatrix, faiss.CenteringTransform)) for part in index_parts(index)
     )
 
 
@@ -179,7 +179,12 @@ class FactoryBackend(FaissBackend):
     def __init__(self, dim: int, metric: Metric, factory: str) -> None:
         super().__init__(dim, metric)
         self.factory = factory
-        self._min_train = check_factory(factory, dim, metric)
+        self._min_train = self._checked(factory, dim, metric)
+
+    def _checked(self, factory: str, dim: int, metric: Metric) -> int:
+        """``check_factory``: how many keys building it needs; ConfigError if it cannot hold
+        keys (``softdict.index.reindexing`` reads a saved one this version refuses)."""
+        return check_factory(factory, dim, metric)
 
     def min_train_size(self) -> int:
         return self._min_train

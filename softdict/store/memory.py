@@ -24,6 +24,7 @@ from softdict._similarity import Similarity, squared_norms
 from softdict._types import Value
 from softdict.index.base import IndexBackend
 from softdict.index.registry import BackendSpec, backend_spec
+from softdict.index.reindexing import reindexed, saved_backend
 from softdict.spelling import SpellingIndex
 from softdict.store.base import StagedWrite, Store, StoreState, dump_files
 from softdict.values.base import ValueColumn
@@ -345,9 +346,13 @@ class MemoryStore(Store):
         return MemoryStore.restore(state, FileReader(Path("<copy>"), dict(files)))
 
     @classmethod
-    def restore(cls, state: StoreState, files: FileReader) -> MemoryStore:
+    def restore(
+        cls, state: StoreState, files: FileReader, saved_index: str | None = None
+    ) -> MemoryStore:
         """A store from saved state and its parts' files (persistence has checked that the keys
-        are distinct strings and the ids distinct, below ``next_id``, one per key)."""
+        are distinct strings and the ids distinct, below ``next_id``, one per key).
+        ``saved_index``: the index the files hold, where ``state.config`` names another one
+        to rebuild them as (``softdict.index.reindexing``)."""
         store = cls(state.config)  # ConfigError for an unknown index or kind: caller reports it
         store._projection = state.projection
         store._next_id = state.next_id
@@ -365,7 +370,11 @@ class MemoryStore(Store):
         by_id = np.argsort(state.ids, kind="stable")  # slots go in id order
         column = column_class(state.value_kind).restore(files, n)
         column.keep(by_id)
-        backend = store._spec.create(state.dim, state.config.similarity.metric)
+        metric = state.config.similarity.metric
+        if saved_index is None:
+            backend = store._spec.create(state.dim, metric)
+        else:
+            backend = saved_backend(saved_index, state.dim, metric, state.index_meta or {}, files)
         backend.restore(state.index_meta or {}, files)
         if not np.array_equal(backend.ids(), np.sort(state.ids)):
             raise files.error(
@@ -374,6 +383,8 @@ class MemoryStore(Store):
                 f"{len(backend)} vectors, not under the same ids",
             )
         _check_key_norms(backend, files, state.config.similarity is Similarity.COSINE)
+        if saved_index is not None:
+            backend = reindexed(backend, store._spec, files)
         store._column, store._backend, store._dim = column, backend, state.dim
         store._spelling = SpellingIndex.restore(
             state.ids[by_id], [state.keys[i] for i in by_id], files

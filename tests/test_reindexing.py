@@ -1,0 +1,155 @@
+"""``SoftDict.load(path, index=...)``: a saved store's index rebuilt as another one from the
+vectors it kept, nothing embedded again.
+
+Before it, a store saved with an index a later version refuses (one that crashed the process,
+or ranked keys by something else than their similarity) could not be loaded at all: its keys
+and values were lost to its owner (``fixtures/refused_index``, saved by the code before).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _support import FakeEncoder, assert_close
+from test_lossy_indexes import exact_attention
+
+import softdict.index.factory as factory
+from softdict import ConfigError, SoftDict, StoreFormatError
+
+DIM = 16
+N = 1200  # past every index's training size here (a product quantiser's 1,000)
+FIXTURE = Path(__file__).parent / "fixtures" / "refused_index"
+
+
+def stored(index: str, similarity: str = "cosine", n: int = N, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    keys = rng.standard_normal((n, DIM)).astype(np.float32)
+    values = rng.standard_normal(n)
+    store = SoftDict(encoder=FakeEncoder(), index=index, similarity=similarity)
+    store.add_embeddings([f"k{i}" for i in range(n)], keys, values.tolist())
+    return store, keys, values
+
+
+def folder_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_a_saved_store_changes_its_index_at_load_and_answers_exactly(tmp_path: Path) -> None:
+    store, keys, values = stored("HNSW8")
+    store.save(tmp_path / "s")
+    loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="flat")
+    assert loaded.index_description == "flat"
+    assert dict(loaded.items()) == dict(store.items())
+    for query in keys[:5]:
+        attention = loaded.attend_embeddings(query)
+        assert attention.weight_error == 0.0  # the vectors added, scored exactly
+        truth = exact_attention("cosine", loaded.temperature, query, keys, values)
+        assert_close(attention.value, truth)
+    # A later save records the new index; the saved folder was not touched by the load.
+    loaded.save(tmp_path / "t")
+    assert SoftDict.load(tmp_path / "t", encoder=FakeEncoder()).index_description == "flat"
+
+
+def test_a_lossy_store_rebuilt_keeps_its_codes_error_and_its_bound_holds(tmp_path: Path) -> None:
+    """The vectors moved are the codes' decoded ones: the new index reports their error."""
+    store, keys, values = stored("SQ4")
+    store.save(tmp_path / "s")
+    loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="HNSW8")
+    for query in keys[:5]:
+        attention = loaded.attend_embeddings(query)
+        assert attention.weight_error >= store.attend_embeddings(query).weight_error > 0
+        truth = exact_attention("cosine", loaded.temperature, query, keys, values)
+        assert abs(attention.value - truth) <= attention.weight_error * np.ptp(values) + 1e-9
+
+
+@pytest.mark.parametrize("index", ["flat", "compressed"])
+def test_an_index_that_holds_the_vectors_added_refuses_decoded_ones(
+    tmp_path: Path, index: str
+) -> None:
+    store, _, _ = stored("SQ4")
+    store.save(tmp_path / "s")
+    before = folder_bytes(tmp_path / "s")
+    with pytest.raises(ConfigError, match=r"lossy codes.*'auto'"):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index=index)
+    assert folder_bytes(tmp_path / "s") == before
+
+
+def test_a_store_saved_with_an_index_now_refused_loads_rebuilt() -> None:
+    """Saved by the code before PCA8 under cosine was refused (``fixtures/README.md``)."""
+    with pytest.raises(StoreFormatError, match=r"PCA.*index='auto'.*rebuilds"):
+        SoftDict.load(FIXTURE / "pca_cosine", encoder=FakeEncoder())
+    loaded = SoftDict.load(FIXTURE / "pca_cosine", encoder=FakeEncoder(), index="auto")
+    expected = json.loads((FIXTURE / "expected.json").read_text())["items"]
+    assert dict(loaded.items()) == expected
+    # Its vectors are the PCA's decoded ones, how far from those added was not saved: the
+    # answers say nothing is known of their weights.
+    query = np.random.default_rng(1).standard_normal(DIM).astype(np.float32)
+    assert loaded.attend_embeddings(query).weight_error == 1.0
+    assert loaded.index_description == "auto: exact"
+
+
+def saved_as_once_allowed(
+    monkeypatch: pytest.MonkeyPatch, folder: Path, index: str, similarity: str, n: int = N
+) -> None:
+    """A store saved with ``index`` as a version that did not refuse it would have saved it."""
+    with monkeypatch.context() as allowing:
+        allowing.setattr(factory, "_cannot_serve", lambda part: None)
+        stored(index, similarity, n)[0].save(folder)
+
+
+def test_a_saved_ivf_fast_scan_is_refused_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FAISS's reconstruct of a loaded IVF fast-scan PQ crashed the process (a segfault)."""
+    saved_as_once_allowed(monkeypatch, tmp_path / "s", "IVF8,PQ4x4fs", "l2")
+    with pytest.raises(StoreFormatError, match=r"index\.faiss is an IVF fast-scan PQ"):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="auto")
+    # Saved before it was built, its vectors are the ones added: those it gives back.
+    saved_as_once_allowed(monkeypatch, tmp_path / "small", "IVF8,PQ4x4fs", "l2", n=100)
+    small = SoftDict.load(tmp_path / "small", encoder=FakeEncoder(), index="auto")
+    assert len(small) == 100
+    assert small.attend_embeddings(np.ones(DIM, dtype=np.float32)).weight_error == 0.0
+
+
+def test_a_saved_index_that_keeps_no_vectors_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    saved_as_once_allowed(monkeypatch, tmp_path / "s", "ITQ8,LSH", "l2")
+    with pytest.raises(StoreFormatError, match=r"keeps no vectors.*reverse transform"):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="auto")
+
+
+@pytest.mark.parametrize(
+    ("index", "match"),
+    [
+        (5, "index must be a str"),
+        ("no such index", "neither one of"),
+        ("PQ7", "cannot hold this store's keys"),
+    ],
+)
+def test_an_index_that_cannot_be_built_is_a_config_error(
+    tmp_path: Path, index: object, match: str
+) -> None:
+    store, _, _ = stored("flat", n=50)
+    store.save(tmp_path / "s")
+    before = folder_bytes(tmp_path / "s")
+    with pytest.raises(ConfigError, match=match):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index=index)  # type: ignore[arg-type]
+    assert folder_bytes(tmp_path / "s") == before
+
+
+def test_a_plug_in_store_loads_only_with_its_backend_registered(tmp_path: Path) -> None:
+    from softdict.index import ExactBackend, register_backend
+
+    register_backend("reindex-test-plug-in", lambda dim, metric: ExactBackend(dim, metric))
+    store = SoftDict(encoder=FakeEncoder(), index="reindex-test-plug-in")
+    store.add_embeddings(["a", "b"], np.eye(2, DIM, dtype=np.float32), [1.0, 2.0])
+    store.save(tmp_path / "s")
+    from softdict.index import registry
+
+    del registry._NAMED["reindex-test-plug-in"]
+    with pytest.raises(StoreFormatError, match="plug-in backend must be registered"):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="auto")
