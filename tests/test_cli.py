@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,23 @@ def test_the_installed_command_answers_a_query(tmp_path: Path, bundled_encoder) 
     )
     assert result.returncode == 0, result.stderr
     assert 5.0 < json.loads(result.stdout)["value"] < 6.0
+
+
+def test_python_m_softdict_runs_the_command(tmp_path: Path) -> None:
+    """Where the entry point is not on the PATH (a venv not activated), ``python -m softdict``
+    runs the same command: it said "No module named softdict.__main__"."""
+    result = subprocess.run(
+        [sys.executable, "-m", "softdict", "--help"], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert "usage: softdict" in result.stdout and "query" in result.stdout
+    missing = subprocess.run(
+        [sys.executable, "-m", "softdict", "info", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert missing.returncode == 1 and "no such store folder" in missing.stderr
 
 
 @pytest.mark.integration

@@ -1,0 +1,7 @@
+"""``python -m softdict``: the ``softdict`` command, where the entry point is not on the PATH."""
+
+import sys
+
+from softdict._cli import main
+
+sys.exit(main())
