@@ -216,6 +216,16 @@ def test_copy_to_milvus_and_back_keeps_everything(milvus_store_location: str) ->
         memory.copy_to(milvus_store_location, collection=collection)
 
 
+def test_copy_to_of_an_index_milvus_lacks_makes_no_lite_file(tmp_path: Path) -> None:
+    """The index was checked after connecting, which made the Lite file: a refused copy left an
+    empty database (and its lock files) where none was."""
+    memory = SoftDict(encoder=FakeEncoder(), index="HNSW8")
+    memory["a"] = 1.0
+    with pytest.raises(ConfigError, match="'HNSW8' is not available in a Milvus store"):
+        memory.copy_to(f"milvus:{tmp_path / 'app.db'}", collection="c")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_copy_to_an_empty_collection_needs_the_copys_options(milvus_store_location: str) -> None:
     """An existing empty collection keeps its options: a copy into one made with others would
     answer otherwise in every other process (and with top_k or temperature left as None in the

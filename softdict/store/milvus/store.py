@@ -81,6 +81,7 @@ class MilvusStore(Store):
         self, location: str, collection: str, config: SoftDictConfig, *, create: bool = True
     ) -> None:
         check_collection_name(collection)
+        index_type(config.index)  # before connect makes a Lite file (copy_to of "SQ4" left one)
         self._client = connect(location, must_exist=not create)
         location = shown(location)  # messages and descriptions show no password
         self._location = location
@@ -102,7 +103,6 @@ class MilvusStore(Store):
                     f"there is no softdict store in the collection {collection!r} at {location}; "
                     f"build one first (SoftDict(store=..., collection=...) makes it)"
                 )
-            index_type(config.index)  # ConfigError before anything is created
             self._meta.create(config)
             self._config = config
         self._index = index_type(self._meta.manifest.config.index)
