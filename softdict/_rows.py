@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["GrowableColumns", "GrowableRows", "compaction_due", "positions_of"]
+__all__ = ["ROWS_AT_A_TIME", "GrowableColumns", "GrowableRows", "compaction_due", "positions_of"]
+
+# Stored vectors copied at a time by a pass over every one of them (decoding, checking, moving,
+# scoring allowed rows by hand): 100 MB of float32 copies at 384 dims, whatever the store's
+# size, where a copy of every vector at once would double the index's memory.
+ROWS_AT_A_TIME = 1 << 16
 
 # Deleted rows are dropped once they outnumber live ones (and are at least this many), so a scan
 # never covers more than about twice the live rows, and the cost of compacting is amortised over

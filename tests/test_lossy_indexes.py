@@ -334,7 +334,7 @@ def test_a_large_mask_on_an_index_without_selectors_is_scored_in_chunks(monkeypa
     store, keys, _ = store_of("PQ4")
     allowed = [f"k{i}" for i in range(0, N, 2)]
     whole = store.nearest("k7", 25, mask=allowed)
-    monkeypatch.setattr(_by_hand, "_CHUNK_ROWS", 7)
+    monkeypatch.setattr(_by_hand, "ROWS_AT_A_TIME", 7)
     chunked = store.nearest("k7", 25, mask=allowed)
     assert [key for key, _ in chunked] == [key for key, _ in whole]
     assert_close([score for _, score in chunked], [score for _, score in whole])

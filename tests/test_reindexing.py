@@ -17,6 +17,7 @@ from _support import FakeEncoder, assert_close
 from test_lossy_indexes import exact_attention
 
 import softdict.index.factory as factory
+import softdict.index.reindexing as reindexing
 from softdict import ConfigError, SoftDict, StoreFormatError
 
 DIM = 16
@@ -51,6 +52,23 @@ def test_a_saved_store_changes_its_index_at_load_and_answers_exactly(tmp_path: P
     # A later save records the new index; the saved folder was not touched by the load.
     loaded.save(tmp_path / "t")
     assert SoftDict.load(tmp_path / "t", encoder=FakeEncoder()).index_description == "flat"
+
+
+def test_vectors_moved_in_parts_stay_with_their_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The vectors move ``ROWS_AT_A_TIME`` at a time; after deletes the ids have gaps."""
+    store, keys, _ = stored("HNSW8")
+    for i in range(0, N, 3):
+        del store[f"k{i}"]
+    store.save(tmp_path / "s")
+    monkeypatch.setattr(reindexing, "ROWS_AT_A_TIME", 7)
+    loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="flat")
+    left = np.array([i for i in range(N) if i % 3])
+    assert dict(loaded.items()) == dict(store.items())
+    for i in left[:40]:
+        best = int(np.argmax(loaded.attend_embeddings(keys[i]).weights))
+        assert loaded.attend_embeddings(keys[i]).keys[best] == f"k{i}"  # found by its vector
 
 
 def test_a_lossy_store_rebuilt_keeps_its_codes_error_and_its_bound_holds(tmp_path: Path) -> None:

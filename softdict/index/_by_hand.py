@@ -16,15 +16,12 @@ import faiss
 import numpy as np
 
 from softdict._attention import top_of_scores
+from softdict._rows import ROWS_AT_A_TIME
 from softdict._similarity import Metric, metric_scores
 from softdict.index._ids import IdRows
 from softdict.index.base import Allow
 
 __all__ = ["rescored", "search_by_hand"]
-
-# Allowed rows scored at a time: a copy of every allowed vector at once would be as large as the
-# index's own vectors.
-_CHUNK_ROWS = 65_536
 
 # The vectors of FAISS rows (a backend's ``_stored_rows``).
 StoredRows = Callable[[np.ndarray], np.ndarray]
@@ -67,8 +64,8 @@ def _allowed_rows(
     if not len(allowed):
         return np.full((m, k), -np.inf), np.full((m, k), -1, dtype=np.int64)
     chunk_scores, chunk_rows = [], []
-    for start in range(0, len(allowed), _CHUNK_ROWS):
-        part = allowed[start : start + _CHUNK_ROWS]
+    for start in range(0, len(allowed), ROWS_AT_A_TIME):
+        part = allowed[start : start + ROWS_AT_A_TIME]
         best, columns = top_of_scores(metric_scores(queries, stored(part), metric), k)
         chunk_scores.append(best)
         chunk_rows.append(np.where(columns >= 0, part[np.maximum(columns, 0)], -1))

@@ -26,11 +26,11 @@ from typing import Any
 import faiss
 import numpy as np
 
+from softdict._rows import ROWS_AT_A_TIME
 from softdict._similarity import Metric, squared_norms
 
 __all__ = ["CodeError", "decoding_gap", "keeps_exact_vectors", "scores_decoded_vectors"]
 
-_CHUNK = 65_536
 
 # Indexes whose stored vectors are the vectors added, and whose search scores them exactly.
 _EXACT_STORAGE = (faiss.IndexFlat, faiss.IndexHNSWFlat, faiss.IndexIVFFlat, faiss.IndexNSGFlat)
@@ -120,8 +120,8 @@ def decoding_gap(index: faiss.Index, first_row: int, vectors: np.ndarray) -> tup
     and their decoded vectors ṽ, and the largest ‖ṽ‖; read in chunks, as a copy of every
     decoded vector at once would double the index's memory."""
     gap = norm = 0.0
-    for start in range(0, len(vectors), _CHUNK):
-        part = vectors[start : start + _CHUNK]
+    for start in range(0, len(vectors), ROWS_AT_A_TIME):
+        part = vectors[start : start + ROWS_AT_A_TIME]
         decoded = index.reconstruct_batch(
             np.arange(first_row + start, first_row + start + len(part))
         )

@@ -26,6 +26,7 @@ import faiss
 import numpy as np
 
 from softdict._files import FileReader, StoreFiles
+from softdict._rows import ROWS_AT_A_TIME
 from softdict._similarity import Metric
 from softdict.index._by_hand import rescored, search_by_hand
 from softdict.index._cells import CellSampler
@@ -179,9 +180,8 @@ class FaissBackend(RowsBackend):
             except RuntimeError:  # FAISS k-means: not enough points after all
                 pass
             else:
-                # In chunks: a copy of every vector at once would double the index's memory.
                 every = np.arange(self._rows.size)
-                chunks = np.array_split(every, max(1, len(every) // 65_536))
+                chunks = np.array_split(every, max(1, len(every) // ROWS_AT_A_TIME))
                 cells.replace_all(
                     np.concatenate([cells.nearest(self._stored_rows(c)) for c in chunks])
                 )

@@ -16,6 +16,7 @@ import numpy as np
 
 from softdict._errors import ConfigError
 from softdict._files import FileReader
+from softdict._rows import ROWS_AT_A_TIME
 from softdict._similarity import Metric
 from softdict.index._faiss import faiss_message
 from softdict.index.base import IndexBackend
@@ -29,10 +30,6 @@ __all__ = ["IndexChangeRefused", "builds", "check_reindex", "reindexed", "saved_
 class IndexChangeRefused(ConfigError):
     """The index asked for cannot hold what the saved one holds: a ConfigError about the
     caller's ``index=``, not a fault of the store's files."""
-
-
-# Vectors moved at a time: 100 MB of copies at 384 dims, whatever the store's size.
-_MOVED_ROWS = 1 << 16
 
 
 def check_reindex(index: str, dim: int | None, metric: Metric) -> None:
@@ -107,8 +104,8 @@ def reindexed(saved: IndexBackend, target: BackendSpec, files: FileReader) -> In
                 f"factory string), or build the store again from its keys"
             ) from None
     backend = target.create(saved.dim, saved.metric)
-    for start in range(0, len(ids), _MOVED_ROWS):
-        part = ids[start : start + _MOVED_ROWS]
+    for start in range(0, len(ids), ROWS_AT_A_TIME):
+        part = ids[start : start + ROWS_AT_A_TIME]
         try:
             vectors = saved.vectors(part)
         except RuntimeError as exc:  # FAISS: an index that keeps no vectors (LSH's bits)

@@ -19,7 +19,7 @@ from softdict._arguments import MAX_SCORED_NORM
 from softdict._config import SoftDictConfig
 from softdict._errors import EmptyStoreError, StoreFormatError
 from softdict._files import FileReader, StoreFiles
-from softdict._rows import GrowableRows, compaction_due, positions_of
+from softdict._rows import ROWS_AT_A_TIME, GrowableRows, compaction_due, positions_of
 from softdict._similarity import Similarity, squared_norms
 from softdict._types import Value
 from softdict.index.base import IndexBackend
@@ -407,8 +407,6 @@ class MemoryStore(Store):
 # that shrank from such an index to exact search holds its decoded vectors, each within the
 # codes' error of a vector added (``IndexBackend.code_error``): that much longer.
 _UNIT_MARGIN = 1e-3
-# Vectors checked at a time: 100 MB of copies at 384 dims, whatever the store's size.
-_CHECKED_ROWS = 1 << 16
 
 
 def _check_key_norms(backend: IndexBackend, files: FileReader, cosine: bool) -> None:
@@ -419,8 +417,8 @@ def _check_key_norms(backend: IndexBackend, files: FileReader, cosine: bool) -> 
     ids, most = backend.ids(), 1.0 + _UNIT_MARGIN if cosine else MAX_SCORED_NORM
     error = backend.code_error()
     most += 0.0 if error is None else error.radius  # NaN (not known): nothing is refused
-    for start in range(0, len(ids), _CHECKED_ROWS):
-        vectors = backend.vectors(ids[start : start + _CHECKED_ROWS])
+    for start in range(0, len(ids), ROWS_AT_A_TIME):
+        vectors = backend.vectors(ids[start : start + ROWS_AT_A_TIME])
         longest = float(np.sqrt(np.max(squared_norms(vectors), initial=0.0)))
         if longest > most:
             whose = "unit vectors" if cosine else f"at most {MAX_SCORED_NORM:g} long"
