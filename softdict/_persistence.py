@@ -315,14 +315,14 @@ def load_store(
         else:
             state, files, identity = _read_format_2(folder, body)
         state = dataclasses.replace(state, config=config_as_loaded(state.config, manifest.version))
+    saved_index, metric = None, state.config.similarity.metric
+    if index is not None and index != state.config.index:
+        check_reindex(index, state.dim, metric)  # before the encoder loads, which takes time
+        saved_index = state.config.index
+        state = dataclasses.replace(state, config=state.config.replace(index=index))
     text_encoder = matching_encoder(
         identity, encoder, state.config.query_cache_size, accept_variant
     )
-    saved_index, metric = None, state.config.similarity.metric
-    if index is not None and index != state.config.index:
-        check_reindex(index, state.dim, metric)
-        saved_index = state.config.index
-        state = dataclasses.replace(state, config=state.config.replace(index=index))
     try:
         store = MemoryStore.restore(state, files, saved_index)
     except IndexChangeRefused:
