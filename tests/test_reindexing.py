@@ -81,6 +81,16 @@ def test_a_lossy_store_rebuilt_keeps_its_codes_error_and_its_bound_holds(tmp_pat
         assert attention.weight_error >= store.attend_embeddings(query).weight_error > 0
         truth = exact_attention("cosine", loaded.temperature, query, keys, values)
         assert abs(attention.value - truth) <= attention.weight_error * np.ptp(values) + 1e-9
+    # An index of exact vectors saved the error it carries, and dropped it on load: the same
+    # answers came back with a bound of 0 (and so did a copy).
+    loaded.save(tmp_path / "t")
+    again = SoftDict.load(tmp_path / "t", encoder=FakeEncoder())
+    for other in (again, loaded.copy()):
+        for query in keys[:3]:
+            assert (
+                other.attend_embeddings(query).weight_error
+                == loaded.attend_embeddings(query).weight_error
+            )
 
 
 @pytest.mark.parametrize("index", ["flat", "compressed"])

@@ -358,10 +358,12 @@ class FaissBackend(RowsBackend):
         built_for = meta.get("built_for", index.ntotal)  # format 1 did not record it
         if not isinstance(built_for, int) or built_for < 0:
             raise files.error("manifest.json", f"has an invalid index built_for {built_for!r}")
-        code_error = None
-        if not keeps_exact_vectors(index):
-            # Saved before it was kept: not known (a bound of 1).
-            code_error = CodeError.from_meta(meta.get("code_error", {"radius": None, "norm": 0}))
+        code_error, saved = None, meta.get("code_error")
+        # An index of exact vectors has one where they were decoded from another's codes
+        # (carried: a reindexed or copied store; a reindexed one lost it to its save); one of
+        # codes saved before it was kept: not known (a bound of 1).
+        if saved is not None or not keeps_exact_vectors(index):
+            code_error = CodeError.from_meta(saved or {"radius": None, "norm": 0})
             if code_error is None:
                 raise files.error("manifest.json", "has an invalid index code_error")
         if self._cells is not None:
