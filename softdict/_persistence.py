@@ -80,7 +80,7 @@ from softdict._manifest import (
 )
 from softdict.encoders import EncoderIdentity, TextEncoder
 from softdict.index import backend_spec
-from softdict.index.reindexing import IndexChangeRefused, builds, check_reindex
+from softdict.index.reindexing import IndexChangeRefused, check_reindex, rebuilding_hint
 from softdict.store.base import Store, StoreState
 from softdict.store.memory import MemoryStore
 
@@ -329,11 +329,8 @@ def load_store(
         raise
     except ConfigError as exc:
         hint = ""
-        if saved_index is None and not builds(state.config.index, state.dim, metric):
-            hint = (
-                "; SoftDict.load(path, index='auto') (or another index) rebuilds its index "
-                "from the vectors it kept"
-            )
+        if saved_index is None:
+            hint = rebuilding_hint(state.config.index, state.dim, metric, state.index_meta)
         raise StoreFormatError(
             f"{folder / MANIFEST} holds options this softdict lacks: {exc}{hint}"
         ) from None

@@ -133,8 +133,10 @@ def test_a_saved_ivf_fast_scan_is_refused_not_read(
 ) -> None:
     """FAISS's reconstruct of a loaded IVF fast-scan PQ crashed the process (a segfault)."""
     saved_as_once_allowed(monkeypatch, tmp_path / "s", "IVF8,PQ4x4fs", "l2")
-    with pytest.raises(StoreFormatError, match=r"index\.faiss is an IVF fast-scan PQ"):
+    with pytest.raises(StoreFormatError, match=r"index\.faiss keeps no vectors.*fast-scan"):
         SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="auto")
+    with pytest.raises(StoreFormatError, match="nor can its index's vectors be read back"):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder())  # says so before index= is tried
     # Saved before it was built, its vectors are the ones added: those it gives back.
     saved_as_once_allowed(monkeypatch, tmp_path / "small", "IVF8,PQ4x4fs", "l2", n=100)
     small = SoftDict.load(tmp_path / "small", encoder=FakeEncoder(), index="auto")
@@ -142,12 +144,48 @@ def test_a_saved_ivf_fast_scan_is_refused_not_read(
     assert small.attend_embeddings(np.ones(DIM, dtype=np.float32)).weight_error == 0.0
 
 
+@pytest.mark.parametrize(
+    ("index", "why"),
+    [
+        ("ITQ8,LSH", "cannot be undone"),
+        # A loaded whitening PCA calls itself orthonormal: FAISS gave vectors of norm 0.002
+        # back for keys of norm 3.7, without an error.
+        ("PCAW8,Flat", "cannot be undone"),
+        ("LSH", "bits of the vectors"),  # FAISS gave signs back
+    ],
+)
 def test_a_saved_index_that_keeps_no_vectors_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, index: str, why: str
+) -> None:
+    saved_as_once_allowed(monkeypatch, tmp_path / "s", index, "l2")
+    with pytest.raises(StoreFormatError, match=f"keeps no vectors to read back.*{why}"):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="auto")
+
+
+def test_a_saved_index_whose_reading_fails_is_a_store_format_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    saved_as_once_allowed(monkeypatch, tmp_path / "s", "ITQ8,LSH", "l2")
-    with pytest.raises(StoreFormatError, match=r"keeps no vectors.*reverse transform"):
-        SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="auto")
+    """Where FAISS raises reading the vectors back (a kind not known to keep none)."""
+    from softdict.index._faiss import FaissBackend
+
+    stored("HNSW8")[0].save(tmp_path / "s")
+
+    def refusing(self: FaissBackend, ids: np.ndarray) -> np.ndarray:
+        raise RuntimeError("Error in void faiss::X() at X.cpp:1: reconstruct not implemented")
+
+    monkeypatch.setattr(FaissBackend, "vectors", refusing)
+    with pytest.raises(StoreFormatError, match=r"FAISS can give back \(HNSW8: reconstruct not"):
+        SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="flat")
+
+
+def test_a_transform_that_loses_nothing_moves_to_an_exact_index(tmp_path: Path) -> None:
+    """A padding decodes each vector as added (a measured error of 0): "flat" takes it."""
+    store, keys, values = stored("Pad32,Flat", "dot")
+    store.save(tmp_path / "s")
+    loaded = SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="flat")
+    attention = loaded.attend_embeddings(keys[0])
+    assert attention.weight_error == 0.0
+    assert_close(attention.value, exact_attention("dot", loaded.temperature, keys[0], keys, values))
 
 
 @pytest.mark.parametrize(
@@ -179,5 +217,5 @@ def test_a_plug_in_store_loads_only_with_its_backend_registered(tmp_path: Path) 
     from softdict.index import registry
 
     del registry._NAMED["reindex-test-plug-in"]
-    with pytest.raises(StoreFormatError, match="plug-in backend must be registered"):
+    with pytest.raises(StoreFormatError, match=r"plug-in backend, register it \(register_"):
         SoftDict.load(tmp_path / "s", encoder=FakeEncoder(), index="auto")

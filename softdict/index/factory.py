@@ -29,7 +29,21 @@ from softdict.index.hnsw import sparse_or_graph
 from softdict.index.ivf import ivf_params
 from softdict.index.registry import BackendRefused
 
-__all__ = ["FactoryBackend", "check_factory", "index_parts", "parse_error"]
+__all__ = ["FactoryBackend", "check_factory", "index_parts", "parse_error", "unreadable_text"]
+
+
+# FAISS's parser crashed the process (a segfault) on a string of about 20,000 characters; the
+# longest factory strings in FAISS's documentation are a few dozen.
+_MAX_FACTORY_LENGTH = 1_000
+
+
+def unreadable_text(name: str) -> str | None:
+    """Why FAISS must not be given ``name`` to parse, or None."""
+    if len(name) > _MAX_FACTORY_LENGTH:
+        return f"it is {len(name):,} characters long, and a factory string at most 1,000"
+    if "\x00" in name:
+        return "it holds a NUL character, where FAISS would stop reading it"
+    return None
 
 
 def parse_error(name: str) -> str | None:
@@ -40,6 +54,9 @@ def parse_error(name: str) -> str | None:
     Raises:
         BackendRefused: FAISS parses it into an index softdict cannot use (``_unusable``).
     """
+    unreadable = unreadable_text(name)
+    if unreadable:
+        return unreadable
     try:
         probe = faiss.index_factory(8, name)
     except RuntimeError as exc:

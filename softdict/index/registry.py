@@ -87,6 +87,7 @@ def backend_spec(option: str) -> BackendSpec:
             return spec
     detail = f" ({'; '.join(reasons)})" if reasons else ""
     raise ConfigError(
-        f"index={option!r} is neither one of {backend_names()} nor a FAISS index_factory "
+        f"index={short_repr(option)} is neither one of {backend_names()} nor a FAISS "
+        f"index_factory "
         f"string{detail}; see the FAISS wiki page 'The index factory' for the syntax"
     )

@@ -9,22 +9,33 @@ another similarity, before it was refused) is loaded at all: its vectors are sti
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import faiss
 import numpy as np
 
-from softdict._errors import ConfigError
+from softdict._errors import ConfigError, short_repr
 from softdict._files import FileReader
 from softdict._rows import ROWS_AT_A_TIME
 from softdict._similarity import Metric
 from softdict.index._faiss import faiss_message
 from softdict.index.base import IndexBackend
-from softdict.index.factory import FactoryBackend, index_parts
+from softdict.index.factory import FactoryBackend, index_parts, unreadable_text
 from softdict.index.growing import GrowingBackend
 from softdict.index.registry import BackendSpec, backend_spec
 
-__all__ = ["IndexChangeRefused", "builds", "check_reindex", "reindexed", "saved_backend"]
+__all__ = [
+    "IndexChangeRefused",
+    "check_reindex",
+    "rebuilding_hint",
+    "reindexed",
+    "saved_backend",
+    "unreadable",
+]
+
+
+_BUILD_AGAIN = "build the store again from its keys"
 
 
 class IndexChangeRefused(ConfigError):
@@ -43,15 +54,25 @@ def check_reindex(index: str, dim: int | None, metric: Metric) -> None:
         raise ConfigError(f"index={index!r} cannot hold this store's keys: {exc}") from None
 
 
-def builds(option: str, dim: int | None, metric: Metric) -> bool:
-    """Whether this version builds the index ``option`` for keys of ``dim`` dims."""
+def rebuilding_hint(
+    option: str, dim: int | None, metric: Metric, meta: dict[str, Any] | None
+) -> str:
+    """What to do with a store saved with the index ``option`` (its saved ``meta``) that this
+    version cannot load: load it with another index, or, where it kept no vectors to read,
+    build it again from its keys; "" where the index is not what stands in the way."""
     try:
         spec = backend_spec(option)
         if dim is not None:
             spec.create(dim, metric)
     except ConfigError:
-        return False
-    return True
+        problem = None if dim is None else unreadable(option, dim, meta or {})
+        if problem is not None:
+            return f"; nor can its index's vectors be read back ({problem}): {_BUILD_AGAIN}"
+        return (
+            "; SoftDict.load(path, index='auto') (or another index) rebuilds its index from "
+            "the vectors it kept"
+        )
+    return ""
 
 
 def saved_backend(
@@ -60,28 +81,67 @@ def saved_backend(
     """An empty backend that reads the index a store was saved with (``option``; its saved
     ``meta``), to be restored and read for its vectors: the one ``option`` names, or, for a
     FAISS factory string this version refuses, one that reads it without refusing
-    (``_SavedFactory``)."""
+    (``_SavedFactory``), where it kept vectors to read (``unreadable``)."""
     try:
         return backend_spec(option).create(dim, metric)
     except ConfigError as refused:
         why = str(refused)
-    try:
-        probe = faiss.index_factory(dim, option)
-    except RuntimeError:
+    problem = unreadable(option, dim, meta)
+    if problem is not None:
+        raise files.error(
+            "index.faiss", f"keeps no vectors to read back ({problem}); {_BUILD_AGAIN}"
+        )
+    if unreadable_text(option) is not None or parse_error_at(option, dim) is not None:
         raise files.error(
             "manifest.json",
-            f"names index={option!r}, which this process cannot read ({why}); a plug-in "
-            f"backend must be registered (register_backend) before its store is loaded",
-        ) from None
-    built = meta.get("phase") != "exact"  # else its vectors are in embeddings.npy
-    if built and any(isinstance(part, faiss.IndexIVFPQFastScan) for part in index_parts(probe)):
-        # FAISS's reconstruct of a loaded one crashed the process (a segfault, faiss-cpu 1.15).
-        raise files.error(
-            "index.faiss",
-            f"is an IVF fast-scan PQ ({option!r}), whose vectors FAISS cannot give back once "
-            f"loaded; build the store again from its keys",
+            f"names index={short_repr(option)}, which this process cannot read ({why}); if "
+            f"it is a plug-in backend, register it (register_backend) before loading the store",
         )
     return GrowingBackend(dim, metric, lambda: _SavedFactory(dim, metric, option))
+
+
+def unreadable(option: str, dim: int, meta: dict[str, Any]) -> str | None:
+    """Why the vectors a store saved with the FAISS factory string ``option`` (its index's
+    saved ``meta``) cannot be read back; None where they can, or where
+    ``option`` is no factory string FAISS reads. Before the index is built they are in
+    embeddings.npy, whatever it is."""
+    if meta.get("phase") == "exact" or parse_error_at(option, dim) is not None:
+        return None
+    for part in index_parts(faiss.index_factory(dim, option)):
+        why = _keeps_no_vectors(part)
+        if why is not None:
+            return f"{option!r}: {why}"
+    return None
+
+
+def parse_error_at(option: str, dim: int) -> str | None:
+    """Why FAISS cannot build ``option`` for ``dim`` dims, or None (it never sees a string that
+    would crash its parser)."""
+    if unreadable_text(option) is not None:
+        return "unreadable"
+    try:
+        faiss.index_factory(dim, option)
+    except RuntimeError as exc:
+        return faiss_message(exc, "cannot be built")
+    return None
+
+
+def _keeps_no_vectors(part: object) -> str | None:
+    """Why an index with this part (``index_parts``) keeps no vectors to read back, or None."""
+    if isinstance(part, faiss.IndexIVFPQFastScan):
+        # FAISS's reconstruct of a loaded one crashed the process (a segfault, faiss-cpu 1.15).
+        return "an IVF fast-scan PQ's vectors cannot be read back once it is loaded"
+    if isinstance(part, faiss.IndexLSH):
+        return "an LSH keeps bits of the vectors, not the vectors"
+    if isinstance(part, (faiss.ITQTransform, faiss.ITQMatrix)) or (
+        isinstance(part, faiss.PCAMatrix) and part.eigen_power != 0
+    ):
+        # A loaded whitening PCA calls itself orthonormal, and gave vectors of norm 0.002 back
+        # for keys of norm 3.7 (a review): it is refused by its kind, not by FAISS's error.
+        return "its transform (an ITQ, a whitening PCA) cannot be undone"
+    if isinstance(part, faiss.IndexLattice):
+        return "a lattice's saved codes cannot be read back"
+    return None
 
 
 def reindexed(saved: IndexBackend, target: BackendSpec, files: FileReader) -> IndexBackend:
@@ -93,15 +153,19 @@ def reindexed(saved: IndexBackend, target: BackendSpec, files: FileReader) -> In
     """
     ids = saved.ids()
     error = saved.code_error() if len(ids) else None
+    if error is not None and error.radius == 0.0:  # decoded as added (a padding): no error
+        error = None
     if error is not None:
         try:  # on an empty one, before any vector is moved: a refusal costs nothing
             target.create(saved.dim, saved.metric).carry(error)
         except ConfigError:
+            how_far = "not known" if math.isnan(error.radius) else f"up to {error.radius:.3g}"
             raise IndexChangeRefused(
                 f"index={target.name!r} holds the vectors added, and the saved index "
-                f"({saved.describe()}) kept lossy codes of them: their error cannot go with "
-                f"them; choose an index that keeps codes or grows ('auto', 'hnsw', a FAISS "
-                f"factory string), or build the store again from its keys"
+                f"({saved.describe()}) kept lossy codes of them (their distance to the "
+                f"vectors added: {how_far}), whose error cannot go with them; choose an index "
+                f"that keeps codes or grows ('auto', 'hnsw', a FAISS factory string), or "
+                f"{_BUILD_AGAIN}"
             ) from None
     backend = target.create(saved.dim, saved.metric)
     for start in range(0, len(ids), ROWS_AT_A_TIME):
@@ -112,7 +176,7 @@ def reindexed(saved: IndexBackend, target: BackendSpec, files: FileReader) -> In
             raise files.error(
                 "index.faiss",
                 f"keeps no vectors FAISS can give back ({saved.describe()}: "
-                f"{faiss_message(exc, 'no reconstruct')}); build the store again from its keys",
+                f"{faiss_message(exc, 'no reconstruct')}); {_BUILD_AGAIN}",
             ) from None
         backend.add(part, np.ascontiguousarray(vectors, dtype=np.float32))
     if error is not None:  # after the adds: a FAISS index built by them measures its own
