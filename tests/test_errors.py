@@ -736,6 +736,18 @@ def test_a_factory_index_that_cannot_hold_keys_is_refused_when_the_store_is_made
         SoftDict(encoder=FakeEncoder(), index=index)
 
 
+@pytest.mark.parametrize(
+    ("index", "why"),
+    [("Flat" + " " * 30_000, "30,004 characters long"), ("Flat\x00x", "a NUL character")],
+)
+def test_a_factory_string_faiss_cannot_read_safely_is_refused(index: str, why: str) -> None:
+    """FAISS's parser crashed the process (a segfault) on a string of ~20,000 characters, and
+    read "Flat\x00x" as "Flat"; the message shows the string cut short."""
+    with pytest.raises(ConfigError, match=why) as refused:
+        SoftDict(encoder=FakeEncoder(), index=index)
+    assert len(str(refused.value)) < 500
+
+
 def test_the_advice_given_for_an_array_works_when_followed() -> None:
     """A label store whose kind came from its first value advised value.tolist() for a 1-D array
     of numbers, which it then refused (a list of numbers would have made a vector store); an
