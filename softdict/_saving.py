@@ -126,8 +126,9 @@ class Saving(Facade):
             EncoderError: the encoder does not match the store's, or cannot be loaded.
             StoreBusyError: another process held the store's lock for longer than ``timeout``.
             ConfigError: ``path`` is no str or os.PathLike of str, ``timeout`` is not a number
-                >= 0, ``accept_variant`` not True or False, or ``index`` names no index or one
-                that cannot hold the store's keys.
+                >= 0, ``accept_variant`` not True or False, or ``index`` names no index, one
+                that cannot hold the store's keys, or one that holds the vectors added
+                (``"flat"``, ``"compressed"``) where the saved index kept lossy codes.
         """
         check_number("timeout", timeout, "a number of seconds >= 0", lambda v: v >= 0)
         if not isinstance(accept_variant, bool):  # "no" is truthy: it would accept

@@ -41,12 +41,12 @@ def exact_attention(
     return float(weights @ values / weights.sum())
 
 
-def store_of(index: str, similarity: str = "cosine", seed: int = 0):
+def store_of(index: str, similarity: str = "cosine", seed: int = 0, n: int = N, **options: object):
     rng = np.random.default_rng(seed)
-    keys = rng.standard_normal((N, DIM)).astype(np.float32)
-    values = rng.standard_normal(N)
-    store = SoftDict(encoder=FakeEncoder(), index=index, similarity=similarity)
-    store.add_embeddings([f"k{i}" for i in range(N)], keys, values.tolist())
+    keys = rng.standard_normal((n, DIM)).astype(np.float32)
+    values = rng.standard_normal(n)
+    store = SoftDict(encoder=FakeEncoder(), index=index, similarity=similarity, **options)
+    store.add_embeddings([f"k{i}" for i in range(n)], keys, values.tolist())
     return store, keys, values
 
 

@@ -180,10 +180,12 @@ class FaissBackend(RowsBackend):
             except RuntimeError:  # FAISS k-means: not enough points after all
                 pass
             else:
-                every = np.arange(self._rows.size)
-                chunks = np.array_split(every, max(1, len(every) // ROWS_AT_A_TIME))
+                parts = [
+                    np.arange(start, min(start + ROWS_AT_A_TIME, self._rows.size))
+                    for start in range(0, self._rows.size, ROWS_AT_A_TIME)
+                ]
                 cells.replace_all(
-                    np.concatenate([cells.nearest(self._stored_rows(c)) for c in chunks])
+                    np.concatenate([cells.nearest(self._stored_rows(p)) for p in parts])
                 )
                 return
         cells.append(cells.nearest(vectors) if cells.trained else np.full(len(vectors), -1))

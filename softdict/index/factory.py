@@ -13,7 +13,7 @@ from dataclasses import replace
 import faiss
 import numpy as np
 
-from softdict._errors import ConfigError
+from softdict._errors import ConfigError, short_repr
 from softdict._similarity import Metric
 from softdict.index._code_error import keeps_exact_vectors
 from softdict.index._faiss import (
@@ -40,7 +40,10 @@ _MAX_FACTORY_LENGTH = 1_000
 def unreadable_text(name: str) -> str | None:
     """Why FAISS must not be given ``name`` to parse, or None."""
     if len(name) > _MAX_FACTORY_LENGTH:
-        return f"it is {len(name):,} characters long, and a factory string at most 1,000"
+        return (
+            f"it is {len(name):,} characters long, and a factory string at most "
+            f"{_MAX_FACTORY_LENGTH:,}"
+        )
     if "\x00" in name:
         return "it holds a NUL character, where FAISS would stop reading it"
     return None
@@ -52,11 +55,12 @@ def parse_error(name: str) -> str | None:
     the real dimension is known).
 
     Raises:
-        BackendRefused: FAISS parses it into an index softdict cannot use (``_unusable``).
+        BackendRefused: FAISS parses it into an index softdict cannot use (``_unusable``), or
+            it is not given to FAISS (``unreadable_text``).
     """
     unreadable = unreadable_text(name)
     if unreadable:
-        return unreadable
+        raise BackendRefused(f"index={short_repr(name)} is not given to FAISS: {unreadable}")
     try:
         probe = faiss.index_factory(8, name)
     except RuntimeError as exc:
@@ -65,24 +69,28 @@ def parse_error(name: str) -> str | None:
         return None
     unusable = _unusable(probe)
     if unusable:
-        raise BackendRefused(f"index={name!r} is a FAISS index softdict cannot use: {unusable}")
+        raise BackendRefused(
+            f"index={short_repr(name)} is a FAISS index softdict cannot use: {unusable}"
+        )
     return None
 
 
-def index_parts(index: faiss.Index) -> Iterator[object]:
+def index_parts(index: faiss.Index, *, bases: bool = True) -> Iterator[object]:
     """Every index and transform in ``index``, outermost first: through the pre-transforms, a
-    refine's base and refine index, and an IDMap (downcast proxies, valid while ``index`` is)."""
+    refine's base (``bases``: else only the refine index, which its vectors are read from) and
+    refine index, and an IDMap (downcast proxies, valid while ``index`` is)."""
     inner = faiss.downcast_index(index)
     yield inner
     if isinstance(inner, faiss.IndexPreTransform):
         for i in range(inner.chain.size()):
             yield faiss.downcast_VectorTransform(inner.chain.at(i))
-        yield from index_parts(inner.index)
+        yield from index_parts(inner.index, bases=bases)
     elif isinstance(inner, faiss.IndexRefine):
-        yield from index_parts(inner.base_index)
-        yield from index_parts(inner.refine_index)
+        if bases:
+            yield from index_parts(inner.base_index)
+        yield from index_parts(inner.refine_index, bases=bases)
     elif isinstance(inner, faiss.IndexIDMap):
-        yield from index_parts(inner.index)
+        yield from index_parts(inner.index, bases=bases)
 
 
 def _unusable(index: faiss.Index) -> str | None:
@@ -161,27 +169,27 @@ def check_factory(name: str, dim: int, metric: Metric = Metric.L2) -> int:
         probe = faiss.index_factory(dim, name, faiss_metric(metric))
     except RuntimeError as exc:
         raise ConfigError(
-            f"index={name!r} cannot be built for {dim}-dim embeddings "
+            f"index={short_repr(name)} cannot be built for {dim}-dim embeddings "
             f"({faiss_message(exc, '')}); choose parameters that fit {dim} dimensions"
         ) from None
     unusable = _unusable(probe)
     if unusable:
-        raise ConfigError(f"index={name!r} cannot hold keys: {unusable}")
+        raise ConfigError(f"index={short_repr(name)} cannot hold keys: {unusable}")
     if metric is Metric.INNER_PRODUCT and _centres(probe):
         # A PCA subtracts the keys' mean: the inner products it ranks keys by are not theirs,
         # so a search found other keys than the best (top_k=3: none of the true three) while
         # its keys, rescored, claimed a small bound.
         raise ConfigError(
-            f"index={name!r} ranks keys by inner products of vectors less their mean (a PCA), "
-            f"which are not the store's; use similarity='l2', a rotation ('OPQ16', 'RR64'), "
-            f"or no transform"
+            f"index={short_repr(name)} ranks keys by inner products of vectors less their mean "
+            f"(a PCA), which are not the store's; use similarity='l2', a rotation ('OPQ16', "
+            f"'RR64'), or no transform"
         )
     if probe.metric_type != faiss_metric(metric):
         # "HNSW32,PQ16" is built for L2 whatever it is asked: its saved form then failed the
         # load's check of the store's metric, and its search ranked dot products by distance.
         raise ConfigError(
-            f"index={name!r} is built by FAISS for L2 distances only, and this store scores by "
-            f"inner product; use similarity='l2', or another index (e.g. 'HNSW32,SQ8')"
+            f"index={short_repr(name)} is built by FAISS for L2 distances only, and this store "
+            f"scores by inner product; use similarity='l2', or another index (e.g. 'HNSW32,SQ8')"
         )
     if probe.is_trained:
         return 0

@@ -28,6 +28,7 @@ from softdict.index.registry import BackendSpec, backend_spec
 __all__ = [
     "IndexChangeRefused",
     "check_reindex",
+    "parse_error_at",
     "rebuilding_hint",
     "reindexed",
     "saved_backend",
@@ -36,6 +37,10 @@ __all__ = [
 
 
 _BUILD_AGAIN = "build the store again from its keys"
+_REGISTER = "if it is a plug-in backend, register it (register_backend) before loading the store"
+# A decoded vector this close to the one added, relative to the largest, differs by float32
+# rounding (a rotation's "RR16": 2.7e-6 of norms near 6.4), not by a code: no error to carry.
+_ROUNDING = 1e-5
 
 
 class IndexChangeRefused(ConfigError):
@@ -51,26 +56,31 @@ def check_reindex(index: str, dim: int | None, metric: Metric) -> None:
     try:
         backend_spec(index).create(dim, metric)
     except ConfigError as exc:
-        raise ConfigError(f"index={index!r} cannot hold this store's keys: {exc}") from None
+        raise ConfigError(
+            f"index={short_repr(index)} cannot hold this store's keys: {exc}"
+        ) from None
 
 
 def rebuilding_hint(
     option: str, dim: int | None, metric: Metric, meta: dict[str, Any] | None
 ) -> str:
     """What to do with a store saved with the index ``option`` (its saved ``meta``) that this
-    version cannot load: load it with another index, or, where it kept no vectors to read,
-    build it again from its keys; "" where the index is not what stands in the way."""
+    version cannot load: load it with another index, register its plug-in backend, or, where it
+    kept no vectors to read, build it again from its keys; "" where the index is not what
+    stands in the way."""
     try:
         spec = backend_spec(option)
         if dim is not None:
             spec.create(dim, metric)
     except ConfigError:
+        if dim is not None and parse_error_at(option, dim) is not None:
+            return f"; {_REGISTER}"
         problem = None if dim is None else unreadable(option, dim, meta or {})
         if problem is not None:
             return f"; nor can its index's vectors be read back ({problem}): {_BUILD_AGAIN}"
         return (
-            "; SoftDict.load(path, index='auto') (or another index) rebuilds its index from "
-            "the vectors it kept"
+            "; to load this store, SoftDict.load(path, index='auto') (or another index) "
+            "rebuilds its index from the vectors it kept"
         )
     return ""
 
@@ -86,39 +96,42 @@ def saved_backend(
         return backend_spec(option).create(dim, metric)
     except ConfigError as refused:
         why = str(refused)
+    cannot_parse = parse_error_at(option, dim)
+    if cannot_parse is not None:
+        raise files.error(
+            "manifest.json",
+            f"names index={short_repr(option)}, which this process cannot read ({why}); "
+            f"{_REGISTER}",
+        )
     problem = unreadable(option, dim, meta)
     if problem is not None:
         raise files.error(
             "index.faiss", f"keeps no vectors to read back ({problem}); {_BUILD_AGAIN}"
-        )
-    if unreadable_text(option) is not None or parse_error_at(option, dim) is not None:
-        raise files.error(
-            "manifest.json",
-            f"names index={short_repr(option)}, which this process cannot read ({why}); if "
-            f"it is a plug-in backend, register it (register_backend) before loading the store",
         )
     return GrowingBackend(dim, metric, lambda: _SavedFactory(dim, metric, option))
 
 
 def unreadable(option: str, dim: int, meta: dict[str, Any]) -> str | None:
     """Why the vectors a store saved with the FAISS factory string ``option`` (its index's
-    saved ``meta``) cannot be read back; None where they can, or where
-    ``option`` is no factory string FAISS reads. Before the index is built they are in
-    embeddings.npy, whatever it is."""
+    saved ``meta``) cannot be read back; None where they can, or where ``option`` is no factory
+    string FAISS builds for ``dim`` dims. Before the index is built they are in embeddings.npy,
+    whatever it is; a refine's are read from its refine index, whatever its base is (an LSH,
+    an IVF fast-scan PQ)."""
     if meta.get("phase") == "exact" or parse_error_at(option, dim) is not None:
         return None
-    for part in index_parts(faiss.index_factory(dim, option)):
+    for part in index_parts(faiss.index_factory(dim, option), bases=False):
         why = _keeps_no_vectors(part)
         if why is not None:
-            return f"{option!r}: {why}"
+            return f"{short_repr(option)}: {why}"
     return None
 
 
 def parse_error_at(option: str, dim: int) -> str | None:
-    """Why FAISS cannot build ``option`` for ``dim`` dims, or None (it never sees a string that
-    would crash its parser)."""
-    if unreadable_text(option) is not None:
-        return "unreadable"
+    """Why FAISS cannot build ``option`` for ``dim`` dims, or None; a string that would crash
+    its parser is not given to it (``unreadable_text``)."""
+    problem = unreadable_text(option)
+    if problem is not None:
+        return problem
     try:
         faiss.index_factory(dim, option)
     except RuntimeError as exc:
@@ -153,7 +166,7 @@ def reindexed(saved: IndexBackend, target: BackendSpec, files: FileReader) -> In
     """
     ids = saved.ids()
     error = saved.code_error() if len(ids) else None
-    if error is not None and error.radius == 0.0:  # decoded as added (a padding): no error
+    if error is not None and error.radius <= _ROUNDING * error.norm:  # a padding, a rotation
         error = None
     if error is not None:
         try:  # on an empty one, before any vector is moved: a refusal costs nothing
@@ -161,10 +174,10 @@ def reindexed(saved: IndexBackend, target: BackendSpec, files: FileReader) -> In
         except ConfigError:
             how_far = "not known" if math.isnan(error.radius) else f"up to {error.radius:.3g}"
             raise IndexChangeRefused(
-                f"index={target.name!r} holds the vectors added, and the saved index "
+                f"index={short_repr(target.name)} holds the vectors added, and the saved index "
                 f"({saved.describe()}) kept lossy codes of them (their distance to the "
                 f"vectors added: {how_far}), whose error cannot go with them; choose an index "
-                f"that keeps codes or grows ('auto', 'hnsw', a FAISS factory string), or "
+                f"that records it ('auto', 'hnsw', 'ivf', a FAISS factory string), or "
                 f"{_BUILD_AGAIN}"
             ) from None
     backend = target.create(saved.dim, saved.metric)
