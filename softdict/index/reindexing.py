@@ -25,15 +25,7 @@ from softdict.index.factory import FactoryBackend, index_parts, unreadable_text
 from softdict.index.growing import GrowingBackend
 from softdict.index.registry import BackendSpec, backend_spec
 
-__all__ = [
-    "IndexChangeRefused",
-    "check_reindex",
-    "parse_error_at",
-    "rebuilding_hint",
-    "reindexed",
-    "saved_backend",
-    "unreadable",
-]
+__all__ = ["IndexChangeRefused", "check_reindex", "rebuilding_hint", "reindexed", "saved_backend"]
 
 
 _BUILD_AGAIN = "build the store again from its keys"
@@ -51,14 +43,9 @@ class IndexChangeRefused(ConfigError):
 def check_reindex(index: str, dim: int | None, metric: Metric) -> None:
     """ConfigError where ``index`` cannot hold a saved store's keys of ``dim`` dims (None: it
     holds none): a product quantiser that does not fit the dimension."""
-    if dim is None:
-        return
-    try:
-        backend_spec(index).create(dim, metric)
-    except ConfigError as exc:
-        raise ConfigError(
-            f"index={short_repr(index)} cannot hold this store's keys: {exc}"
-        ) from None
+    refused = None if dim is None else _refusal(index, dim, metric)
+    if refused is not None:
+        raise ConfigError(f"index={short_repr(index)} cannot hold this store's keys: {refused}")
 
 
 def rebuilding_hint(
@@ -68,21 +55,18 @@ def rebuilding_hint(
     version cannot load: load it with another index, register its plug-in backend, or, where it
     kept no vectors to read, build it again from its keys; "" where the index is not what
     stands in the way."""
-    try:
-        spec = backend_spec(option)
-        if dim is not None:
-            spec.create(dim, metric)
-    except ConfigError:
-        if dim is not None and parse_error_at(option, dim) is not None:
-            return f"; {_REGISTER}"
-        problem = None if dim is None else unreadable(option, dim, meta or {})
-        if problem is not None:
-            return f"; nor can its index's vectors be read back ({problem}): {_BUILD_AGAIN}"
-        return (
-            "; to load this store, SoftDict.load(path, index='auto') (or another index) "
-            "rebuilds its index from the vectors it kept"
-        )
-    return ""
+    if _refusal(option, dim, metric) is None:
+        return ""
+    probe = None if dim is None else _parsed(option, dim)
+    if isinstance(probe, str):
+        return f"; {_REGISTER}"
+    problem = None if probe is None else _unreadable(option, probe, meta or {})
+    if problem is not None:
+        return f"; nor can its index's vectors be read back ({problem}): {_BUILD_AGAIN}"
+    return (
+        "; to load this store, SoftDict.load(path, index='auto') (or another index) rebuilds "
+        "its index from the vectors it kept"
+    )
 
 
 def saved_backend(
@@ -91,19 +75,19 @@ def saved_backend(
     """An empty backend that reads the index a store was saved with (``option``; its saved
     ``meta``), to be restored and read for its vectors: the one ``option`` names, or, for a
     FAISS factory string this version refuses, one that reads it without refusing
-    (``_SavedFactory``), where it kept vectors to read (``unreadable``)."""
+    (``_SavedFactory``), where it kept vectors to read (``_unreadable``)."""
     try:
         return backend_spec(option).create(dim, metric)
     except ConfigError as refused:
         why = str(refused)
-    cannot_parse = parse_error_at(option, dim)
-    if cannot_parse is not None:
+    probe = _parsed(option, dim)
+    if isinstance(probe, str):
         raise files.error(
             "manifest.json",
             f"names index={short_repr(option)}, which this process cannot read ({why}); "
             f"{_REGISTER}",
         )
-    problem = unreadable(option, dim, meta)
+    problem = _unreadable(option, probe, meta)
     if problem is not None:
         raise files.error(
             "index.faiss", f"keeps no vectors to read back ({problem}); {_BUILD_AGAIN}"
@@ -111,31 +95,41 @@ def saved_backend(
     return GrowingBackend(dim, metric, lambda: _SavedFactory(dim, metric, option))
 
 
-def unreadable(option: str, dim: int, meta: dict[str, Any]) -> str | None:
-    """Why the vectors a store saved with the FAISS factory string ``option`` (its index's
-    saved ``meta``) cannot be read back; None where they can, or where ``option`` is no factory
-    string FAISS builds for ``dim`` dims. Before the index is built they are in embeddings.npy,
-    whatever it is; a refine's are read from its refine index, whatever its base is (an LSH,
-    an IVF fast-scan PQ)."""
-    if meta.get("phase") == "exact" or parse_error_at(option, dim) is not None:
-        return None
-    for part in index_parts(faiss.index_factory(dim, option), bases=False):
-        why = _keeps_no_vectors(part)
-        if why is not None:
-            return f"{short_repr(option)}: {why}"
+def _refusal(option: str, dim: int | None, metric: Metric) -> ConfigError | None:
+    """Why this version does not build the index ``option`` for keys of ``dim`` dims (None:
+    for no keys yet), or None where it does."""
+    try:
+        spec = backend_spec(option)
+        if dim is not None:
+            spec.create(dim, metric)
+    except ConfigError as exc:
+        return exc
     return None
 
 
-def parse_error_at(option: str, dim: int) -> str | None:
-    """Why FAISS cannot build ``option`` for ``dim`` dims, or None; a string that would crash
-    its parser is not given to it (``unreadable_text``)."""
+def _parsed(option: str, dim: int) -> faiss.Index | str:
+    """The index FAISS builds from ``option`` for ``dim`` dims, or why it builds none; a string
+    that would crash its parser is not given to it (``unreadable_text``)."""
     problem = unreadable_text(option)
     if problem is not None:
         return problem
     try:
-        faiss.index_factory(dim, option)
+        return faiss.index_factory(dim, option)
     except RuntimeError as exc:
         return faiss_message(exc, "cannot be built")
+
+
+def _unreadable(option: str, probe: faiss.Index, meta: dict[str, Any]) -> str | None:
+    """Why the vectors a store saved with the factory string ``option`` (``probe``: what FAISS
+    builds from it; its index's saved ``meta``) cannot be read back, or None. Before the index
+    is built they are in embeddings.npy, whatever it is; a refine's are read from its refine
+    index, whatever its base is (an LSH, an IVF fast-scan PQ)."""
+    if meta.get("phase") == "exact":
+        return None
+    for part in index_parts(probe, bases=False):
+        why = _keeps_no_vectors(part)
+        if why is not None:
+            return f"{short_repr(option)}: {why}"
     return None
 
 
