@@ -2,8 +2,9 @@
 
 ``SoftDict`` (``softdict._mapping``) is put together from one class per concern, each built on
 ``Facade``: its options as properties (``_option_properties``), soft lookups (``_soft_lookup``),
-calibrate and fit (``_tuning``), and saving and loading (``_saving``); the exact mapping, copies
-and inserts are ``_mapping``'s own. Each part holds no state of its own.
+calibrate and fit (``_tuning``), saving and loading (``_saving``), and copies and pickling
+(``_copies``); the exact mapping, the dict operators and inserts are ``_mapping``'s own. Each
+part holds no state of its own.
 
 Thread safety: one lock guards the store. Every read and every change holds it, so a lookup sees
 the store before or after a write, never half of one. Encoding text, the slow part, happens

@@ -6,9 +6,9 @@ backend, options and the query projection), and text becomes embeddings through 
 store for the mapping, to ``_lookup`` (and through it ``_retrieval``) for soft lookups, to
 ``_calibration`` and ``_learning`` for learning, to ``_persistence`` for save and load.
 
-This module holds the constructor, the exact mapping, copies and inserts; the other concerns are
-one class each, which ``SoftDict`` inherits (``softdict._facade`` lists them, and says how the
-lock makes it thread-safe).
+This module holds the constructor, the exact mapping, the dict operators and inserts; the other
+concerns are one class each, which ``SoftDict`` inherits (``softdict._facade`` lists them, and
+says how the lock makes it thread-safe).
 """
 
 from __future__ import annotations
@@ -22,18 +22,17 @@ import numpy.typing as npt
 
 from softdict._arguments import check_key, embedding_items, update_items
 from softdict._config import SoftDictConfig, ValueKind, noting_named_options
+from softdict._copies import Copies
+from softdict._copies import _unpickle as _unpickle  # pickles made before it moved name it here
 from softdict._encoder_match import store_encoder
-from softdict._errors import ConfigError, EncoderError, KeyTypeError, ValueShapeError
-from softdict._files import StoreFiles
-from softdict._persistence import restore_snapshot
+from softdict._errors import KeyTypeError, ValueShapeError
 from softdict._saving import Saving
 from softdict._similarity import Similarity
 from softdict._soft_lookup import SoftLookups
 from softdict._tuning import Tuning
 from softdict._types import NO_DEFAULT, Label, NoDefault, Value
 from softdict._views import LiveItems, LiveKeys, LiveValues, same_items
-from softdict.encoders import EncoderIdentity
-from softdict.store import StoreState, copy_into, open_store
+from softdict.store import open_store
 
 __all__ = ["SoftDict"]
 
@@ -44,7 +43,7 @@ _FOR_TYPE_HINTS = (Label,)
 D = TypeVar("D")
 
 
-class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
+class SoftDict(SoftLookups, Tuning, Saving, Copies, MutableMapping[str, Value]):
     """A dictionary whose lookups go by meaning.
 
     ``sd[key]`` is exact and raises ``KeyError`` for a missing key, as in a dict; ``sd.lookup(q)``
@@ -270,67 +269,7 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         with self._lock:
             self._store.clear()
 
-    # -- copies, pickling and the dict operators ----------------------------------------------
-
-    def copy(self) -> SoftDict:
-        """An independent copy: the same options, keys, values, vectors and query projection
-        (nothing is encoded again), sharing the encoder; changes to either store never reach
-        the other. Attributes set on this one are carried over as ``copy.copy`` carries them."""
-        return self._copied()
-
-    def copy_to(self, store: str = "memory", *, collection: str | None = None) -> SoftDict:
-        """A copy of this SoftDict in another store: every key with its value and vector, the
-        options, the query projection and the encoder; nothing is encoded again. ``store`` and
-        ``collection`` are as for ``SoftDict(...)``: ``copy_to("milvus:./p.db",
-        collection="prices")`` moves an in-memory store into Milvus, and ``copy_to()`` brings a
-        Milvus store back into memory (then ``save`` it to a folder). The target must hold no
-        keys, and an existing collection this store's options (but for ``query_cache_size``,
-        ``batch_size`` and ``progress``) and encoder.
-
-        Raises:
-            ConfigError: the target holds keys or other options, or cannot build this index.
-            EncoderError: the target collection records another encoder.
-            InvalidValueError: a key or value the target cannot hold; the keys copied are
-                deleted again (a collection the copy made, dropped).
-            StoreUnavailableError: the target's server cannot be reached.
-        """
-        with self._lock:
-            config, where = self._store.config, repr(store)
-            where += f" (collection {collection!r})" if collection else ""
-            # Nothing named: an existing collection opens with its options, which must be these.
-            target = open_store(store, config.naming(()), collection=collection)
-            if held := len(target):
-                raise ConfigError(
-                    f"copy_to writes into an empty store, and {where} holds "
-                    f"{held:,} keys; copy into a new collection, or clear it"
-                )
-            config.check_same_answers(target.config, where)
-            encoder = store_encoder(target, self._encoder, self._store.config.query_cache_size)
-            copy_into(self._store, target)
-            return type(self)._from_store(target, encoder)
-
-    def __copy__(self) -> SoftDict:
-        return self._copied()
-
-    # The encoder is shared, not copied: it holds a model's weights and no state of the store.
-    def __deepcopy__(self, memo: dict[int, object]) -> SoftDict:
-        return self._copied(memo)
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        """Pickling: the store's contents, the attributes set on it, and the encoder's name,
-        never its weights; the unpickling process loads the encoder by name. An encoder that
-        cannot be loaded by name (an object passed as ``encoder=``) cannot be pickled: save and
-        load instead."""
-        if not self._encoder.loadable_by_name:
-            raise EncoderError(
-                f"cannot pickle this SoftDict: its encoder {self._encoder.name!r} cannot be "
-                f"loaded by name in another process. Save it with sd.save(path) and load it "
-                f"with SoftDict.load(path, encoder=...)"
-            )
-        identity = self._encoder.identity()  # outside the lock, as save fingerprints it
-        with self._lock:
-            arguments = (type(self), *self._store.snapshot(), identity)
-            return _unpickle, arguments, self._pickled_attributes() or None
+    # -- the dict operators -------------------------------------------------------------------
 
     @classmethod
     def fromkeys(cls, iterable: Iterable[str], value: object = None, /, **options: Any) -> SoftDict:
@@ -443,11 +382,3 @@ class SoftDict(SoftLookups, Tuning, Saving, MutableMapping[str, Value]):
         # Later duplicates win, and a key keeps its first position, as dict.update does.
         items = dict(zip(checked_keys, value_list))
         self._insert(items, dict(zip(checked_keys, array)))
-
-
-def _unpickle(
-    cls: type[SoftDict], state: StoreState, files: StoreFiles, identity: EncoderIdentity
-) -> SoftDict:
-    """Rebuild a pickled SoftDict (see ``SoftDict.__reduce__``)."""
-    store, encoder = restore_snapshot(state, files, identity)
-    return cls._from_store(store, encoder)

@@ -695,6 +695,16 @@ def test_pickle_round_trips_by_encoder_name_without_weights() -> None:
         pickle.dumps(SoftDict({"apple": 1.0}, encoder=FakeEncoder()))
 
 
+def test_a_pickle_made_before_the_copies_moved_out_of_mapping_still_loads() -> None:
+    """Pickles name the function that rebuilds a SoftDict: ``softdict._mapping._unpickle``
+    before it moved to ``softdict._copies``, where pickles made since name it."""
+    sd = SoftDict({"apple": 1.0, "chair": 2.0}, encoder="test-hashing")
+    made = pickle.dumps(sd, protocol=0)  # names by text: one can be written as before
+    assert b"softdict._copies\n_unpickle" in made
+    before = made.replace(b"softdict._copies\n_unpickle", b"softdict._mapping\n_unpickle")
+    assert dict(pickle.loads(before)) == dict(sd)
+
+
 class _Priced(SoftDict):
     """A subclass with state of its own, at module level so that pickle finds it."""
 
