@@ -108,10 +108,10 @@ def test_a_copy_that_fails_part_of_the_way_leaves_the_target_empty(
     and a second try copies everything."""
     import functools
 
-    import softdict._mapping
+    import softdict._copies
     from softdict.store.copying import copy_into
 
-    monkeypatch.setattr(softdict._mapping, "copy_into", functools.partial(copy_into, batch=100))
+    monkeypatch.setattr(softdict._copies, "copy_into", functools.partial(copy_into, batch=100))
     rng = np.random.default_rng(0)
     keys = [f"key {i}" for i in range(300)]
     keys[250] = "x" * 70_000  # more than a Milvus VARCHAR holds; memory holds it
@@ -138,10 +138,10 @@ def test_a_copy_that_fails_takes_back_its_own_keys_only(
     of 3), and so was the kind it held. It deletes the keys it wrote, and nothing else."""
     import functools
 
-    import softdict._mapping
+    import softdict._copies
     from softdict.store.copying import copy_into
 
-    monkeypatch.setattr(softdict._mapping, "copy_into", functools.partial(copy_into, batch=100))
+    monkeypatch.setattr(softdict._copies, "copy_into", functools.partial(copy_into, batch=100))
     collection = fresh_collection()
     other = SoftDict(
         encoder=FakeEncoder(), store=milvus_store_location, collection=collection, lexical=0
