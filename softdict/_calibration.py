@@ -114,6 +114,13 @@ def calibrate(
         if spelled is None:
             return choose(LeftOutScores.from_all_scores(meaning, own, column_ids, depth), ids)
         spelled_keys, terms = spelled
+        # Each key's best meaning over the other keys (it is left out), which rule-8 reads.
+        best_meaning = np.full(len(ids), np.inf)  # +inf: the other combinations do not
+        if terms.reads_meaning.any():
+            others = meaning.copy()
+            others[np.arange(len(ids)), own] = -np.inf
+            best_meaning = others.max(axis=1, initial=-np.inf)
+        terms = terms.given_meaning(best_meaning)
         similarity = store.spelling.similarity(spelled_keys, column_ids)
         marks = store.spelling.marks(spelled_keys, column_ids) if terms.weighs_marks else None
         # The hand-set rule has one number the values can judge, lexical_known; the learned
@@ -121,7 +128,9 @@ def calibrate(
         choices = {config.lexical_known: terms}
         if config.combination.weighs_known:
             for known in KNOWN_CHOICES:
-                choices.setdefault(known, terms_of(store, texts, known=known))
+                choices.setdefault(
+                    known, terms_of(store, texts, known=known).given_meaning(best_meaning)
+                )
         found: dict[float, Calibration] = {}
         for known, choice in choices.items():
             scores = choice.score(meaning, similarity, marks)

@@ -63,6 +63,7 @@ class CombinationName(str, Enum):
     RULE_5 = "rule-5"  # rule-4, a short word common only when very frequent
     RULE_6 = "rule-6"  # rule-5, and both edit measures read words in any order
     RULE_7 = "rule-7"  # the default: rule-6, and a key spelled as typed beats its accented twin
+    RULE_8 = "rule-8"  # rule-7, and a short query is read as a code (not a word, or not meant)
     LEARNED_1 = "learned-1"  # learned from real names: opt-in until it keeps min_score's use
 
     @property
@@ -80,19 +81,26 @@ class CombinationName(str, Enum):
             CombinationName.RULE_5,
             CombinationName.RULE_6,
             CombinationName.RULE_7,
+            CombinationName.RULE_8,
         )
 
     @property
     def edits_sorted(self) -> bool:
         """Whether spelling's edit measure (OSA) compares the texts' words sorted too, as its
         Indel measure always did (``spelling.scores``): the order of words is free."""
-        return self in (CombinationName.RULE_6, CombinationName.RULE_7)
+        return self in (CombinationName.RULE_6, CombinationName.RULE_7, CombinationName.RULE_8)
 
     @property
     def prefers_as_typed(self) -> bool:
         """Whether a query typed without accents prefers, of keys spelled alike, the one that
         bears none (``spelling.scores``): it reads accents both ways."""
-        return self is CombinationName.RULE_7
+        return self in (CombinationName.RULE_7, CombinationName.RULE_8)
+
+    @property
+    def reads_meaning(self) -> bool:
+        """Whether a query's terms depend on its best meaning score over the keys it may attend
+        to (``rule-8``: a short query no key means is read as a code), not on its text alone."""
+        return self is CombinationName.RULE_8
 
 
 # What changes how this process works, not what a store answers (``check_same_answers``).

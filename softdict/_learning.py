@@ -21,7 +21,7 @@ import numpy as np
 from softdict._arguments import check_unicode
 from softdict._errors import ConfigError, KeyTypeError, NoMatchError, short_repr
 from softdict._lookup import spelling_queries, terms_of
-from softdict._similarity import Similarity
+from softdict._similarity import Similarity, metric_scores
 from softdict.index.base import require_vectors
 from softdict.spelling.terms import QueryTerms
 from softdict.store.base import Store
@@ -146,14 +146,19 @@ class SpellingInputs:
     known_gain: np.ndarray | None
 
 
-def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
+def _spelling_inputs(
+    store: Store, texts: list[str], best_meaning: np.ndarray
+) -> SpellingInputs | None:
+    """The spelling rows of ``texts``, whose best meaning scores over the store's keys are
+    ``best_meaning`` (what ``rule-8``'s terms read: as the store answers before the fit, so the
+    fit weighs spelling as the lookups it learns from did)."""
     config = store.config
     if not config.lexical:
         return None
     queries = spelling_queries(store, texts)
     ids = store.ids()
     similarity = store.spelling.similarity(queries, ids)
-    terms = terms_of(store, texts, lexical=1.0, known=0.0)
+    terms = terms_of(store, texts, lexical=1.0, known=0.0).given_meaning(best_meaning)
     marks = store.spelling.marks(queries, ids) if terms.weighs_marks else None
 
     def gain_at(terms: QueryTerms) -> np.ndarray:
@@ -162,7 +167,8 @@ def _spelling_inputs(store: Store, texts: list[str]) -> SpellingInputs | None:
     factor, gain = terms.scale, gain_at(terms)
     known_gain = None
     if config.combination.weighs_known:
-        known_gain = gain_at(terms_of(store, texts, lexical=1.0, known=1.0)) - gain
+        known = terms_of(store, texts, lexical=1.0, known=1.0).given_meaning(best_meaning)
+        known_gain = gain_at(known) - gain
     return SpellingInputs(
         config.lexical,
         config.lexical_known,
@@ -215,7 +221,13 @@ def fit(
     raw = store.checked_embeddings(queries, "query embeddings")
     temperature = store.config.temperature_for(store.dim)
     # Training queries first, then the held-out ones, as fit_projection takes the spelling rows.
-    spelling = _spelling_inputs(store, texts[n_heldout:] + texts[:n_heldout])
+    ordered = np.concatenate([raw[n_heldout:], raw[:n_heldout]])
+    best_meaning = np.full(len(ordered), np.inf)  # +inf: only rule-8 reads it
+    if store.config.combination.reads_meaning:
+        metric = store.config.similarity.metric
+        scores = metric_scores(store.prepare_queries(ordered), keys, metric)
+        best_meaning = scores.max(axis=1, initial=-np.inf)
+    spelling = _spelling_inputs(store, texts[n_heldout:] + texts[:n_heldout], best_meaning)
     learned = fit_projection(
         raw[n_heldout:],
         target_positions[n_heldout:],

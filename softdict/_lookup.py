@@ -4,6 +4,7 @@ keys. Functions of a store (the façade holds its lock around them)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -118,7 +119,9 @@ def terms_of(
     combination = combination_for(
         config.combination, config.lexical_known if known is None else known
     )
-    return query_terms(combination, texts, config.lexical if lexical is None else lexical, unit)
+    lexical = config.lexical if lexical is None else lexical
+    as_cosine = functools.partial(config.similarity.as_cosine, dim=store.dim)
+    return query_terms(combination, texts, lexical, unit, as_cosine)
 
 
 def _spelling_request(store: Store, texts: list[str]) -> SpellingRequest | None:

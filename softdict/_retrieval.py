@@ -48,6 +48,7 @@ from softdict.spelling.fusion import (
     SpellingRequest,
     every_key_with_spelling,
     union_with_spelling,
+    with_best_meaning,
 )
 
 __all__ = [
@@ -197,6 +198,8 @@ def _selected(
     if spelling is not None:
         if way.scores_every_key:
             return every_key_with_spelling(backend, queries, policy, allow, way, spelling)
+        # Read before the union and any sampled tail, which both score with these terms.
+        spelling = with_best_meaning(backend, queries, allow, spelling)
         head = union_with_spelling(backend, queries, policy, allow, way, spelling)
     elif way.compressed:
         return from_compressed_scores(backend, queries, policy, allow)

@@ -97,6 +97,13 @@ class Similarity(str, Enum):
         spelling channel's weights are given in cosine units and scaled by it."""
         return self.default_temperature(dim) / DEFAULT_COSINE_TEMPERATURE
 
+    def as_cosine(self, scores: np.ndarray, dim: int) -> np.ndarray:
+        """Scores in this similarity as the cosines they are on unit-norm embeddings of ``dim``
+        dims (``cosine_unit``'s inverse; for l2, -|q-k|^2 = 2·cos(q, k) - 2): what ``rule-8``
+        compares with its cosines of meaning no key has."""
+        cosines = np.asarray(scores, dtype=np.float64) / self.cosine_unit(dim)
+        return cosines + 1.0 if self is Similarity.L2 else cosines
+
     def prepare_keys(self, vectors: np.ndarray) -> np.ndarray:
         """Key rows as float32 in the form an index stores: unit-normalised for cosine.
 

@@ -169,9 +169,9 @@ def spelling_reads(combination: str) -> dict[str, bool]:
     (``rule-4`` on), sorts words for the edit measure too (``rule-6`` on) and prefers a key
     spelled as typed (``rule-7``)."""
     return {
-        "accents": combination in ("rule-4", "rule-5", "rule-6", "rule-7"),
-        "sort_edits": combination in ("rule-6", "rule-7"),
-        "as_typed": combination == "rule-7",
+        "accents": combination in ("rule-4", "rule-5", "rule-6", "rule-7", "rule-8"),
+        "sort_edits": combination in ("rule-6", "rule-7", "rule-8"),
+        "as_typed": combination in ("rule-7", "rule-8"),
     }
 
 
@@ -296,10 +296,11 @@ def naive_combined(
     known: float = 1 / 16,
     spelled: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Each key's score under ``combination`` ("rule-1" to "rule-7", or "learned-1"),
+    """Each key's score under ``combination`` ("rule-1" to "rule-8", or "learned-1"),
     from the formula of softdict.spelling.combination's docstring, pair by pair (the learned
     constants are data: read from the package); ``spelled``: the spelling similarities, when
-    already known."""
+    already known. ``cosine`` is the query's with every key it may attend to (``rule-8``
+    reads its best)."""
     from softdict.spelling.combination import LEARNED_1, RULE_2_MARKS, RULE_5_MARKS
     from softdict.spelling.text import unknown_share
 
@@ -309,9 +310,13 @@ def naive_combined(
     if combination == "rule-1":
         weight = 4.0 * (known + (1 - known) * unknown_share(query))
         return cosine + weight * np.maximum(spelled - 0.4, 0) / 0.6
-    # rule-6's and rule-7's terms are rule-5's: its description and marks.
-    strict_short = combination in ("rule-5", "rule-6", "rule-7")
+    # rule-6's, rule-7's and rule-8's terms are rule-5's: its description and marks.
+    strict_short = combination in ("rule-5", "rule-6", "rule-7", "rule-8")
     x = np.array(naive_description(query, strict_short=strict_short))
+    if combination == "rule-8" and x[3]:  # a short query: a code as far as no key means it
+        unsure = min(1.0, max(0.0, (0.45 - float(np.max(cosine))) / (0.45 - 0.30)))
+        x[1] = max(x[1], unsure)  # ... or as far as it is no common word
+        x[5] = max(x[5], x[1])
     if combination != "learned-1":  # rule-2 to rule-7: rule-1's curve, unknown share, marks
         weight = 4.0 * (known + (1 - known) * x[1])
         rule = np.asarray(cosine) + weight * np.maximum(np.asarray(spelled) - 0.4, 0) / 0.6

@@ -357,12 +357,14 @@ def test_fit_scores_keys_as_a_lookup_does(combination: str) -> None:
         dict.fromkeys(names, 0.0), encoder=FakeEncoder(), combination=combination,
         lexical=0.7, lexical_known=0.2, temperature=0.3,
     )  # fmt: skip
-    queries = ["Germny", "united kingdm", "UK", "Switz", "Republic of", "BRA"]
-    inputs = _spelling_inputs(sd._store, queries)
+    queries = ["Germny", "united kingdm", "UK", "Switz", "Republic of", "BRA", "uk"]
+    attentions = sd.attend(queries)  # every key: each query's best meaning (rule-8 reads it)
+    best = np.array([attention.meaning_scores.max() for attention in attentions])
+    inputs = _spelling_inputs(sd._store, queries, best)
     assert inputs is not None
     known_gain = inputs.known_gain if inputs.known_gain is not None else 0 * inputs.gain
     column = {key: i for i, key in enumerate(names)}
-    for i, attention in enumerate(sd.attend(queries)):
+    for i, attention in enumerate(attentions):
         rows = [column[key] for key in attention.keys]
         in_torch = combined_in_torch(
             torch.from_numpy(attention.meaning_scores)[None, :],

@@ -14,7 +14,7 @@ has not spelled (``bounded``). Meaning's factor is never negative. d·x is an of
 key of a query gets alike: it changes no weight and no ranking (a softmax does not see it), only
 the level of the best score, which ``min_score`` compares across queries.
 
-Eight combinations exist, named in a store's config (``combination``) so that a store answers as
+Nine combinations exist, named in a store's config (``combination``) so that a store answers as
 it did when saved:
 
 * ``rule-1``, the hand-set rule (the default until ``rule-2``; store formats up to 3 load with
@@ -67,6 +67,17 @@ it did when saved:
   similarity with a key that bears accents is ``AS_TYPED`` (a ten-thousandth) lower: a
   tie-break, which leaves the writer who left the accents out ("Sao Paulo") where ``rule-6``
   did. The terms and constants are ``rule-5``'s.
+* ``rule-8``: ``rule-7``, with a short query (at most ``evidence.SHORT`` characters, a code's
+  length) read as a code as far as it is no common word (``read_as_code``: x's ``capitals``
+  part, which in ``rule-5``'s fit stood for "a code", is at least its unknown share) or as far
+  as no key means it (``unsure_of_meaning``: its unknown share grows from 0 where its best
+  cosine over the keys it may attend to is ``UNSURE_MEANING[1]`` to 1 where it is
+  ``UNSURE_MEANING[0]``). The marks were fitted on codes written in capitals ("DEU"), so under
+  ``rule-7`` a code typed in lower case ("arg", Aragonese) got a tenth of their weight, and one
+  that is also a common word ("nor", Norwegian; "hat", Haitian) was answered by meaning, which
+  knows nothing of it. The terms and constants are ``rule-5``'s; x now depends on the store
+  (``CombinationName.reads_meaning``), so a lookup reads the best meaning score before spelling.
+  The two cosines were chosen on the dev half of ``benchmarks/matching.py``'s language codes.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
@@ -84,13 +95,19 @@ it did when saved:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from softdict._config import CombinationName
-from softdict.spelling.evidence import DESCRIPTION, EVIDENCE, describe, describe_strict_short
+from softdict.spelling.evidence import (
+    DESCRIPTION,
+    EVIDENCE,
+    describe,
+    describe_strict_short,
+)
 from softdict.spelling.text import unknown_share
 
 __all__ = [
@@ -99,6 +116,9 @@ __all__ = [
     "RULE_5_MARKS",
     "Combination",
     "combination_for",
+    "meaning_may_count",
+    "read_as_code",
+    "unsure_of_meaning",
 ]
 
 UNKNOWN_WORD_WEIGHT = 4.0  # the rule's weight of a query of unknown words, in cosine units
@@ -120,6 +140,8 @@ class Combination:
     offset: tuple[float, ...] = ()
     # Whether the ``same`` mark weighs at least every other mark together (``rule-3``).
     same_outweighs: bool = False
+    # Whether x depends on the query's best meaning score too (``rule-8``: ``unsure_of_meaning``).
+    reads_meaning: bool = False
 
 
 def _rule_description(text: str) -> np.ndarray:
@@ -164,6 +186,53 @@ RULE_5_MARKS = (
     (0.0503158, 0.69105, 0, 0.0503158, 0, 0.109339),
     (0.076479, 0, 0.000759722, 0, 0.0352242, 0.83504),
 )
+
+
+# x's parts (evidence.DESCRIPTION) that rule-8 reads.
+_UNKNOWN, _SHORT, _CAPITALS = (
+    DESCRIPTION.index(part) for part in ("unknown share", "short", "capitals")
+)
+# rule-8: the best cosine over the keys below which a short query is read as unknown words, fully
+# at the first, not at all at the second (between, in proportion). Chosen on the dev half of
+# benchmarks/matching.py's language codes (0.66 -> 0.72 top-1, with read_as_code); the common
+# words no key meant there had best cosines of 0.23 to 0.40.
+UNSURE_MEANING = (0.30, 0.45)
+
+
+def read_as_code(x: np.ndarray) -> np.ndarray:
+    """(m, D) descriptions with a short query's ``capitals`` part raised to its unknown share
+    (``rule-8``): a code typed in lower case weighs the marks as one in capitals does."""
+    x = np.array(x, dtype=np.float64, ndmin=2)
+    short = x[:, _SHORT] > 0
+    x[short, _CAPITALS] = np.maximum(x[short, _CAPITALS], x[short, _UNKNOWN])
+    return x
+
+
+def _describe_codes(text: str) -> np.ndarray:
+    """``rule-8``'s description of a query before its meaning is known."""
+    return read_as_code(describe_strict_short(text))[0]
+
+
+def meaning_may_count(x: np.ndarray) -> np.ndarray:
+    """(m,) bool: the queries of descriptions ``x`` that ``unsure_of_meaning`` may change: the
+    short ones not read as unknown words already."""
+    x = np.asarray(x, dtype=np.float64)
+    return (x[:, _SHORT] > 0) & (x[:, _UNKNOWN] < 1.0)
+
+
+def unsure_of_meaning(x: np.ndarray, best_cosine: np.ndarray) -> np.ndarray:
+    """(m, D) ``rule-8`` descriptions once each query's best cosine over the keys it may attend
+    to is known: a short query that no key means (``UNSURE_MEANING``) is read as unknown words,
+    and so as a code (``read_as_code``). A query with no key to attend to (best -inf) is
+    unchanged: nothing is scored."""
+    x = np.array(x, dtype=np.float64, ndmin=2)
+    low, high = UNSURE_MEANING
+    best = np.asarray(best_cosine, dtype=np.float64)
+    unsure = np.clip((high - best) / (high - low), 0.0, 1.0)
+    unsure = np.where(np.isneginf(best), 0.0, unsure)
+    short = x[:, _SHORT] > 0
+    x[short, _UNKNOWN] = np.maximum(x[short, _UNKNOWN], unsure[short])
+    return read_as_code(x)
 
 
 def rule_2(
@@ -249,4 +318,8 @@ def combination_for(name: CombinationName | str, known: float) -> Combination:
         return rule_2(known, same_outweighs=True, name=name)
     if name in (CombinationName.RULE_5, CombinationName.RULE_6, CombinationName.RULE_7):
         return rule_5(known, name)
+    if name is CombinationName.RULE_8:
+        return dataclasses.replace(
+            rule_5(known, name), describe=_describe_codes, reads_meaning=True
+        )
     return LEARNED_1

@@ -40,6 +40,7 @@ __all__ = [
     "SpellingRequest",
     "every_key_with_spelling",
     "union_with_spelling",
+    "with_best_meaning",
 ]
 
 # Keys the spelling index proposes per query in a large store (or top_k, if larger); a fixed
@@ -71,6 +72,12 @@ class SpellingRequest:
         """The request of the queries ``rows`` alone."""
         return SpellingRequest(self.index, self.queries.subset(rows), self.terms.subset(rows))
 
+    def given_meaning(self, best: np.ndarray) -> SpellingRequest:
+        """The request once each query's best meaning score over the keys it may attend to is
+        known (``QueryTerms.given_meaning``: ``rule-8`` reads it; the others do not)."""
+        terms = self.terms.given_meaning(best)
+        return self if terms is self.terms else SpellingRequest(self.index, self.queries, terms)
+
     def marks(self, ids: np.ndarray) -> np.ndarray | None:
         """The marks of the queries with the keys of ``ids`` (``SpellingIndex.marks``); None
         where the combination weighs none."""
@@ -100,6 +107,8 @@ def every_key_with_spelling(
     """Both channels over every allowed key, spelling scored where it can matter
     (``spelling.bounded``); a fixed k keeps the k best combined scores."""
     meaning, ids = backend.score_all(queries, allow)
+    if spelling.terms.reads_meaning.any():  # rule-8: each query's best over every allowed key
+        spelling = spelling.given_meaning(meaning.max(axis=1, initial=-np.inf))
     m, temperature = len(queries), policy.temperature
     keep = 1 if policy.top_k is None else policy.top_k
     scored = spelling.index.bounded_scores(
@@ -135,6 +144,22 @@ def every_key_with_spelling(
         spelling.terms,
         weight_error=error,
     )
+
+
+def with_best_meaning(
+    backend: IndexBackend, queries: np.ndarray, allow: Allow | None, spelling: SpellingRequest
+) -> SpellingRequest:
+    """The request once the queries whose terms read their best meaning score (``rule-8``'s
+    short queries) have it, from a search of the index for their one best allowed key (as exact
+    as the index); the request itself where none does. Before their spelling candidates are
+    chosen: what spelling adds, which ranks those, depends on it."""
+    rows = np.flatnonzero(spelling.terms.reads_meaning)
+    if not len(rows):
+        return spelling
+    best = np.full(len(queries), np.inf)  # +inf: sure of meaning, nothing changes
+    found, _ = backend.search(queries[rows], 1, allow)
+    best[rows] = found[:, 0] if found.shape[1] else -np.inf
+    return spelling.given_meaning(best)
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ a key could score, from them: the one place lookups, calibrate, fit and the Milv
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from softdict.spelling.combination import Combination
+from softdict.spelling.combination import Combination, meaning_may_count, unsure_of_meaning
 from softdict.spelling.evidence import SAME, markable
 
 __all__ = ["QueryTerms", "query_terms", "ramps"]
@@ -24,6 +25,21 @@ def ramps(similarity: np.ndarray, knots: np.ndarray) -> np.ndarray:
     low, high = knots[:-1], knots[1:]
     s = np.asarray(similarity, dtype=np.float64)[..., None]
     return np.clip((s - low) / (high - low), 0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What a combination whose x reads the query's best meaning score (``rule-8``) needs to
+    make its terms again once that score is known: x as the text alone gives it, and how."""
+
+    combination: Combination
+    x: np.ndarray
+    lexical: float
+    unit: float
+    as_cosine: Callable[[np.ndarray], np.ndarray]
+
+    def subset(self, rows: np.ndarray) -> _Reading:
+        return _Reading(self.combination, self.x[rows], self.lexical, self.unit, self.as_cosine)
 
 
 @dataclass(frozen=True)
@@ -38,6 +54,8 @@ class QueryTerms:
         marks: (m, E) each mark's weight (>= 0).
         same_outweighs: whether ``same`` weighs at least every other mark together
             (``rule-3``), which makes it the most marks can add to a key (``most_gain``).
+        reading: under a combination whose x reads the query's best meaning score
+            (``rule-8``), what ``given_meaning`` needs; None under the others.
     """
 
     knots: np.ndarray
@@ -46,6 +64,28 @@ class QueryTerms:
     marks: np.ndarray
     offset: np.ndarray
     same_outweighs: bool = False
+    reading: _Reading | None = None
+
+    @property
+    def reads_meaning(self) -> np.ndarray:
+        """(m,) bool: the queries whose terms may change with their best meaning score
+        (``given_meaning``); a lookup reads that score before it spells them."""
+        if self.reading is None:
+            return np.zeros(len(self.scale), dtype=bool)
+        return meaning_may_count(self.reading.x)
+
+    def given_meaning(self, best: np.ndarray) -> QueryTerms:
+        """The terms once each query's best meaning score over the keys it may attend to is
+        known ((m,), in the store's similarity; -inf: no key), as ``rule-8`` reads it
+        (``combination.unsure_of_meaning``); these terms where nothing changes, or where the
+        combination does not read it. The same ``best`` gives the same terms, however often."""
+        reading = self.reading
+        if reading is None:
+            return self
+        x = unsure_of_meaning(reading.x, reading.as_cosine(np.asarray(best, dtype=np.float64)))
+        if np.array_equal(x, reading.x):
+            return self
+        return _terms(reading.combination, x, reading.lexical, reading.unit, reading)
 
     @property
     def floor(self) -> float:
@@ -88,6 +128,7 @@ class QueryTerms:
             self.marks[rows],
             self.offset[rows],
             self.same_outweighs,
+            None if self.reading is None else self.reading.subset(rows),
         )
         # What the batch's terms derived already holds for these queries.
         part.__dict__["_heights"] = self._heights[rows]
@@ -221,29 +262,48 @@ class QueryTerms:
 
 
 def query_terms(
-    combination: Combination, texts: list[str], lexical: float, unit: float
+    combination: Combination,
+    texts: list[str],
+    lexical: float,
+    unit: float,
+    as_cosine: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> QueryTerms:
     """The terms of ``texts`` under ``combination``, with the store's ``lexical`` and ``unit``
-    (one cosine in its similarity)."""
-    knots = np.asarray(combination.knots, dtype=np.float64)
+    (one cosine in its similarity), and ``as_cosine``, its scores as cosines (needed by a
+    combination that reads the best meaning score, ``rule-8``: the identity where not given)."""
     width = len(combination.ramps[0])
     x = np.array([combination.describe(text) for text in texts], dtype=np.float64)
     x = x.reshape(len(texts), width)
-    scale = np.ones(len(texts))
+    reading = None
+    if combination.reads_meaning:
+        reading = _Reading(combination, x, lexical, unit, as_cosine or (lambda scores: scores))
+    return _terms(combination, x, lexical, unit, reading)
+
+
+def _terms(
+    combination: Combination,
+    x: np.ndarray,
+    lexical: float,
+    unit: float,
+    reading: _Reading | None,
+) -> QueryTerms:
+    """The terms of queries described by ``x`` (m, D) (``query_terms``)."""
+    knots = np.asarray(combination.knots, dtype=np.float64)
+    scale = np.ones(len(x))
     if combination.meaning_parts:
         factor = np.maximum(0.0, 1.0 + x[:, list(combination.meaning_parts)] @ combination.meaning)
         scale = np.maximum(0.0, 1.0 + lexical * (factor - 1.0))
     slopes = lexical * unit * (x @ np.asarray(combination.ramps, dtype=np.float64).T)
-    marks = np.zeros((len(texts), 0))
+    marks = np.zeros((len(x), 0))
     if combination.marks:
         marks = lexical * unit * (x @ np.asarray(combination.marks, dtype=np.float64).T)
         if combination.same_outweighs:
             others = np.delete(marks, SAME, axis=1).sum(axis=1)
             marks[:, SAME] = np.maximum(marks[:, SAME], others)
-    offset = np.zeros(len(texts))
+    offset = np.zeros(len(x))
     if combination.offset:
         offset = lexical * unit * (x @ np.asarray(combination.offset, dtype=np.float64))
-    terms = QueryTerms(knots, scale, slopes, marks, offset, combination.same_outweighs)
+    terms = QueryTerms(knots, scale, slopes, marks, offset, combination.same_outweighs, reading)
     if not combination.meaning_parts and not combination.offset:  # known without a pass
         terms.__dict__["_meaning_alone"] = True
     return terms
