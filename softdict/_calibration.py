@@ -18,10 +18,10 @@ what it has.
 
 With the spelling channel on, the scores are the store's combination of meaning and spelling
 (``spelling.combination``), each key's own text the query, as in a lookup. Under the hand-set rule's
-curve (``combination="rule-1"`` to ``"rule-7"``) the keys, real names and words, can
+curve (``combination="rule-1"`` to ``"rule-8"``) the keys, real names and words, can
 tell how much spelling should weigh between real words: ``lexical_known``. It is chosen on the same
 rule, from 0 to 1 (1/64, 1/16, 1/4 and 1 tried), where the store is scored exactly. The learned
-constants (``learned-1``'s, and the marks of ``rule-2`` to ``rule-7``) were fitted on what people
+constants (``learned-1``'s, and the marks of ``rule-2`` to ``rule-8``) were fitted on what people
 type, which no stored key is, so the values do not judge them. The weight of spelling as a whole
 (``lexical``) is left alone: no stored key is a misspelling of another, so the values cannot judge
 it (``fit`` learns it from examples)."""

@@ -62,8 +62,8 @@ class CombinationName(str, Enum):
     RULE_4 = "rule-4"  # rule-3, and spelling reads the accents a query bears
     RULE_5 = "rule-5"  # rule-4, a short word common only when very frequent
     RULE_6 = "rule-6"  # rule-5, and both edit measures read words in any order
-    RULE_7 = "rule-7"  # the default: rule-6, and a key spelled as typed beats its accented twin
-    RULE_8 = "rule-8"  # rule-7, and a short query is read as a code (not a word, or not meant)
+    RULE_7 = "rule-7"  # rule-6, and a key spelled as typed beats its accented twin
+    RULE_8 = "rule-8"  # the default: rule-7, and a short query read as a code (no word, not meant)
     LEARNED_1 = "learned-1"  # learned from real names: opt-in until it keeps min_score's use
 
     @property
@@ -139,15 +139,17 @@ class SoftDictConfig(BaseModel):
     # How meaning and spelling make one score (softdict.spelling.combination): the hand-set rule's
     # curve with learned marks, under which a key spelled as the query gains the most, spelling
     # reads the accents a query bears and words in any order, a short word is common only when
-    # very frequent, and a query typed without accents prefers a key that bears none of two
-    # spelled alike (rule-7, the default); that preference left out (rule-6, the default before
+    # very frequent, a query typed without accents prefers a key that bears none of two spelled
+    # alike, and a query typed as a code is read as one where it is no common word or no key
+    # means it (rule-8, the default); that reading left out (rule-7, the default before rule-8);
+    # the preference for a key spelled as typed left out too (rule-6, the default before
     # rule-7); the edit measure in the typed order (rule-5, the default before rule-6); every
     # short word of the list common (rule-4); the same reading no accents (rule-3); without the
     # "same" floor (rule-2), the rule alone (rule-1, the default before rule-2: a store records
     # its combination, so one saved with an earlier default keeps it), or the learned
     # combination (learned-1, opt-in while it tells a query with no key less well by its best
     # score: README, Spelling).
-    combination: CombinationName = CombinationName.RULE_7
+    combination: CombinationName = CombinationName.RULE_8
 
     @field_validator("temperature")
     @classmethod
@@ -221,7 +223,7 @@ class SoftDictConfig(BaseModel):
         """These options, with ``names`` (those of its fields among them) as the ones a caller
         named (pydantic's ``model_fields_set``): opening an existing store overrides its options
         with those alone (``store.milvus``), where comparing with the defaults could not tell
-        ``combination="rule-7"`` named from the default left alone."""
+        ``combination="rule-8"`` named from the default left alone."""
         named = set(names) & set(SoftDictConfig.model_fields)
         return SoftDictConfig.model_construct(_fields_set=named, **dict(self))
 

@@ -5,7 +5,7 @@ weights, fitted with PyTorch.
 each query's target key, the way a transformer learns its query projection. With the spelling
 channel on, the score is the store's combination of meaning and spelling as in a lookup
 (``spelling.combination``), and ``lexical`` (how much spelling weighs as a whole) is learned with
-W_q and T, and ``lexical_known`` too under the hand-set rule's curve (``rule-1`` to ``rule-7``:
+W_q and T, and ``lexical_known`` too under the hand-set rule's curve (``rule-1`` to ``rule-8``:
 ``SpellingInputs``). (Choosing the temperature from the stored values alone is
 ``_calibration``'s concern.)
 """

@@ -82,21 +82,24 @@ class SoftDict(SoftLookups, Tuning, Saving, Copies, MutableMapping[str, Value]):
         lexical: the weight of spelling against meaning in a text lookup (the spelling channel,
             ``softdict.spelling``): 1, the measured default, lets a misspelt name find its key;
             0 scores keys by meaning alone, as softdict did before the channel existed.
-        combination: how meaning and spelling make one score: "rule-7" (the default: the
+        combination: how meaning and spelling make one score: "rule-8" (the default: the
             hand-set rule's spelling curve with letters and digits split, and the weights of
             exact marks, prefixes, initials and the like, fitted on real names: far better than
             the rule on codes and short forms, as good on typos and aliases, at about its
             no-match threshold and speed; a key spelled as the query gains the most; a query
             prefers keys that bear the accents it bears, and of twins but for accents the one
             spelled as typed; a word of at most 3 letters that is not very common, "gam" or
-            "hun", weighs spelling as a misspelling; words match in any order), "rule-6" (the
-            same but that a query typed without accents ties such twins, the default before
-            rule-7), "rule-5" (the edit measure in the typed order), "rule-4" (every short word
+            "hun", weighs spelling as a misspelling; words match in any order; a query of at
+            most 3 characters typed in small letters or capitals is read as a code where it is
+            no common word or no key means it ("nor" finds Norwegian by its letters, not meaning),
+            "rule-7" (the same but reading no short query as a code, the default before
+            rule-8), "rule-6" (rule-7 but that a query typed without accents ties such
+            twins), "rule-5" (the edit measure in the typed order), "rule-4" (every short word
             of wordfreq's list common), "rule-3" (no accents read), "rule-2" (a longer key that
             starts with the query could outrank the key itself), "rule-1" (the hand-set rule
             alone) or "learned-1" (every weight fitted on real names: better on codes, slower,
             and its best score tells a query with no key less well).
-        lexical_known: under "rule-1" to "rule-7", the share of the spelling weight a query's
+        lexical_known: under "rule-1" to "rule-8", the share of the spelling weight a query's
             common English words keep (1/16 by default): meaning decides what a real word means.
         index: "auto" (exact up to 10,000 keys, then HNSW), "flat" (exact), "compressed" and
             "compressed_8bit" (exact, 4- or 8-bit codes read first), "hnsw", "ivf", "ivf_sq8" (1
@@ -143,7 +146,7 @@ class SoftDict(SoftLookups, Tuning, Saving, Copies, MutableMapping[str, Value]):
         max_sample: int = 4096,
         seed: int = 0,
         lexical: float = 1.0,
-        combination: str = "rule-7",
+        combination: str = "rule-8",
         lexical_known: float = 1 / 16,
         index: str = "auto",
         value_kind: ValueKind | str | None = None,

@@ -124,7 +124,7 @@ class OptionProperties(Facade):
 
     @property
     def combination(self) -> str:
-        """How meaning and spelling make one score: "rule-1" to "rule-7", or "learned-1"."""
+        """How meaning and spelling make one score: "rule-1" to "rule-8", or "learned-1"."""
         return self._store.config.combination.value
 
     @combination.setter
@@ -134,7 +134,7 @@ class OptionProperties(Facade):
 
     @property
     def lexical_known(self) -> float:
-        """Under the "rule-1" to "rule-7" combinations, the share of the spelling
+        """Under the "rule-1" to "rule-8" combinations, the share of the spelling
         weight that a query's common English words keep."""
         return self._store.config.lexical_known
 

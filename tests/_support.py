@@ -313,7 +313,11 @@ def naive_combined(
     # rule-6's, rule-7's and rule-8's terms are rule-5's: its description and marks.
     strict_short = combination in ("rule-5", "rule-6", "rule-7", "rule-8")
     x = np.array(naive_description(query, strict_short=strict_short))
-    if combination == "rule-8" and x[3]:  # a short query: a code as far as no key means it
+    letters = [ch for ch in query if ch.isalpha()]
+    typed_as_code = bool(x[3] and letters) and (
+        all(ch.islower() for ch in letters) or all(ch.isupper() for ch in letters)
+    )
+    if combination == "rule-8" and typed_as_code:  # a code as far as no key means it
         unsure = min(1.0, max(0.0, (0.45 - float(np.max(cosine))) / (0.45 - 0.30)))
         x[1] = max(x[1], unsure)  # ... or as far as it is no common word
         x[5] = max(x[5], x[1])

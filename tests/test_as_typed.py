@@ -52,7 +52,7 @@ def test_a_key_typed_as_it_is_finds_itself_beside_its_accented_twin(
     keys = [name for pair in twins for name in (pair[::-1] if accented_first else pair)]
     keys += others[::25]
     sd = SoftDict(dict.fromkeys(keys, 1.0), encoder=bundled_encoder)
-    assert sd.combination == "rule-7"
+    assert sd.combination == "rule-8"  # the default: rule-7 with short codes
     before = sd.copy()
     before.combination = "rule-6"
     for plain, accented in twins:

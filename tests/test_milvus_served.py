@@ -137,7 +137,7 @@ def test_keys_a_mark_could_lift_are_proposed_as_in_memory(
     from softdict.spelling.terms import query_terms
 
     memory, milvus = twins(milvus_store_location)
-    assert milvus.combination == "rule-7" and milvus._store._rows.pairs
+    assert milvus.combination == "rule-8" and milvus._store._rows.pairs
     queries = SpellingQueries.of(CODES)
     served = milvus._store.spelling
     held = SpellingIndex()

@@ -234,7 +234,7 @@ def test_an_option_given_as_bytes_is_refused_as_keys_and_queries_are(name: str, 
     sd = SoftDict({"apple": 1.0}, encoder=FakeEncoder())
     with pytest.raises(ConfigError, match="not bytes"):
         sd.combination = b"rule-6"  # type: ignore[assignment]
-    assert sd.combination == "rule-7"
+    assert sd.combination == "rule-8"
 
 
 @pytest.mark.parametrize("bad", [1, 0, "no", "yes", 1.0])

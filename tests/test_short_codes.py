@@ -17,7 +17,12 @@ from _support import FakeEncoder, assert_close
 
 from softdict import SoftDict
 from softdict._similarity import Similarity, metric_scores
-from softdict.spelling.combination import UNSURE_MEANING, unsure_of_meaning
+from softdict.spelling.combination import (
+    UNSURE_MEANING,
+    read_as_code,
+    typed_as_code,
+    unsure_of_meaning,
+)
 from softdict.spelling.evidence import DESCRIPTION, describe_strict_short
 
 LANGUAGES = sorted(lang.name for lang in pycountry.languages if hasattr(lang, "alpha_2"))
@@ -91,18 +96,41 @@ def test_the_union_of_candidates_reads_meaning_as_the_scan_does(
 
 
 def test_unsure_of_meaning_follows_its_formula() -> None:
-    """The unknown share of a short query rises from 0 at the second cosine to 1 at the first,
-    in proportion between, and the capitals part follows it; a long query, a query already of
-    unknown words and a query with no key to attend to (-inf) are left as they are."""
+    """The unknown share of a query typed as a code rises from 0 at the second cosine to 1 at
+    the first, in proportion between, and the capitals part follows it; a query not typed as a
+    code (too long, or a name's capital and small letters), a query already of unknown words
+    and a query with no key to attend to (-inf) are left as they are."""
     low, high = UNSURE_MEANING
     word = describe_strict_short("nor")
     assert word[SHORT] == 1 and word[UNKNOWN] == 0 and word[CAPITALS] == 0
+    assert typed_as_code("nor") and typed_as_code("NOR") and not typed_as_code("Nor")
     x = np.stack([word] * 5)
-    read = unsure_of_meaning(x, np.array([high, (low + high) / 2, low, low - 0.2, -np.inf]))
+    best = np.array([high, (low + high) / 2, low, low - 0.2, -np.inf])
+    read = unsure_of_meaning(x, np.ones(5, dtype=bool), best)
     assert_close(read[:, UNKNOWN], [0.0, 0.5, 1.0, 1.0, 0.0])
     assert_close(read[:, CAPITALS], read[:, UNKNOWN])
+    assert (unsure_of_meaning(x, np.zeros(5, dtype=bool), best) == x).all()
     long = describe_strict_short("Norway")
-    assert (unsure_of_meaning(long[None], np.array([0.0]))[0] == long).all()
+    assert not typed_as_code("norway")
+    assert (unsure_of_meaning(long[None], np.array([False]), np.array([0.0]))[0] == long).all()
+    unknown = describe_strict_short("xqz")
+    assert unknown[UNKNOWN] == 1 and unknown[CAPITALS] == 0
+    assert read_as_code(unknown[None], np.array([True]))[0, CAPITALS] == 1
+
+
+@pytest.mark.integration
+def test_a_short_name_typed_with_a_capital_is_no_code(bundled_encoder) -> None:  # type: ignore[no-untyped-def]
+    """A short query typed as a name is ("Qql", two typos of "Qala") keeps rule-7's terms: read
+    as a code, its letters in order pointed at a longer name ("Qalqilya")."""
+    names = sorted({s.name for s in pycountry.subdivisions})
+    sd = SoftDict(dict.fromkeys(names, 0.0), encoder=bundled_encoder)
+    before = sd.copy()
+    before.combination = "rule-7"
+    for query in ("Qql", "Lpl"):
+        now, then = sd.attend(query), before.attend(query)
+        assert now.keys[0] == then.keys[0]
+        assert now.spelling_weight == then.spelling_weight
+        assert_close(now.scores[:5], then.scores[:5])
 
 
 @pytest.mark.parametrize("similarity", list(Similarity))

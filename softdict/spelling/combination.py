@@ -67,17 +67,18 @@ it did when saved:
   similarity with a key that bears accents is ``AS_TYPED`` (a ten-thousandth) lower: a
   tie-break, which leaves the writer who left the accents out ("Sao Paulo") where ``rule-6``
   did. The terms and constants are ``rule-5``'s.
-* ``rule-8``: ``rule-7``, with a short query (at most ``evidence.SHORT`` characters, a code's
-  length) read as a code as far as it is no common word (``read_as_code``: x's ``capitals``
-  part, which in ``rule-5``'s fit stood for "a code", is at least its unknown share) or as far
-  as no key means it (``unsure_of_meaning``: its unknown share grows from 0 where its best
-  cosine over the keys it may attend to is ``UNSURE_MEANING[1]`` to 1 where it is
-  ``UNSURE_MEANING[0]``). The marks were fitted on codes written in capitals ("DEU"), so under
-  ``rule-7`` a code typed in lower case ("arg", Aragonese) got a tenth of their weight, and one
-  that is also a common word ("nor", Norwegian; "hat", Haitian) was answered by meaning, which
-  knows nothing of it. The terms and constants are ``rule-5``'s; x now depends on the store
-  (``CombinationName.reads_meaning``), so a lookup reads the best meaning score before spelling.
-  The two cosines were chosen on the dev half of ``benchmarks/matching.py``'s language codes.
+* ``rule-8``: ``rule-7``, with a query typed as a code (``typed_as_code``: at most
+  ``evidence.SHORT`` characters, all small letters or all capitals) read as a code as far as it
+  is no common word (``read_as_code``: x's ``capitals`` part, which in ``rule-5``'s fit stood
+  for "a code", is at least its unknown share) or as far as no key means it
+  (``unsure_of_meaning``: its unknown share grows from 0 where its best cosine over the keys it
+  may attend to is ``UNSURE_MEANING[1]`` to 1 where it is ``UNSURE_MEANING[0]``). The marks
+  were fitted on codes written in capitals ("DEU"), so under ``rule-7`` a code typed in small
+  letters ("arg", Aragonese) got a tenth of their weight, and one that is also a common word
+  ("nor", Norwegian; "hat", Haitian) was answered by meaning, which knows nothing of it. The
+  terms and constants are ``rule-5``'s; x now depends on the store too
+  (``CombinationName.reads_meaning``), so a lookup reads the best meaning score before it
+  spells such a query. The cosines were chosen on the dev half of ``benchmarks/matching.py``.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
@@ -105,8 +106,10 @@ from softdict._config import CombinationName
 from softdict.spelling.evidence import (
     DESCRIPTION,
     EVIDENCE,
+    SHORT,
     describe,
     describe_strict_short,
+    tokens,
 )
 from softdict.spelling.text import unknown_share
 
@@ -118,6 +121,7 @@ __all__ = [
     "combination_for",
     "meaning_may_count",
     "read_as_code",
+    "typed_as_code",
     "unsure_of_meaning",
 ]
 
@@ -140,8 +144,14 @@ class Combination:
     offset: tuple[float, ...] = ()
     # Whether the ``same`` mark weighs at least every other mark together (``rule-3``).
     same_outweighs: bool = False
-    # Whether x depends on the query's best meaning score too (``rule-8``: ``unsure_of_meaning``).
-    reads_meaning: bool = False
+    # Which queries it may read as codes, whose x then depends on their best meaning score too
+    # (``rule-8``: ``typed_as_code``, ``unsure_of_meaning``); None: x is the text's alone.
+    codes: Callable[[str], bool] | None = None
+
+    @property
+    def reads_meaning(self) -> bool:
+        """Whether x may depend on the query's best meaning score (``rule-8``)."""
+        return self.codes is not None
 
 
 def _rule_description(text: str) -> np.ndarray:
@@ -199,40 +209,54 @@ _UNKNOWN, _SHORT, _CAPITALS = (
 UNSURE_MEANING = (0.30, 0.45)
 
 
-def read_as_code(x: np.ndarray) -> np.ndarray:
-    """(m, D) descriptions with a short query's ``capitals`` part raised to its unknown share
-    (``rule-8``): a code typed in lower case weighs the marks as one in capitals does."""
+def typed_as_code(text: str) -> bool:
+    """Whether ``rule-8`` may read a query as a code: as short as one (x's ``short`` part) and
+    typed as codes are, its letters all small or all capitals ("deu", "DEU"), not as a name is,
+    a capital and small letters ("Ulm": on typos of short names, reading those as codes cost
+    more than it gained).
+
+    >>> [typed_as_code(t) for t in ("deu", "DEU", "Ulm", "Norway", "b2b")]
+    [True, True, False, False, True]
+    """
+    letters = [ch for ch in text if ch.isalpha()]
+    cased = all(ch.islower() for ch in letters) or all(ch.isupper() for ch in letters)
+    return bool(letters) and cased and len("".join(tokens(text))) <= SHORT
+
+
+def read_as_code(x: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """(m, D) descriptions with the ``capitals`` part of each query typed as a code (``codes``,
+    (m,) bool: ``typed_as_code``) raised to its unknown share (``rule-8``): a code typed in small
+    letters weighs the marks as one in capitals does, as far as it is no common word."""
     x = np.array(x, dtype=np.float64, ndmin=2)
-    short = x[:, _SHORT] > 0
-    x[short, _CAPITALS] = np.maximum(x[short, _CAPITALS], x[short, _UNKNOWN])
+    codes = np.asarray(codes, dtype=bool)
+    x[codes, _CAPITALS] = np.maximum(x[codes, _CAPITALS], x[codes, _UNKNOWN])
     return x
 
 
 def _describe_codes(text: str) -> np.ndarray:
     """``rule-8``'s description of a query before its meaning is known."""
-    return read_as_code(describe_strict_short(text))[0]
+    return read_as_code(describe_strict_short(text), np.array([typed_as_code(text)]))[0]
 
 
-def meaning_may_count(x: np.ndarray) -> np.ndarray:
-    """(m,) bool: the queries of descriptions ``x`` that ``unsure_of_meaning`` may change: the
-    short ones not read as unknown words already."""
-    x = np.asarray(x, dtype=np.float64)
-    return (x[:, _SHORT] > 0) & (x[:, _UNKNOWN] < 1.0)
+def meaning_may_count(x: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """(m,) bool: the queries that ``unsure_of_meaning`` may change: typed as codes (``codes``)
+    and not read as unknown words already."""
+    return np.asarray(codes, dtype=bool) & (np.asarray(x, dtype=np.float64)[:, _UNKNOWN] < 1.0)
 
 
-def unsure_of_meaning(x: np.ndarray, best_cosine: np.ndarray) -> np.ndarray:
+def unsure_of_meaning(x: np.ndarray, codes: np.ndarray, best_cosine: np.ndarray) -> np.ndarray:
     """(m, D) ``rule-8`` descriptions once each query's best cosine over the keys it may attend
-    to is known: a short query that no key means (``UNSURE_MEANING``) is read as unknown words,
-    and so as a code (``read_as_code``). A query with no key to attend to (best -inf) is
-    unchanged: nothing is scored."""
+    to is known: a query typed as a code (``codes``) that no key means (``UNSURE_MEANING``) is
+    read as unknown words, and so as a code (``read_as_code``). A query with no key to attend to
+    (best -inf) is unchanged: nothing is scored."""
     x = np.array(x, dtype=np.float64, ndmin=2)
     low, high = UNSURE_MEANING
     best = np.asarray(best_cosine, dtype=np.float64)
     unsure = np.clip((high - best) / (high - low), 0.0, 1.0)
     unsure = np.where(np.isneginf(best), 0.0, unsure)
-    short = x[:, _SHORT] > 0
-    x[short, _UNKNOWN] = np.maximum(x[short, _UNKNOWN], unsure[short])
-    return read_as_code(x)
+    codes = np.asarray(codes, dtype=bool)
+    x[codes, _UNKNOWN] = np.maximum(x[codes, _UNKNOWN], unsure[codes])
+    return read_as_code(x, codes)
 
 
 def rule_2(
@@ -320,6 +344,6 @@ def combination_for(name: CombinationName | str, known: float) -> Combination:
         return rule_5(known, name)
     if name is CombinationName.RULE_8:
         return dataclasses.replace(
-            rule_5(known, name), describe=_describe_codes, reads_meaning=True
+            rule_5(known, name), describe=_describe_codes, codes=typed_as_code
         )
     return LEARNED_1

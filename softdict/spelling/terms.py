@@ -34,12 +34,16 @@ class _Reading:
 
     combination: Combination
     x: np.ndarray
+    codes: np.ndarray  # (m,) bool: which queries are typed as codes (``typed_as_code``)
     lexical: float
     unit: float
     as_cosine: Callable[[np.ndarray], np.ndarray]
 
     def subset(self, rows: np.ndarray) -> _Reading:
-        return _Reading(self.combination, self.x[rows], self.lexical, self.unit, self.as_cosine)
+        return _Reading(
+            self.combination, self.x[rows], self.codes[rows], self.lexical, self.unit,
+            self.as_cosine,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,7 @@ class QueryTerms:
         (``given_meaning``); a lookup reads that score before it spells them."""
         if self.reading is None:
             return np.zeros(len(self.scale), dtype=bool)
-        return meaning_may_count(self.reading.x)
+        return meaning_may_count(self.reading.x, self.reading.codes)
 
     def given_meaning(self, best: np.ndarray) -> QueryTerms:
         """The terms once each query's best meaning score over the keys it may attend to is
@@ -82,7 +86,8 @@ class QueryTerms:
         reading = self.reading
         if reading is None:
             return self
-        x = unsure_of_meaning(reading.x, reading.as_cosine(np.asarray(best, dtype=np.float64)))
+        best_cosine = reading.as_cosine(np.asarray(best, dtype=np.float64))
+        x = unsure_of_meaning(reading.x, reading.codes, best_cosine)
         if np.array_equal(x, reading.x):
             return self
         return _terms(reading.combination, x, reading.lexical, reading.unit, reading)
@@ -275,8 +280,10 @@ def query_terms(
     x = np.array([combination.describe(text) for text in texts], dtype=np.float64)
     x = x.reshape(len(texts), width)
     reading = None
-    if combination.reads_meaning:
-        reading = _Reading(combination, x, lexical, unit, as_cosine or (lambda scores: scores))
+    if combination.codes is not None:
+        codes = np.array([combination.codes(text) for text in texts], dtype=bool)
+        as_cosine = as_cosine or (lambda scores: scores)
+        reading = _Reading(combination, x, codes, lexical, unit, as_cosine)
     return _terms(combination, x, lexical, unit, reading)
 
 
