@@ -14,7 +14,9 @@ keys of every query:
   (``rule-2`` under which a key spelled as the query gains the most), ``"rule-4"`` (``rule-3``
   reading the accents a query bears), ``"rule-5"`` (``rule-4`` reading a short word as a word
   only when it is common), ``"rule-6"`` (``rule-5`` whose edit measure reads the words in any
-  order, the default) and ``"learned-1"``;
+  order), ``"rule-7"`` (``rule-6`` preferring, of twins but for accents, the one spelled as
+  typed), ``"rule-8"`` (``rule-7`` reading a query typed as a code as one, the default) and
+  ``"learned-1"``;
 * softdict, dense only: the same store with ``lexical=0``, by the bundled encoder's cosine;
 * rapidfuzz: ``process.cdist`` with each scorer (``utils.default_process`` on both sides); the
   table shows the scorer that did best on the ``dev`` half, applied to the half reported;
@@ -29,6 +31,10 @@ half; queries that have a key (those countries with typos, and their names in 8 
 queries that have none (the other half's countries, and common English words); each query's
 best score, meaning alone (a cosine) and combined; the threshold that best tells "no match"
 (below it) from a match, with its precision, recall and F1.
+
+``--meaning-guard`` runs the meaning guard instead: 64 paraphrase queries over the 192 category
+words of ``categories.py``, through softdict's lookups, meaning alone and under each combination:
+the log-likelihood and accuracy of the right category (spelling must not cost meaning).
 """
 
 from __future__ import annotations
@@ -249,12 +255,52 @@ def no_match_study(encoder, part: str, n: int, out: Path | None) -> None:
         out.write_text(table + "\n")
 
 
+def meaning_guard(encoder, out: Path | None) -> None:
+    """The meaning guard through softdict's own lookups: 64 paraphrase queries over 192 category
+    words (``categories.py``, the words the default temperature was chosen on), each word's
+    value its category; the log-likelihood and accuracy of the right category at T = 0.05 (the
+    attention's mass on its words), meaning alone and under each combination."""
+    from categories import CATEGORIES
+
+    names = list(CATEGORIES)
+    members = {word: c for c, name in enumerate(names) for word in CATEGORIES[name]["members"]}
+    queries = [(text, c) for c, name in enumerate(names) for text in CATEGORIES[name]["queries"]]
+    texts = [text for text, _ in queries]
+    table = CachedEncoder(encoder, list(members), texts)
+    sd = SoftDict(encoder=table, query_cache_size=0, temperature=0.05)
+    sd.update({word: float(c) for word, c in members.items()})
+    rows = []
+    for label, lexical, combination in (
+        ("meaning alone (cosine)", 0.0, "learned-1"),
+        *((f"meaning + spelling, {combination_label(n)}", 1.0, n.value) for n in CombinationName),
+    ):
+        sd.lexical, sd.combination = lexical, combination
+        log_lik, hits = [], 0
+        for (_, category), attention in zip(queries, sd.attend(texts)):
+            mass = np.zeros(len(names))
+            np.add.at(mass, [members[key] for key in attention.keys], attention.weights)
+            log_lik.append(np.log(max(mass[category], 1e-300)))
+            hits += int(mass.argmax() == category)
+        rows.append(f"| {label} | {np.mean(log_lik):.3f} | {hits / len(queries):.3f} |")
+    table_text = (
+        f"{len(queries)} paraphrase queries over {len(members)} category words, T = 0.05\n\n"
+        "| scores | log-likelihood of the right category | accuracy |\n|---|---|---|\n"
+        + "\n".join(rows)
+    )
+    print(table_text)
+    if out:
+        out.write_text(table_text + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--part", choices=["dev", "test"], default="test")
     parser.add_argument("--queries", type=int, default=400, help="queries per task")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--no-match", action="store_true", help="the min_score study")
+    parser.add_argument(
+        "--meaning-guard", action="store_true", help="category paraphrases, each combination"
+    )
     parser.add_argument(
         "--extra", action="store_true", help="add the code, cut-short and stray-space tasks"
     )
@@ -284,6 +330,10 @@ def main() -> None:
     if args.no_match:
         for encoder in encoders.values():
             no_match_study(encoder, args.part, args.queries, args.out)
+        return
+    if args.meaning_guard:
+        for encoder in encoders.values():
+            meaning_guard(encoder, args.out)
         return
     dev = tasks("dev", args.queries, extra=args.extra) if args.part == "test" else None
     report = tasks(args.part, args.queries, extra=args.extra)

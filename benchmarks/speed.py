@@ -11,11 +11,11 @@ Rows (each a store built on the same keys, default options but for what the row 
 
 * softdict: the default encoder (the bundled all-MiniLM-L6-v2 on ONNX Runtime), spelling on;
   ``bundled-static`` (model2vec), ``bundled-int8``; the default with ``lexical=0`` (meaning
-  alone) and with each combination of meaning and spelling besides the default (``rule-6``,
-  the rule with learned marks under which a key spelled as the query gains the most, reading
-  the accents a query bears and the words in any order, and a short word as a word only when
-  it is common): ``"rule-1"`` (the hand-set rule), ``"rule-2"``, ``"rule-3"``, ``"rule-4"``,
-  ``"rule-5"`` (the default before ``rule-6``) and ``"learned-1"``.
+  alone) and with each combination of meaning and spelling besides the default (``rule-8``:
+  the rule with learned marks, reading accents, words in any order, short rare words as
+  misspellings, a key spelled as typed before its accented twin, and a query typed as a code as
+  one): ``"rule-1"`` (the hand-set rule) to ``"rule-7"`` (the default before ``rule-8``) and
+  ``"learned-1"``.
   Stores past 10^4 keys get the default encoder's key embeddings from the benchmark cache
   (``~/.cache/softdict-bench``): embedding 10^6 keys takes 10 minutes; the other encoders
   embed their keys when the store is built;

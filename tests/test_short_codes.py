@@ -154,3 +154,32 @@ def test_a_store_named_rule_7_answers_as_before() -> None:
     rule_8 = SoftDict(dict.fromkeys(words, 0.0), encoder=FakeEncoder(), combination="rule-8")
     assert rule_7.attend("nor").spelling_weight == pytest.approx(0.25)
     assert rule_8.attend("nor").spelling_weight > 0.25
+
+
+def test_calibrate_reads_each_keys_best_meaning_over_the_other_keys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """calibrate predicts each key from the others, its text as the query: under rule-8 the
+    best meaning it reads is over the other keys (the key itself, a cosine of 1, is left out),
+    computed here naively from the encoder's vectors."""
+    from softdict.spelling.terms import QueryTerms
+
+    keys = ["nor", "hat", "arg", "cat", "dog", "sun", "Norwegian", "Haitian", "Aragonese"]
+    sd = SoftDict(
+        {key: float(len(key)) for key in keys}, encoder=FakeEncoder(), combination="rule-8"
+    )
+    read: list[np.ndarray] = []
+    given_meaning = QueryTerms.given_meaning
+
+    def spy(terms: QueryTerms, best: np.ndarray) -> QueryTerms:
+        read.append(np.asarray(best, dtype=np.float64).copy())
+        return given_meaning(terms, best)
+
+    monkeypatch.setattr(QueryTerms, "given_meaning", spy)
+    sd.calibrate()
+    vectors = FakeEncoder().encode(keys).astype(np.float64)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    cosines = unit @ unit.T
+    np.fill_diagonal(cosines, -np.inf)
+    assert read, "calibrate read no best meaning"
+    assert_close(read[0], cosines.max(axis=1), atol=1e-6)
