@@ -202,10 +202,10 @@ RULE_5_MARKS = (
 _UNKNOWN, _SHORT, _CAPITALS = (
     DESCRIPTION.index(part) for part in ("unknown share", "short", "capitals")
 )
-# rule-8: the best cosine over the keys below which a short query is read as unknown words, fully
-# at the first, not at all at the second (between, in proportion). Chosen on the dev half of
-# benchmarks/matching.py's language codes (0.66 -> 0.72 top-1, with read_as_code); the common
-# words no key meant there had best cosines of 0.23 to 0.40.
+# rule-8: the best cosine over the keys below which a query typed as a code is read as unknown
+# words, fully at the first, not at all at the second (between, in proportion). Chosen on the dev
+# half of benchmarks/matching.py's language codes (0.660 -> 0.723 top-1, with read_as_code); the
+# common words no language name meant there had best cosines of 0.23 to 0.40.
 UNSURE_MEANING = (0.30, 0.45)
 
 
