@@ -12,18 +12,21 @@ W_q and T, and ``lexical_known`` too under the hand-set rule's curve (``rule-1``
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from softdict._arguments import check_unicode
 from softdict._errors import ConfigError, KeyTypeError, NoMatchError, short_repr
-from softdict._lookup import spelling_queries, terms_of
-from softdict._similarity import Similarity, metric_scores
+from softdict._fit_spelling import (
+    SpellingInputs,
+    best_meaning_of,
+    combined_in_torch,
+    spelling_inputs,
+)
+from softdict._similarity import Similarity
 from softdict.index.base import require_vectors
-from softdict.spelling.terms import QueryTerms
 from softdict.store.base import Store
 
 __all__ = [
@@ -126,67 +129,6 @@ def heldout_first(
     return held + [pair for pair in examples if pair[0] not in out], len(held)
 
 
-@dataclass(frozen=True)
-class SpellingInputs:
-    """The spelling channel as fit sees it, for each query against every key, in the form
-
-        score = meaning · max(0, 1 + lexical · (factor − 1)) + lexical · (gain + known · known_gain)
-
-    which is the store's combination (``spelling.combination``) as a function of the two options
-    fit learns: ``lexical`` and, for the hand-set rule's curve, ``lexical_known`` (the learned
-    combination's ``known_gain`` is None). ``factor`` (q,) is meaning's factor at lexical 1;
-    ``gain`` (q, n) what spelling, marks and the offset add at lexical 1 (and known 0), and
-    ``known_gain`` what known adds per unit. The similarities do not depend on what is learned,
-    so they are computed once (rapidfuzz) and the optimiser sees fixed matrices."""
-
-    lexical: float
-    known: float
-    factor: np.ndarray
-    gain: np.ndarray
-    known_gain: np.ndarray | None
-
-
-def _spelling_inputs(
-    store: Store, texts: list[str], best_meaning: np.ndarray
-) -> SpellingInputs | None:
-    """The spelling rows of ``texts``, whose best meaning scores over the store's keys are
-    ``best_meaning`` (what ``rule-8``'s terms read: as the store answers before the fit, so the
-    fit weighs spelling as the lookups it learns from did)."""
-    config = store.config
-    if not config.lexical:
-        return None
-    queries = spelling_queries(store, texts)
-    ids = store.ids()
-    similarity = store.spelling.similarity(queries, ids)
-    terms = terms_of(store, texts, lexical=1.0, known=0.0).given_meaning(best_meaning)
-    marks = store.spelling.marks(queries, ids) if terms.weighs_marks else None
-
-    def gain_at(terms: QueryTerms) -> np.ndarray:
-        return terms.offset[:, None] + terms.gain(similarity, marks)
-
-    factor, gain = terms.scale, gain_at(terms)
-    known_gain = None
-    if config.combination.weighs_known:
-        known = terms_of(store, texts, lexical=1.0, known=1.0).given_meaning(best_meaning)
-        known_gain = gain_at(known) - gain
-    return SpellingInputs(
-        config.lexical,
-        config.lexical_known,
-        factor.astype(np.float32),
-        gain.astype(np.float32),
-        None if known_gain is None else known_gain.astype(np.float32),
-    )
-
-
-def combined_in_torch(
-    meaning: Any, factor: Any, gain: Any, known_gain: Any, lexical: Any, known: Any
-) -> Any:
-    """``SpellingInputs``' form of the store's combination, on torch tensors (meaning (q, n),
-    factor (q,), gain and known_gain (q, n)), differentiable in ``lexical`` and ``known``."""
-    scale = (1 + lexical * (factor - 1)).clamp_min(0)
-    return meaning * scale[:, None] + lexical * (gain + known * known_gain)
-
-
 def fit(
     store: Store,
     targets: list[str],
@@ -222,12 +164,15 @@ def fit(
     temperature = store.config.temperature_for(store.dim)
     # Training queries first, then the held-out ones, as fit_projection takes the spelling rows.
     ordered = np.concatenate([raw[n_heldout:], raw[:n_heldout]])
-    best_meaning = np.full(len(ordered), np.inf)  # +inf: only rule-8 reads it
-    if store.config.combination.reads_meaning:
-        metric = store.config.similarity.metric
-        scores = metric_scores(store.prepare_queries(ordered), keys, metric)
-        best_meaning = scores.max(axis=1, initial=-np.inf)
-    spelling = _spelling_inputs(store, texts[n_heldout:] + texts[:n_heldout], best_meaning)
+    best_meaning = best_meaning_of(store, ordered, keys, store.projection)
+    spelling = spelling_inputs(store, texts[n_heldout:] + texts[:n_heldout], best_meaning)
+
+    def reread_heldout(projection: np.ndarray) -> SpellingInputs | None:
+        # rule-8 reads each query's best meaning, which the learned projection moves: the
+        # held-out accuracy after the fit is judged with the terms a lookup will then use.
+        best = best_meaning_of(store, raw[:n_heldout], keys, projection)
+        return spelling_inputs(store, texts[:n_heldout], best)
+
     learned = fit_projection(
         raw[n_heldout:],
         target_positions[n_heldout:],
@@ -238,6 +183,7 @@ def fit(
         temperature,
         initial=store.projection,
         spelling=spelling,
+        reread_heldout=reread_heldout if store.config.combination.reads_meaning else None,
         max_steps=max_steps,
         learning_rate=learning_rate,
         regularization=regularization,
@@ -294,6 +240,7 @@ def fit_projection(
     *,
     initial: np.ndarray | None,
     spelling: SpellingInputs | None = None,
+    reread_heldout: Callable[[np.ndarray], SpellingInputs | None] | None = None,
     max_steps: int,
     learning_rate: float,
     regularization: float,
@@ -304,7 +251,9 @@ def fit_projection(
     and, with ``spelling`` (its rows: the training queries, then the held-out ones, as
     ``train_queries`` and ``heldout_queries`` are), log(lexical) and logit(lexical_known), by
     minimising the cross-entropy of attention on each query's target key; early stopping on the
-    held-out loss.
+    held-out loss. ``reread_heldout`` (``rule-8``, whose spelling rows depend on the projection
+    through each query's best meaning): the held-out rows under the learned projection, on which
+    the accuracy after is judged (the optimiser sees the rows fixed).
 
     ``keys`` are prepared key vectors; targets index into them.
     """
@@ -328,18 +277,18 @@ def fit_projection(
     logit_known = torch.tensor(float(np.log(known / (1 - known))), requires_grad=learns_known)
     n_train = len(train_queries)
 
-    def spelling_part(rows: slice) -> tuple[torch.Tensor, ...] | None:
-        if spelling is None:
+    def spelling_part(
+        rows: slice, inputs: SpellingInputs | None = spelling
+    ) -> tuple[torch.Tensor, ...] | None:
+        if inputs is None:
             return None
-        known_gain = spelling.known_gain
+        known_gain = inputs.known_gain
         return (
-            torch.from_numpy(spelling.factor[rows]),
-            torch.from_numpy(np.ascontiguousarray(spelling.gain[rows])),
+            torch.from_numpy(inputs.factor[rows]),
+            torch.from_numpy(np.ascontiguousarray(inputs.gain[rows])),
             torch.from_numpy(
                 np.ascontiguousarray(
-                    known_gain[rows]
-                    if known_gain is not None
-                    else np.zeros_like(spelling.gain[rows])
+                    known_gain[rows] if known_gain is not None else np.zeros_like(inputs.gain[rows])
                 )
             ),
         )
@@ -417,6 +366,10 @@ def fit_projection(
             if since_best >= patience:
                 break
     best_loss, best_weight, best_t, best_lexical, best_known = best
+    if reread_heldout is not None and spelling is not None:
+        queries, targets, _ = data["heldout"]
+        reread = spelling_part(slice(None), reread_heldout(best_weight.numpy()))
+        data["heldout"] = (queries, targets, reread)
     with torch.no_grad():
         _, accuracy_after = loss_and_accuracy(
             "heldout", best_weight, torch.tensor(best_t), best_lexical, best_known

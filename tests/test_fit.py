@@ -350,7 +350,7 @@ def test_fit_scores_keys_as_a_lookup_does(combination: str) -> None:
     import pycountry
     import torch
 
-    from softdict._learning import _spelling_inputs, combined_in_torch
+    from softdict._fit_spelling import combined_in_torch, spelling_inputs
 
     names = sorted(c.name for c in pycountry.countries)
     sd = SoftDict(
@@ -360,7 +360,7 @@ def test_fit_scores_keys_as_a_lookup_does(combination: str) -> None:
     queries = ["Germny", "united kingdm", "UK", "Switz", "Republic of", "BRA", "uk"]
     attentions = sd.attend(queries)  # every key: each query's best meaning (rule-8 reads it)
     best = np.array([attention.meaning_scores.max() for attention in attentions])
-    inputs = _spelling_inputs(sd._store, queries, best)
+    inputs = spelling_inputs(sd._store, queries, best)
     assert inputs is not None
     known_gain = inputs.known_gain if inputs.known_gain is not None else 0 * inputs.gain
     column = {key: i for i, key in enumerate(names)}
