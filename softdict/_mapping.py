@@ -90,8 +90,8 @@ class SoftDict(SoftLookups, Tuning, Saving, Copies, MutableMapping[str, Value]):
             prefers keys that bear the accents it bears, and of twins but for accents the one
             spelled as typed; a word of at most 3 letters that is not very common, "gam" or
             "hun", weighs spelling as a misspelling; words match in any order; a query of at
-            most 3 characters typed in small letters or capitals is read as a code where it is
-            no common word or no key means it ("nor" finds Norwegian by its letters, not meaning),
+            most 3 letters and digits typed in small letters or capitals is read as a code where
+            it is no common word or no key means it ("nor" finds Norwegian by its letters),
             "rule-7" (the same but reading no short query as a code, the default before
             rule-8), "rule-6" (rule-7 but that a query typed without accents ties such
             twins), "rule-5" (the edit measure in the typed order), "rule-4" (every short word
