@@ -60,25 +60,25 @@ it did when saved:
   OSA scored the words in the typed order, so a key spelled alike in that order (Lesotho)
   overtook the one meaning ranked first. The constants are ``rule-5``'s; sorted forms hold the
   same characters, so the bounds on unscored keys hold.
-* ``rule-7``, the default: ``rule-6``, with spelling reading accents both ways (``scores``): a
-  query typed without accents prefers, of keys spelled alike, one that bears none. Under
-  ``rule-6`` such a query tied "Banda" and "Bānda" on both channels (the bundled encoders strip
-  accents too), so typing a key as it is could find its accented twin, by the keys' order. Its
-  similarity with a key that bears accents is ``AS_TYPED`` (a ten-thousandth) lower: a
-  tie-break, which leaves the writer who left the accents out ("Sao Paulo") where ``rule-6``
-  did. The terms and constants are ``rule-5``'s.
-* ``rule-8``: ``rule-7``, with a query typed as a code (``typed_as_code``: at most
-  ``evidence.SHORT`` characters, all small letters or all capitals) read as a code as far as it
-  is no common word (``read_as_code``: x's ``capitals`` part, which in ``rule-5``'s fit stood
-  for "a code", is at least its unknown share) or as far as no key means it
+* ``rule-7`` (the default before ``rule-8``): ``rule-6``, with spelling reading accents both
+  ways (``scores``): a query typed without accents prefers, of keys spelled alike, one that
+  bears none. Under ``rule-6`` such a query tied "Banda" and "Bānda" on both channels (the
+  bundled encoders strip accents too), so typing a key as it is could find its accented twin,
+  by the keys' order. Its similarity with a key that bears accents is ``AS_TYPED`` (a
+  ten-thousandth) lower: a tie-break, which leaves the writer who left the accents out ("Sao
+  Paulo") where ``rule-6`` did. The terms and constants are ``rule-5``'s.
+* ``rule-8``, the default: ``rule-7``, with a query typed as a code (``typed_as_code``: at
+  most ``evidence.SHORT`` letters and digits, all small letters or all capitals) read as a code
+  as far as it is no common word (``read_as_code``: x's ``capitals`` part, which in ``rule-5``'s
+  fit stood for "a code", is at least its unknown share) or as far as no key means it
   (``unsure_of_meaning``: its unknown share grows from 0 where its best cosine over the keys it
   may attend to is ``UNSURE_MEANING[1]`` to 1 where it is ``UNSURE_MEANING[0]``). The marks
   were fitted on codes written in capitals ("DEU"), so under ``rule-7`` a code typed in small
   letters ("arg", Aragonese) got a tenth of their weight, and one that is also a common word
   ("nor", Norwegian; "hat", Haitian) was answered by meaning, which knows nothing of it. The
   terms and constants are ``rule-5``'s; x now depends on the store too
-  (``CombinationName.reads_meaning``), so a lookup reads the best meaning score before it
-  spells such a query. The cosines were chosen on the dev half of ``benchmarks/matching.py``.
+  (``CombinationName.reads_meaning``), so a lookup reads the best meaning score before it spells
+  such a query. The cosines were chosen on the dev half of ``benchmarks/matching.py``.
 * ``learned-1``, opt-in: x = ``evidence.describe(q)``, knots 0.3, 0.4, 0.6, 0.75, 0.9, 1,
   the five marks, and a, B, C fitted by ``benchmarks/combination_study.py`` on the dev half of
   ``benchmarks/matching.py`` (typos, aliases, codes, names cut short, stray spaces of real names
@@ -106,9 +106,9 @@ from softdict._config import CombinationName
 from softdict.spelling.evidence import (
     DESCRIPTION,
     EVIDENCE,
-    SHORT,
     describe,
     describe_strict_short,
+    is_short,
     tokens,
 )
 from softdict.spelling.text import unknown_share
@@ -147,11 +147,6 @@ class Combination:
     # Which queries it may read as codes, whose x then depends on their best meaning score too
     # (``rule-8``: ``typed_as_code``, ``unsure_of_meaning``); None: x is the text's alone.
     codes: Callable[[str], bool] | None = None
-
-    @property
-    def reads_meaning(self) -> bool:
-        """Whether x may depend on the query's best meaning score (``rule-8``)."""
-        return self.codes is not None
 
 
 def _rule_description(text: str) -> np.ndarray:
@@ -199,9 +194,7 @@ RULE_5_MARKS = (
 
 
 # x's parts (evidence.DESCRIPTION) that rule-8 reads.
-_UNKNOWN, _SHORT, _CAPITALS = (
-    DESCRIPTION.index(part) for part in ("unknown share", "short", "capitals")
-)
+_UNKNOWN, _CAPITALS = (DESCRIPTION.index(part) for part in ("unknown share", "capitals"))
 # rule-8: the best cosine over the keys below which a query typed as a code is read as unknown
 # words, fully at the first, not at all at the second (between, in proportion). Chosen on the dev
 # half of benchmarks/matching.py's language codes (0.660 -> 0.723 top-1, with read_as_code); the
@@ -220,7 +213,7 @@ def typed_as_code(text: str) -> bool:
     """
     letters = [ch for ch in text if ch.isalpha()]
     cased = all(ch.islower() for ch in letters) or all(ch.isupper() for ch in letters)
-    return bool(letters) and cased and len("".join(tokens(text))) <= SHORT
+    return bool(letters) and cased and is_short(tokens(text))
 
 
 def read_as_code(x: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -231,11 +224,6 @@ def read_as_code(x: np.ndarray, codes: np.ndarray) -> np.ndarray:
     codes = np.asarray(codes, dtype=bool)
     x[codes, _CAPITALS] = np.maximum(x[codes, _CAPITALS], x[codes, _UNKNOWN])
     return x
-
-
-def _describe_codes(text: str) -> np.ndarray:
-    """``rule-8``'s description of a query before its meaning is known."""
-    return read_as_code(describe_strict_short(text), np.array([typed_as_code(text)]))[0]
 
 
 def meaning_may_count(x: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -343,7 +331,5 @@ def combination_for(name: CombinationName | str, known: float) -> Combination:
     if name in (CombinationName.RULE_5, CombinationName.RULE_6, CombinationName.RULE_7):
         return rule_5(known, name)
     if name is CombinationName.RULE_8:
-        return dataclasses.replace(
-            rule_5(known, name), describe=_describe_codes, codes=typed_as_code
-        )
+        return dataclasses.replace(rule_5(known, name), codes=typed_as_code)
     return LEARNED_1

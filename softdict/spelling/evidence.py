@@ -41,6 +41,7 @@ __all__ = [
     "describe_strict_short",
     "evidence_marks",
     "initials",
+    "is_short",
     "markable",
     "tokens",
     "word_start_marks",
@@ -66,6 +67,11 @@ def tokens(text: str) -> list[str]:
     return _TOKEN.findall(unicodedata.normalize("NFC", text).casefold())
 
 
+def is_short(words: list[str]) -> bool:
+    """Whether a query of these ``tokens`` is short: at most ``SHORT`` letters and digits."""
+    return len("".join(words)) <= SHORT
+
+
 def describe(text: str, *, strict_short: bool = False) -> np.ndarray:
     """The query's description (``DESCRIPTION``), float64 (6,): 1; the share of its letter
     words that are not common English words (``text.common_words``; with ``strict_short``,
@@ -88,7 +94,7 @@ def describe(text: str, *, strict_short: bool = False) -> np.ndarray:
             1.0,
             unknown,
             float(any(word.isdigit() for word in words)),
-            float(len("".join(words)) <= SHORT),
+            float(is_short(words)),
             float(len(text.split()) >= 2),
             float(capitals),
         ]

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softdict.spelling.combination import Combination, meaning_may_count, unsure_of_meaning
+from softdict.spelling.combination import (
+    Combination,
+    meaning_may_count,
+    read_as_code,
+    unsure_of_meaning,
+)
 from softdict.spelling.evidence import SAME, markable
 
 __all__ = ["QueryTerms", "query_terms", "ramps"]
@@ -280,8 +285,9 @@ def query_terms(
     x = np.array([combination.describe(text) for text in texts], dtype=np.float64)
     x = x.reshape(len(texts), width)
     reading = None
-    if combination.codes is not None:
+    if combination.codes is not None:  # rule-8: a query typed as a code is read as one
         codes = np.array([combination.codes(text) for text in texts], dtype=bool)
+        x = read_as_code(x, codes)
         as_cosine = as_cosine or (lambda scores: scores)
         reading = _Reading(combination, x, codes, lexical, unit, as_cosine)
     return _terms(combination, x, lexical, unit, reading)
