@@ -97,6 +97,7 @@ it did when saved:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -147,6 +148,36 @@ class Combination:
     # Which queries it may read as codes, whose x then depends on their best meaning score too
     # (``rule-8``: ``typed_as_code``, ``unsure_of_meaning``); None: x is the text's alone.
     codes: Callable[[str], bool] | None = None
+
+    @functools.cached_property
+    def arrays(self) -> CombinationArrays:
+        """The constants as float64 arrays, made once (every lookup's terms multiply them)."""
+        width = len(self.ramps[0])
+        arrays = (
+            np.asarray(self.knots, dtype=np.float64),
+            np.asarray(self.meaning, dtype=np.float64),
+            np.asarray(self.ramps, dtype=np.float64).T,
+            np.asarray(self.marks, dtype=np.float64).reshape(len(self.marks), width).T,
+            np.asarray(self.offset, dtype=np.float64),
+        )
+        for array in arrays:  # shared by every lookup's terms
+            array.flags.writeable = False
+        knots, meaning, ramps, marks, offset = arrays
+        return CombinationArrays(knots, list(self.meaning_parts), meaning, ramps, marks, offset)
+
+
+@dataclass(frozen=True)
+class CombinationArrays:
+    """A ``Combination``'s constants as arrays: the knots, meaning's parts of x and factors,
+    and the ramps', marks' and offset's weights as (D, J), (D, E) and (D,) matrices (x @ them
+    gives each query's weights)."""
+
+    knots: np.ndarray
+    meaning_parts: list[int]
+    meaning: np.ndarray
+    ramps: np.ndarray
+    marks: np.ndarray
+    offset: np.ndarray
 
 
 def _rule_description(text: str) -> np.ndarray:
@@ -319,8 +350,10 @@ assert all(
 )
 
 
+@functools.lru_cache(maxsize=64)
 def combination_for(name: CombinationName | str, known: float) -> Combination:
-    """The combination a store names, with its ``lexical_known`` (the rules' only)."""
+    """The combination a store names, with its ``lexical_known`` (the rules' only): made once
+    for each, as every lookup asks for its store's (a Combination is frozen)."""
     name = CombinationName(name)
     if name is CombinationName.RULE_1:
         return rule_1(known)

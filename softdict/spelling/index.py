@@ -73,6 +73,9 @@ class SpellingIndex:
         # Each form's character counts, for the ceiling on its spelling similarity (``bounds``).
         self._counts = GrowableColumns(BUCKETS, np.uint8)
         self._multiword_rows = 0  # rows (tombstones included) whose form has several words
+        # Whether sorting a form's words, or its accented form's, changes it: only those keys'
+        # sorted forms can score otherwise than their forms (``scores``).
+        self._reordered = GrowableRows((), bool)
         self._empty_rows = 0
         self._ngrams: NgramCandidates | None = None
         self._by_first = RowsByFirst()  # sorted when a candidate request first needs it
@@ -100,6 +103,7 @@ class SpellingIndex:
         forms, sorted_forms = object_column(prepared.forms), object_column(prepared.sorted_forms)
         multiword = sum(a is not b for a, b in zip(prepared.forms, prepared.sorted_forms))
         accented, accented_sorted = accented_columns(prepared)
+        reordered = np.not_equal(sorted_forms, forms) | np.not_equal(accented_sorted, accented)
         # Only appends from here, each a quick one.
         self._rows.append(np.asarray(ids, dtype=np.int64))
         self._forms.append(forms)
@@ -111,6 +115,7 @@ class SpellingIndex:
         self._length.append(length)
         self._counts.append(character_counts(prepared.forms))
         self._multiword_rows += multiword
+        self._reordered.append(np.asarray(reordered, dtype=bool))
         self._empty_rows += int(np.count_nonzero(length == 0))
         if self._ngrams is not None:
             self._ngrams.add(grams)
@@ -142,7 +147,7 @@ class SpellingIndex:
         self._rows.keep(live)
         for column in (
             self._forms, self._sorted_forms, self._accented, self._accented_sorted,
-            self._first, self._length, self._counts,
+            self._reordered, self._first, self._length, self._counts,
         ):  # fmt: skip
             column.keep(live)
         self._multiword_rows = int(
@@ -168,6 +173,7 @@ class SpellingIndex:
             part(self._sorted_forms) if self._multiword_rows else None,
             part(self._length) == 0 if self._empty_rows else None,
             (part(self._accented), part(self._accented_sorted)) if self._accented_rows else None,
+            part(self._reordered) if self._multiword_rows else None,
         )
 
     def _rows_of_held(self, ids: np.ndarray) -> np.ndarray | None:
@@ -407,6 +413,7 @@ class SpellingIndex:
         arrays = forms.nbytes + self._sorted_forms.view.nbytes
         arrays += self._accented.view.nbytes + self._accented_sorted.view.nbytes
         arrays += self._first.view.nbytes + self._length.view.nbytes + self._counts.view.nbytes
+        arrays += self._reordered.view.nbytes
         ngrams = self._ngrams.nbytes() if self._ngrams is not None else 0
         return int(strings + arrays + self._rows.nbytes() + ngrams + self._by_first.nbytes())
 

@@ -20,9 +20,12 @@ from softdict.spelling.combination import (
     read_as_code,
     unsure_of_meaning,
 )
-from softdict.spelling.evidence import SAME, markable
+from softdict.spelling.evidence import EVIDENCE, SAME, markable
 
 __all__ = ["QueryTerms", "query_terms", "ramps"]
+
+# The marks other than ``same``, in their order (``rule-3``: ``same`` weighs at least their sum).
+_OTHER_MARKS = [mark for mark in range(len(EVIDENCE)) if mark != SAME]
 
 
 def ramps(similarity: np.ndarray, knots: np.ndarray) -> np.ndarray:
@@ -287,7 +290,8 @@ def query_terms(
     reading = None
     if combination.codes is not None:  # rule-8: a query typed as a code is read as one
         codes = np.array([combination.codes(text) for text in texts], dtype=bool)
-        x = read_as_code(x, codes)
+        if codes.any():
+            x = read_as_code(x, codes)
         as_cosine = as_cosine or (lambda scores: scores)
         reading = _Reading(combination, x, codes, lexical, unit, as_cosine)
     return _terms(combination, x, lexical, unit, reading)
@@ -301,21 +305,22 @@ def _terms(
     reading: _Reading | None,
 ) -> QueryTerms:
     """The terms of queries described by ``x`` (m, D) (``query_terms``)."""
-    knots = np.asarray(combination.knots, dtype=np.float64)
+    arrays = combination.arrays
     scale = np.ones(len(x))
     if combination.meaning_parts:
-        factor = np.maximum(0.0, 1.0 + x[:, list(combination.meaning_parts)] @ combination.meaning)
+        factor = np.maximum(0.0, 1.0 + x[:, arrays.meaning_parts] @ arrays.meaning)
         scale = np.maximum(0.0, 1.0 + lexical * (factor - 1.0))
-    slopes = lexical * unit * (x @ np.asarray(combination.ramps, dtype=np.float64).T)
+    slopes = lexical * unit * (x @ arrays.ramps)
     marks = np.zeros((len(x), 0))
     if combination.marks:
-        marks = lexical * unit * (x @ np.asarray(combination.marks, dtype=np.float64).T)
+        marks = lexical * unit * (x @ arrays.marks)
         if combination.same_outweighs:
-            others = np.delete(marks, SAME, axis=1).sum(axis=1)
+            others = marks[:, _OTHER_MARKS].sum(axis=1)
             marks[:, SAME] = np.maximum(marks[:, SAME], others)
     offset = np.zeros(len(x))
     if combination.offset:
-        offset = lexical * unit * (x @ np.asarray(combination.offset, dtype=np.float64))
+        offset = lexical * unit * (x @ arrays.offset)
+    knots = arrays.knots
     terms = QueryTerms(knots, scale, slopes, marks, offset, combination.same_outweighs, reading)
     if not combination.meaning_parts and not combination.offset:  # known without a pass
         terms.__dict__["_meaning_alone"] = True
