@@ -19,8 +19,9 @@ from _support import (
     naive_marks,
     naive_spelling,
     same_value,
+    spelling_reads,
 )
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -388,3 +389,47 @@ def test_spelling_scored_where_it_matters_answers_as_scoring_every_key(
     # Slack for float32: the scores (float32 kernels, ~1e-7 of a cosine, times 1/T) and the
     # exponentials (float32, ``_attention.exponentials``) against this float64 formula.
     assert np.abs(mine - exact).sum() / 2 <= attention.weight_error + FLOAT32_RTOL
+
+
+_WORDS = st.sampled_from(["sao", "são", "tome", "tomé", "a", "b", "costa", "ávila", "rica", ""])
+_NAMES = st.lists(_WORDS, max_size=3).map(" ".join) | _TYPED
+
+
+@given(
+    queries=st.lists(_NAMES, min_size=1, max_size=3),
+    keys=st.lists(_NAMES, min_size=1, max_size=10),
+    combination=st.sampled_from(["rule-1", "rule-4", "rule-6", "rule-8"]),
+)
+@example(queries=["sao são"], keys=["são sao", "costa rica"], combination="rule-8")
+@settings(max_examples=200, deadline=None)
+def test_the_index_spells_every_pair_as_the_naive_measure_does(
+    queries: list[str], keys: list[str], combination: str
+) -> None:
+    """The index scores the token-sorted forms only for the pairs whose query or key sorting
+    moves (``KeyForms.reordered``): words in sorted order already ("costa rica"), words repeated
+    with and without accents ("sao são"), one word. Every pair, every query by query and paired
+    path, is what the naive measure says."""
+    from softdict.spelling.index import SpellingIndex
+    from softdict.spelling.scores import QueryColumns, paired_similarity
+    from softdict.spelling.text import SpellingQueries
+
+    reads = spelling_reads(combination)
+    spelled = SpellingQueries.of(
+        queries,
+        accents=reads["accents"],
+        edits_sorted=reads["sort_edits"],
+        as_typed=reads["as_typed"],
+    )
+    index = SpellingIndex()
+    ids = np.arange(len(keys))
+    index.add(ids, keys)
+    expected = np.array([[naive_spelling(q, k, **reads) for k in keys] for q in queries])
+    assert_close(index.similarity(spelled, ids), expected)
+    reversed_ids = np.tile(ids[::-1], (len(queries), 1))  # the path of one query at a time
+    found = index.similarity(spelled, reversed_ids)[:, ::-1]
+    assert_close(found, expected)
+    rows = np.repeat(np.arange(len(queries)), len(keys))  # every pair side by side
+    paired = paired_similarity(
+        QueryColumns.of(spelled), rows, index._key_forms(np.tile(ids, len(queries)))
+    )
+    assert_close(paired.reshape(expected.shape), expected)
