@@ -144,23 +144,36 @@ def evidence_marks(query_form: str, key_forms: list[str]) -> np.ndarray:
     marks = np.zeros((len(key_forms), len(EVIDENCE)))
     if not markable(query_form):
         return marks
-    # The query's part of every test, once (this loop runs over thousands of keys a lookup).
+    # The query's part of every test, once, and each mark's keys gathered in lists: this loop
+    # runs over thousands of keys a lookup (a short query's), at about half a microsecond each.
     short_query = compact(query_form)
     first, later_word = short_query[0], f" {query_form}"
+    # Its letters in order from the key's first (a subsequence: greedy from the start finds
+    # one where any exists), in C.
+    in_order = re.compile(".*?".join(map(re.escape, short_query)), re.DOTALL).match
+    found: tuple[list[int], ...] = ([], [], [], [], [])
+    same, start, word_start, initial, abbreviation = found
     for i, key in enumerate(key_forms):
         if not key:
             continue
-        short_key = compact(key)
+        spaced = " " in key  # a later word, and initials, need several words
+        short_key = key.replace(" ", "") if spaced else key
         if short_query == short_key:
-            marks[i, SAME] = 1.0
+            same.append(i)
             continue
         if len(short_query) >= len(short_key):
             continue
-        marks[i, 1] = key.startswith(query_form)
-        marks[i, 2] = later_word in key
+        if key.startswith(query_form):
+            start.append(i)
+        if spaced and later_word in key:
+            word_start.append(i)
         if short_key[0] == first:  # initials and letters in order begin where the key does
-            marks[i, 3] = short_query == initials(key)
-            marks[i, 4] = _in_order(short_query, short_key)
+            if spaced and short_query == initials(key):
+                initial.append(i)
+            if in_order(short_key):
+                abbreviation.append(i)
+    for mark, rows in enumerate(found):
+        marks[rows, mark] = 1.0
     return marks
 
 
@@ -176,9 +189,3 @@ def word_start_marks(query_form: str, key_forms: list[str]) -> np.ndarray:
         return np.zeros(len(key_forms))
     needle = f" {query_form}"
     return np.fromiter((needle in key for key in key_forms), dtype=np.float64, count=len(key_forms))
-
-
-def _in_order(needle: str, haystack: str) -> bool:
-    """Whether ``needle``'s characters appear in ``haystack`` in order (a subsequence)."""
-    remaining = iter(haystack)
-    return all(ch in remaining for ch in needle)
