@@ -21,9 +21,9 @@ encoder's p50), the ratio of the two lookups' p50s, and whether both revisions r
 values on the first 50 queries, to float precision or within the weight errors both report
 (``within_bounds``: a speed-up that changed answers would show here). Both stores
 use the combination of meaning and spelling ``--combination`` names: ``rule-1`` unless told (the
-one every revision with spelling has; the default before 7c5c3d6), ``rule-2`` (the default
-from then to 5c322d4), ``rule-3`` (the default since) or ``learned-1``; a revision that has no
-such combination fails to build its store.
+one every revision with spelling has; the default before 7c5c3d6), or any other this revision
+names (``rule-2`` to ``rule-8``, ``learned-1``); a revision that has no such combination fails
+to build its store.
 
 With ``--bulk N``, a second table: one ``lookup`` call with N distinct typo queries (those of
 ``speed.py``'s bulk row, cut to N) by both stores, the encoder's own batch and exact numpy on its
@@ -54,6 +54,7 @@ from real_scale import write
 from speed import TEMPERATURE, alternating, exact_attention, typeable, unit
 
 import softdict
+from softdict._config import CombinationName
 from softdict.encoders import resolve_encoder
 
 QUERIES = 400
@@ -184,7 +185,7 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
     parser.add_argument("--encoder", default="bundled-static")
     parser.add_argument(
-        "--combination", default="rule-1", choices=["rule-1", "rule-2", "rule-3", "learned-1"]
+        "--combination", default="rule-1", choices=[name.value for name in CombinationName]
     )
     parser.add_argument("--bulk", type=int, default=0, help="queries in one call (0: none)")
     parser.add_argument("--out", type=Path, default=None)

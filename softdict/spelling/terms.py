@@ -78,11 +78,11 @@ class QueryTerms:
     same_outweighs: bool = False
     reading: _Reading | None = None
 
-    @property
+    @functools.cached_property
     def reads_meaning(self) -> np.ndarray:
         """(m,) bool: the queries whose terms may change with their best meaning score
         (``given_meaning``); a lookup reads that score before it spells them."""
-        if self.reading is None:
+        if self.reading is None or not self.reading.codes.any():  # most queries: no code
             return np.zeros(len(self.scale), dtype=bool)
         return meaning_may_count(self.reading.x, self.reading.codes)
 
