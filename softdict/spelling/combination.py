@@ -156,14 +156,14 @@ class Combination:
         arrays = (
             np.asarray(self.knots, dtype=np.float64),
             np.asarray(self.meaning, dtype=np.float64),
-            np.asarray(self.ramps, dtype=np.float64).T,
-            np.asarray(self.marks, dtype=np.float64).reshape(len(self.marks), width).T,
+            np.asarray(self.ramps, dtype=np.float64),
+            np.asarray(self.marks, dtype=np.float64).reshape(len(self.marks), width).copy(),
             np.asarray(self.offset, dtype=np.float64),
         )
-        for array in arrays:  # shared by every lookup's terms
+        for array in arrays:  # shared by every lookup's terms (and so their views)
             array.flags.writeable = False
         knots, meaning, ramps, marks, offset = arrays
-        return CombinationArrays(knots, list(self.meaning_parts), meaning, ramps, marks, offset)
+        return CombinationArrays(knots, list(self.meaning_parts), meaning, ramps.T, marks.T, offset)
 
 
 @dataclass(frozen=True)

@@ -73,8 +73,9 @@ class SpellingIndex:
         # Each form's character counts, for the ceiling on its spelling similarity (``bounds``).
         self._counts = GrowableColumns(BUCKETS, np.uint8)
         self._multiword_rows = 0  # rows (tombstones included) whose form has several words
-        # Whether sorting a form's words, or its accented form's, changes it: only those keys'
-        # sorted forms can score otherwise than their forms (``scores``).
+        # Whether sorting a form's words changes it, or putting its accented form's words in
+        # that order (``text.sorted_like``) changes that: only those keys' sorted forms can
+        # score otherwise than their forms (``scores``).
         self._reordered = GrowableRows((), bool)
         self._empty_rows = 0
         self._ngrams: NgramCandidates | None = None

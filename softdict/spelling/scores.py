@@ -97,7 +97,8 @@ class KeyForms:
             form.
         reordered: (n,) bool, which keys' sorted forms (or accented sorted forms) differ from
             their forms: a query whose words sorting leaves alike compares only those again in
-            sorted order (the others would score as before). None: every key's may.
+            sorted order (the others would score as before). None: every key's may differ where
+            ``sorted_forms`` are given, none where they are not.
     """
 
     forms: np.ndarray
