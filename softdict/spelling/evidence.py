@@ -154,7 +154,7 @@ def evidence_marks(query_form: str, key_forms: list[str]) -> np.ndarray:
         if not key:
             continue
         spaced = " " in key  # a later word, and initials, need several words
-        short_key = key.replace(" ", "") if spaced else key
+        short_key = compact(key)
         if short_query == short_key:
             same.append(i)
             continue
