@@ -37,6 +37,7 @@ the vectors.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,10 @@ __all__ = ["OPEN_ROWS", "CodeLayout", "Coded", "KeyCodes", "quantise"]
 # the cost of making the session (about 1.5 µs a row) is amortised over the rows added.
 OPEN_ROWS = 4096
 _OPEN_SHARE = 16
+# The kernel's threads, at most: on 2 cores a second one scored 10^5 keys in 0.7 of one's time
+# (an AMD EPYC with AVX-512, blocks of 64; benchmarks/results_compressed_scores.md), where on
+# another EPYC without AVX-512 it gained nothing consistent. More were not measured.
+_MAX_KERNEL_THREADS = 2
 # ONNX Runtime's int8 path: the query rounded to int8 per block, integer products.
 _ACCURACY_INT8 = 4
 # Relative rounding of float32 sums of a few hundred products, with room to spare.
@@ -140,6 +145,12 @@ def quantise(vectors: np.ndarray, layout: CodeLayout) -> Coded:
     return Coded(np.ascontiguousarray(codes), scales, np.ascontiguousarray(zero_codes), norms)
 
 
+def kernel_threads() -> int:
+    """The kernel's threads: ``_MAX_KERNEL_THREADS``, or fewer where the machine has fewer
+    cores (ONNX Runtime then only switches between them)."""
+    return max(1, min(_MAX_KERNEL_THREADS, os.cpu_count() or 1))
+
+
 def query_factors(queries: np.ndarray, layout: CodeLayout) -> np.ndarray:
     """(m, 2): the factors of ``queries`` in ``score_error``: ‖q‖·(1 + slack) against the row's
     residual norm, and ‖q − q̃‖ + slack·‖q‖ against its decoded norm."""
@@ -161,8 +172,7 @@ class KeyCodes:
     again, at least (module docstring). ``codes_from``: up to this many rows there is no
     session, every row is scored exactly (default ``open_rows``). Both 0: a session from the
     first rows (tests use it).
-    ``threads``: the kernel's; a second one gained nothing consistent on 2 cores
-    (``benchmarks/results_compressed_scores.md``) and would compete with a caller's threads."""
+    ``threads``: the kernel's (default ``kernel_threads()``)."""
 
     def __init__(
         self,
@@ -170,12 +180,12 @@ class KeyCodes:
         *,
         open_rows: int = OPEN_ROWS,
         codes_from: int | None = None,
-        threads: int = 1,
+        threads: int | None = None,
     ) -> None:
         self.layout = layout
         self._open_rows = open_rows
         self._codes_from = open_rows if codes_from is None else codes_from
-        self._threads = threads
+        self._threads = kernel_threads() if threads is None else threads
         self._blobs = GrowableRows((layout.blocks, layout.blob_bytes), np.uint8)
         self._scales = GrowableRows((layout.blocks,), np.float32)
         self._zero_points = GrowableRows((layout.zero_point_bytes,), np.uint8)
@@ -238,15 +248,14 @@ class KeyCodes:
         vector) for the rest; and the bound on each one's error (0 for the exact ones)."""
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         m, size = len(queries), len(self)
-        out = np.empty((m, size), dtype=np.float32)
         sealed = self._sealed
-        if sealed:
-            padded = queries
-            if self.layout.padded != self.layout.dim:
-                padded = np.zeros((m, self.layout.padded), dtype=np.float32)
-                padded[:, : self.layout.dim] = queries
-            out[:, :sealed] = self._run(padded)
-        if sealed < size:
+        coded = self._run(self._padded(queries)) if sealed else None
+        if coded is not None and sealed == size:  # every row in the session (the usual case)
+            out = coded
+        else:
+            out = np.empty((m, size), dtype=np.float32)
+            if coded is not None:
+                out[:, :sealed] = coded
             # (n, d)·(d, m): ``queries @ vectors.T`` multiplies a transposed operand, many
             # times slower for one query (softdict._similarity.metric_scores).
             out[:, sealed:] = (vectors[sealed:size] @ queries.T).T
@@ -255,6 +264,14 @@ class KeyCodes:
             row_factors = row_factors.copy()
             row_factors[:, sealed:] = 0.0  # scored exactly
         return out, ScoreErrors(query_factors(queries, self.layout), row_factors)
+
+    def _padded(self, queries: np.ndarray) -> np.ndarray:
+        """``queries`` with zeros up to the codes' padded dimension (the kernel's K)."""
+        if self.layout.padded == self.layout.dim:
+            return queries
+        padded = np.zeros((len(queries), self.layout.padded), dtype=np.float32)
+        padded[:, : self.layout.dim] = queries
+        return padded
 
     def _run(self, queries: np.ndarray) -> np.ndarray:
         session = self._session

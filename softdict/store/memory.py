@@ -19,7 +19,7 @@ from softdict._arguments import MAX_SCORED_NORM
 from softdict._config import SoftDictConfig
 from softdict._errors import EmptyStoreError, StoreFormatError
 from softdict._files import FileReader, StoreFiles
-from softdict._rows import ROWS_AT_A_TIME, GrowableRows, compaction_due, positions_of
+from softdict._rows import ROWS_AT_A_TIME, GrowableRows, compaction_due, counting, positions_of
 from softdict._similarity import Similarity, squared_norms
 from softdict._types import Value
 from softdict.index.base import IndexBackend
@@ -289,7 +289,7 @@ class MemoryStore(Store):
         if len(ids) == len(held) and np.array_equal(ids, held):
             # Every key, in id order, as a selection of every key gives them: slots 0..n-1,
             # without the search (an equality test costs a tenth of it).
-            return np.arange(len(held))
+            return counting(len(held))
         if not len(held):
             return np.zeros(np.shape(ids), dtype=np.int64)
         # Padding (-1) points at slot 0: it has weight 0.
