@@ -50,8 +50,9 @@ def softmax(scores: np.ndarray, temperature: float) -> np.ndarray:
 _LOWEST_EXPONENT = np.float32(-87.0)
 
 
-def _shifted(scores: np.ndarray, temperature: float) -> np.ndarray:
-    """(scores - their row maximum) / temperature, float64."""
+def _shifted(scores: np.ndarray, temperature: float, dtype: type = np.float64) -> np.ndarray:
+    """(scores - their row maximum) / temperature, computed in float64 and rounded to ``dtype``
+    as it is written (float32 for the exponentials: no second pass over every score to round)."""
     shifted = np.asarray(scores, dtype=np.float64)
     shifted = shifted - shifted.max(axis=-1, keepdims=True)
     scale = 1.0 / temperature
@@ -59,11 +60,10 @@ def _shifted(scores: np.ndarray, temperature: float) -> np.ndarray:
     # overflows divides instead: a gap then divides to -inf, whose exp is the weight 0 it
     # should be (inf times the best's gap of 0 would be NaN).
     with np.errstate(over="ignore"):
-        if math.isfinite(scale):
-            shifted *= scale
-        else:
-            shifted /= temperature
-    return shifted
+        if not math.isfinite(scale):
+            return (shifted / temperature).astype(dtype, copy=False)
+        out = shifted if dtype is np.float64 else np.empty(shifted.shape, dtype=dtype)
+        return np.multiply(shifted, scale, out=out, casting="same_kind")
 
 
 def exponentials(scores: np.ndarray, temperature: float) -> np.ndarray:
@@ -78,9 +78,8 @@ def exponentials(scores: np.ndarray, temperature: float) -> np.ndarray:
     largest single cost of scoring 10^4 keys. A weight at or below e^-87 (under 1.7e-38 of the
     best's) is 0 (``_LOWEST_EXPONENT``).
     """
-    # A gap beyond float32's range casts to -inf, which the floor then holds.
-    with np.errstate(over="ignore"):
-        exponents = _shifted(scores, temperature).astype(np.float32)
+    # A gap beyond float32's range rounds to -inf, which the floor then holds.
+    exponents = _shifted(scores, temperature, np.float32)
     if not exponents.size or exponents.min() > _LOWEST_EXPONENT:  # none at or below the floor
         return np.exp(exponents, out=exponents).astype(np.float64)
     np.maximum(exponents, _LOWEST_EXPONENT, out=exponents)
