@@ -18,6 +18,7 @@ from softdict import SoftDict, StoreFormatError
 from softdict._attention import softmax
 from softdict._config import EXACT_MAX_KEYS
 from softdict._files import FileReader
+from softdict._lookup import selections
 from softdict._similarity import Metric, metric_scores
 from softdict.index._codes import CodeLayout, KeyCodes
 from softdict.index.compressed import CompressedBackend
@@ -133,6 +134,20 @@ def test_full_attention_from_codes_is_within_the_bounds_it_reports(similarity: s
         assert low - 1e-12 <= outside <= high + 1e-12 and high == attention.tail_bound
         assert low <= attention.tail_mass <= high
         assert 0 < attention.weight_error < 1
+
+
+def test_the_mass_outside_the_exact_keys_is_that_of_the_weights_left() -> None:
+    """``Selection.tail_mass`` of full attention from codes is the weight of the keys not
+    scored exactly, summed with those keys' weights set to 0 and then put back: the sum of a
+    copy with them zeroed, and the weights the softmax gave."""
+    sd, X, _ = filled()
+    Q = unit_rows(6, X.shape[1], seed=13)
+    [(_, chosen)] = list(selections(sd._store, Q, None, None))
+    assert chosen.score_bounds is not None
+    exact = chosen.score_bounds.exact
+    assert (chosen.k == exact.sum(axis=1)).all() and (chosen.k > 0).all()
+    assert np.array_equal(chosen.tail_mass, np.where(exact, 0.0, chosen.weights).sum(axis=1))
+    assert np.array_equal(chosen.weights, softmax(chosen.scores, sd.temperature))
 
 
 def test_codes_that_err_by_more_than_the_margin_still_find_the_best_key_and_say_so() -> None:

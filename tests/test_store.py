@@ -24,6 +24,7 @@ from softdict import (
 )
 from softdict._config import SoftDictConfig
 from softdict._files import FileReader, encode_file
+from softdict._rows import counting
 from softdict.store import MemoryStore, Store, open_store
 
 ENCODER = FakeEncoder()
@@ -205,3 +206,12 @@ def test_memory_stores_take_no_location_or_collection() -> None:
         SoftDict(encoder=ENCODER, store="memory:somewhere")
     with pytest.raises(ConfigError, match=r"SoftDict\.load"):
         SoftDict.open("memory")
+
+
+def test_counting_is_0_to_n_read_only_whatever_was_asked_before() -> None:
+    """``counting(n)``, the rows of a selection of every key, is 0..n-1 from one shared array
+    that grows when a longer one is asked for: read-only, so no caller can change another's."""
+    for n in (0, 5, 3, 70_000, 10, 140_001):
+        rows = counting(n)
+        assert rows.dtype == np.int64 and np.array_equal(rows, np.arange(n))
+        assert not rows.flags.writeable
