@@ -17,6 +17,7 @@ from softdict._similarity import Similarity
 
 __all__ = [
     "attention",
+    "best_unordered",
     "blend",
     "exponentials",
     "mass_interval",
@@ -147,13 +148,50 @@ def tail_mass_bound(
     return np.where(omitted > 0, np.nan_to_num(bound, nan=1.0), 0.0)
 
 
+# A row at least this many times longer than the entries taken from it is cut by a threshold
+# first (``best_unordered``); shorter ones are partitioned whole.
+_CUT_FIRST = 16
+# Entries of a long row whose order statistic sets that threshold: about this many, evenly spaced.
+_THRESHOLD_SAMPLE = 4096
+
+
+def best_unordered(row: np.ndarray, take: int) -> np.ndarray:
+    """The positions of the ``take`` largest entries of a 1-D ``row`` (0 < ``take`` <= len),
+    in no order, any of those tied at the cut: what ``np.argpartition(-row, take - 1)[:take]``
+    gives. On a long row that partition cost 1.1-1.2 ms for 10^5 scores here, so only the
+    entries at or above a threshold are partitioned: an order statistic of every s-th entry,
+    low enough that about twice ``take`` entries pass it (78 µs for the 224 best of 10^5).
+    Where fewer than ``take`` pass (many ties, NaN), the whole row is partitioned."""
+    n = len(row)
+    if take >= n:
+        return np.arange(n)
+    if _cut_first(n, take):
+        step = n // _THRESHOLD_SAMPLE
+        sample = row[::step]
+        # Sample entries at or above the threshold stand for about ``step`` entries each.
+        rank = min(len(sample) - 1, 2 * take // step + 8)
+        threshold = np.partition(sample, len(sample) - 1 - rank)[len(sample) - 1 - rank]
+        passed = np.flatnonzero(row >= threshold)
+        if len(passed) >= take:
+            return passed[np.argpartition(-row[passed], take - 1)[:take]]
+    return np.argpartition(-row, take - 1)[:take]
+
+
+def _cut_first(n: int, take: int) -> bool:
+    """Whether ``best_unordered`` cuts a row of ``n`` entries by a threshold first."""
+    return n >= _CUT_FIRST * take and n > _THRESHOLD_SAMPLE
+
+
 def top_columns(scores: np.ndarray, take: int) -> np.ndarray:
     """The columns (m, take) of the ``take`` best entries of each row of ``scores`` (m, n),
     ``take`` < n, in column order: of entries tied at the cut, those of the lowest columns.
     ``argpartition`` takes any of them, so ``nearest(q, 1)`` could name one of two keys with the
     same score (accent twins the encoder embeds alike) and ``nearest(q, 5)`` the other first; a
     stable sort of these by score then orders every tie by column (the keys' order)."""
-    part = np.argpartition(-scores, take - 1, axis=1)[:, :take]
+    if len(scores) and _cut_first(scores.shape[1], take):  # long rows: each cut on its own
+        part = np.stack([best_unordered(row, take) for row in scores])
+    else:
+        part = np.argpartition(-scores, take - 1, axis=1)[:, :take]
     for i, (row, taken) in enumerate(zip(scores, part)):  # row by row: 1-D calls are cheaper
         cut = row[taken].min()
         # More entries at or above the cut than taken: some tied at the cut were left out.

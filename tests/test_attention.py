@@ -11,6 +11,7 @@ from _support import assert_close, close
 
 from softdict._attention import (
     attention,
+    best_unordered,
     mass_interval,
     softmax,
     tail_mass_bound,
@@ -119,6 +120,35 @@ def test_top_of_scores_sorts_pads_and_skips_minus_infinity() -> None:
     assert np.all(np.isneginf(best[0, 3:])) and np.isneginf(best[1, 4])
     best, columns = top_of_scores(scores, 2)
     assert columns.tolist() == [[1, 3], [0, 1]]
+
+
+@pytest.mark.parametrize("kind", ["normal", "ties", "ascending", "descending", "-inf", "nan"])
+def test_the_best_of_a_long_row_are_those_argpartition_finds(kind: str) -> None:
+    """``best_unordered`` cuts a long row at a threshold from a sample of it before it
+    partitions: whatever the row (many ties, sorted either way, mostly -inf, NaN among it) it
+    takes as many entries as asked, once each, of the same values as a partition of the whole
+    row, and ``top_of_scores`` over such rows orders them as a stable sort does."""
+    rng = np.random.default_rng(len(kind))
+    for n in (5_000, 20_000, 100_000):
+        row = rng.standard_normal(n)
+        if kind == "ties":
+            row = rng.integers(0, 5, n).astype(np.float64)
+        elif kind in ("ascending", "descending"):
+            row = np.sort(row) if kind == "ascending" else -np.sort(row)
+        elif kind == "-inf":
+            row[rng.random(n) < 0.7] = -np.inf
+        elif kind == "nan":
+            row[rng.random(n) < 0.01] = np.nan
+        for take in (1, 7, 64, 224, 1_664, n // 16, n // 15):
+            found = best_unordered(row, take)
+            expected = np.argpartition(-row, take - 1)[:take]
+            assert len(found) == take and len(np.unique(found)) == take
+            assert np.array_equal(np.sort(row[found]), np.sort(row[expected]), equal_nan=True)
+        if kind != "nan":
+            _, columns = top_of_scores(row[None], 300)
+            finite = np.isfinite(row[columns[0][columns[0] >= 0]])
+            stable = np.argsort(-row, kind="stable")[:300]
+            assert columns[0][: finite.sum()].tolist() == stable[: finite.sum()].tolist()
 
 
 @pytest.mark.parametrize("seed", range(5))

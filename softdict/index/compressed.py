@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from softdict._attention import best_unordered
 from softdict._config import EXACT_MAX_KEYS
 from softdict._files import FileReader
 from softdict._rows import counting
@@ -144,7 +145,7 @@ class CompressedBackend(ExactBackend):
         wanted = min(candidates_for(take), c)
         for i in range(m):
             row = scores[i]
-            columns = np.argpartition(-row, wanted - 1)[:wanted] if wanted < c else np.arange(c)
+            columns = best_unordered(row, wanted)
             exact = self._exact_scores(queries[i : i + 1], rows[columns])[0]
             order = np.argsort(-exact, kind="stable")[:take]
             best[i, :take] = exact[order]
