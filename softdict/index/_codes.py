@@ -146,8 +146,9 @@ def quantise(vectors: np.ndarray, layout: CodeLayout) -> Coded:
 
 
 def kernel_threads() -> int:
-    """The kernel's threads: ``_MAX_KERNEL_THREADS``, or fewer where the machine has fewer
-    cores (ONNX Runtime then only switches between them)."""
+    """The kernel's threads: ``_MAX_KERNEL_THREADS``, or one on a machine of one core (a second
+    there would only take turns with the first). Between runs they wait without spinning
+    (``_session``), so they take no time from a caller's own threads."""
     return max(1, min(_MAX_KERNEL_THREADS, os.cpu_count() or 1))
 
 
