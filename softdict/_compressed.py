@@ -70,8 +70,8 @@ def from_compressed_scores(
 
 def _mass_outside(weights: np.ndarray, columns: np.ndarray) -> float:
     """The sum of one query's ``weights`` outside ``columns``: the weights there set to 0 for
-    the sum, then put back. The same sum as of a copy with those zeroed, without the copy of
-    every weight (80 µs at 10^5 keys, against 20)."""
+    the sum, then put back. The same sum as of a copy with those zeroed, without the copy:
+    20 µs at 10^5 keys here, where making the copy and summing it took 80."""
     kept = weights[columns]
     weights[columns] = 0.0
     mass = float(weights.sum())

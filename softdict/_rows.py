@@ -31,13 +31,16 @@ def compaction_due(dead: int, live: int) -> bool:
 
 
 _counted = np.arange(0, dtype=np.int64)
+_counted.flags.writeable = False
 
 
 def counting(n: int) -> np.ndarray:
     """0, 1, ..., n − 1 (int64, read-only): a view of one array, made again (twice as long) only
     when a longer one is asked for. Full attention over every key asks for it on every lookup,
-    and making it cost 30 µs at 10^5 keys. (Threads: a caller may get a view of an array another
-    has just replaced, which holds the same numbers.)"""
+    and making it cost 30 µs at 10^5 keys. The array stays for the process's life: 16 bytes for
+    each key of the largest store at most (160 MB after a store of 10^7 keys, beside its 15 GB
+    of vectors). Threads: a caller may get a view of an array another has just replaced, which
+    holds the same numbers, or replace a longer one by a shorter one, made again when needed."""
     global _counted
     counted = _counted
     if len(counted) < n:

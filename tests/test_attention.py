@@ -122,10 +122,13 @@ def test_top_of_scores_sorts_pads_and_skips_minus_infinity() -> None:
     assert columns.tolist() == [[1, 3], [0, 1]]
 
 
-@pytest.mark.parametrize("kind", ["normal", "ties", "ascending", "descending", "-inf", "nan"])
+@pytest.mark.parametrize(
+    "kind", ["normal", "ties", "ascending", "descending", "-inf", "nan", "between"]
+)
 def test_the_best_of_a_long_row_are_those_argpartition_finds(kind: str) -> None:
     """``best_unordered`` cuts a long row at a threshold from a sample of it before it
-    partitions: whatever the row (many ties, sorted either way, mostly -inf, NaN among it) it
+    partitions: whatever the row (many ties, sorted either way, mostly -inf, NaN among it, its
+    best entries between those the sample reads) it
     takes as many entries as asked, once each, of the same values as a partition of the whole
     row, and ``top_of_scores`` over such rows orders them as a stable sort does."""
     rng = np.random.default_rng(len(kind))
@@ -139,6 +142,8 @@ def test_the_best_of_a_long_row_are_those_argpartition_finds(kind: str) -> None:
             row[rng.random(n) < 0.7] = -np.inf
         elif kind == "nan":
             row[rng.random(n) < 0.01] = np.nan
+        elif kind == "between":  # the sample reads every (n // 2048)-th entry from the first
+            row[1 :: n // 2048] += 10.0
         for take in (1, 7, 64, 224, 1_664, n // 16, n // 15):
             found = best_unordered(row, take)
             expected = np.argpartition(-row, take - 1)[:take]

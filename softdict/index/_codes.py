@@ -45,7 +45,15 @@ import numpy as np
 from softdict._rows import GrowableColumns, GrowableRows
 from softdict.index.base import ScoreErrors
 
-__all__ = ["OPEN_ROWS", "CodeLayout", "Coded", "KeyCodes", "quantise"]
+__all__ = [
+    "CODE_BLOCK",
+    "OPEN_ROWS",
+    "CodeLayout",
+    "Coded",
+    "KeyCodes",
+    "kernel_threads",
+    "quantise",
+]
 
 # A session is made again once the rows outside it exceed this many and a sixteenth of the rows
 # in it: a lookup scans at most 1/16 more rows exactly (each 8x the bytes of a coded row), and
@@ -56,6 +64,11 @@ _OPEN_SHARE = 16
 # (an AMD EPYC with AVX-512, blocks of 64; benchmarks/results_compressed_scores.md), where on
 # another EPYC without AVX-512 it gained nothing consistent. More were not measured.
 _MAX_KERNEL_THREADS = 2
+# Components per code block (one scale and zero point each). On real text blocks of 64 scored
+# 10^5 keys in 0.7 of the time of blocks of 32 (two kernel threads), with 15% more error in a
+# score (benchmarks/results_compressed_scores.md); the lookup's error stays near 0.1%
+# (benchmarks/results_real_scale_epyc512.md).
+CODE_BLOCK = 64
 # ONNX Runtime's int8 path: the query rounded to int8 per block, integer products.
 _ACCURACY_INT8 = 4
 # Relative rounding of float32 sums of a few hundred products, with room to spare.
@@ -69,7 +82,7 @@ class CodeLayout:
 
     dim: int
     bits: int = 4
-    block: int = 32
+    block: int = CODE_BLOCK
 
     def __post_init__(self) -> None:
         if self.bits not in (4, 8):

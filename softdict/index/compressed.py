@@ -25,17 +25,11 @@ from softdict._config import EXACT_MAX_KEYS
 from softdict._files import FileReader
 from softdict._rows import counting
 from softdict._similarity import Metric, metric_scores
-from softdict.index._codes import OPEN_ROWS, Coded, CodeLayout, KeyCodes, quantise
+from softdict.index._codes import CODE_BLOCK, OPEN_ROWS, Coded, CodeLayout, KeyCodes, quantise
 from softdict.index.base import Allow, BackendDump, Capabilities, ScoreErrors
 from softdict.index.exact import SCAN_ANY_SIZE, ExactBackend
 
-__all__ = ["CODE_BLOCK", "CompressedBackend", "candidates_for"]
-
-# Components per code block (one scale and zero point each). On real text blocks of 64 scored
-# 10^5 keys in 0.7 of the time of blocks of 32 (two kernel threads), with 15% more error in a
-# score (benchmarks/results_compressed_scores.md); the lookup's error stays near 0.1%
-# (benchmarks/results_real_scale.md).
-CODE_BLOCK = 64
+__all__ = ["CompressedBackend", "candidates_for"]
 
 
 def candidates_for(k: int) -> int:
