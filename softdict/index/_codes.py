@@ -132,8 +132,7 @@ class Coded:
 def quantise(vectors: np.ndarray, layout: CodeLayout) -> Coded:
     """The codes of ``vectors`` (n, dim) float32 (module docstring)."""
     n = len(vectors)
-    padded = np.zeros((n, layout.padded), dtype=np.float32)
-    padded[:, : layout.dim] = vectors
+    padded = _padded(vectors, layout, np.float32)
     blocks = padded.reshape(n, layout.blocks, layout.block)
     low, high = blocks.min(axis=2), blocks.max(axis=2)
     # A block's range must hold 0 exactly (the zero point is an integer level): the padding and
@@ -158,6 +157,16 @@ def quantise(vectors: np.ndarray, layout: CodeLayout) -> Coded:
     return Coded(np.ascontiguousarray(codes), scales, np.ascontiguousarray(zero_codes), norms)
 
 
+def _padded(rows: np.ndarray, layout: CodeLayout, dtype: type) -> np.ndarray:
+    """``rows`` (n, dim) as ``dtype``, with zeros up to the codes' padded dimension (the
+    kernel's K); not copied where there is nothing to pad and they are of that type already."""
+    if layout.padded == layout.dim:
+        return np.asarray(rows, dtype=dtype)
+    padded: np.ndarray = np.zeros((len(rows), layout.padded), dtype=dtype)
+    padded[:, : layout.dim] = rows
+    return padded
+
+
 def kernel_threads() -> int:
     """The kernel's threads: ``_MAX_KERNEL_THREADS``, or one on a machine of one core (a second
     there would only take turns with the first). Between runs they wait without spinning
@@ -169,8 +178,7 @@ def query_factors(queries: np.ndarray, layout: CodeLayout) -> np.ndarray:
     """(m, 2): the factors of ``queries`` in ``score_error``: ‖q‖·(1 + slack) against the row's
     residual norm, and ‖q − q̃‖ + slack·‖q‖ against its decoded norm."""
     m = len(queries)
-    padded = np.zeros((m, layout.padded), dtype=np.float64)
-    padded[:, : layout.dim] = queries
+    padded = _padded(queries, layout, np.float64)
     blocks = padded.reshape(m, layout.blocks, layout.block)
     rounding = np.abs(blocks).max(axis=2) / 254.0  # half an int8 step of each block
     query_error = np.sqrt((layout.block * rounding**2).sum(axis=1))
@@ -263,7 +271,7 @@ class KeyCodes:
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         m, size = len(queries), len(self)
         sealed = self._sealed
-        coded = self._run(self._padded(queries)) if sealed else None
+        coded = self._run(_padded(queries, self.layout, np.float32)) if sealed else None
         if coded is not None and sealed == size:  # every row in the session (the usual case)
             out = coded
         else:
@@ -278,14 +286,6 @@ class KeyCodes:
             row_factors = row_factors.copy()
             row_factors[:, sealed:] = 0.0  # scored exactly
         return out, ScoreErrors(query_factors(queries, self.layout), row_factors)
-
-    def _padded(self, queries: np.ndarray) -> np.ndarray:
-        """``queries`` with zeros up to the codes' padded dimension (the kernel's K)."""
-        if self.layout.padded == self.layout.dim:
-            return queries
-        padded = np.zeros((len(queries), self.layout.padded), dtype=np.float32)
-        padded[:, : self.layout.dim] = queries
-        return padded
 
     def _run(self, queries: np.ndarray) -> np.ndarray:
         session = self._session
