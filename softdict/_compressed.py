@@ -41,21 +41,16 @@ def from_compressed_scores(
     """Full attention over every allowed key from compressed scores (module docstring)."""
     scores, ids, errors = backend.score_approximately(queries, allow)
     m = len(queries)
-    exactly = errors.exact_keys()  # rows added since the codes were made: scored exactly
-    exact = np.broadcast_to(exactly, scores.shape).copy()
+    exactly = errors.exact_columns()  # rows added since the codes were made: scored exactly
+    largest = errors.largest()
     heads = []
-    largest = errors.keys.max(axis=1).astype(np.float64) if scores.size else np.zeros(2)
     for i in range(m):
         head = _head(scores[i], errors.query[i], errors.keys, largest, policy.max_k)
         scores[i, head] = backend.score_ids(queries[i : i + 1], ids[head])[0]
-        exact[i, head] = True
         heads.append(head)
     weights = softmax(scores, policy.temperature)
-    exactly_columns = np.flatnonzero(exactly)
-    tails = [
-        _mass_outside(weights[i], np.concatenate([exactly_columns, head]))
-        for i, head in enumerate(heads)
-    ]
+    exact = tuple(np.concatenate([exactly, head]) for head in heads)
+    tails = [_mass_outside(weights[i], columns) for i, columns in enumerate(exact)]
     return Selection(
         scores,
         ids,

@@ -80,11 +80,20 @@ class Route:
 @dataclass(frozen=True)
 class ScoreBounds:
     """How far a selection's scores read from codes may be from the true ones: each within
-    ``errors``, but for the ``exact`` columns (m, c), which were scored exactly."""
+    ``errors``, but for each query's ``exact_columns``, which were scored exactly."""
 
     errors: ScoreErrors
-    exact: np.ndarray
+    exact_columns: tuple[np.ndarray, ...]
     temperature: float
+
+    @functools.cached_property
+    def exact(self) -> np.ndarray:
+        """(m, c) bool: which columns were scored exactly. Made when first asked (an
+        explanation): a lookup of values does not need it."""
+        exact = np.zeros((len(self.exact_columns), self.errors.keys.shape[1]), dtype=bool)
+        for row, columns in zip(exact, self.exact_columns):
+            row[columns] = True
+        return exact
 
     @functools.cached_property
     def spread(self) -> np.ndarray:

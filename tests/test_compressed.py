@@ -60,6 +60,15 @@ def assert_within_bound(codes: KeyCodes, X: np.ndarray, Q: np.ndarray) -> None:
     nonzero = np.outer(np.linalg.norm(Q, axis=1) > 0, np.linalg.norm(X, axis=1) > 0)
     sealed = np.arange(len(X)) < codes.sealed
     assert np.array_equal(bound > 0, nonzero & sealed[None, :])
+    # The summary the codes keep (made with the session) is what the factors give.
+    keys = errors.keys
+    assert errors.summary is not None
+    assert np.array_equal(errors.largest(), keys.max(axis=1).astype(np.float64))
+    zero = np.flatnonzero((keys[0] == 0) & (keys[1] == 0))
+    assert np.array_equal(errors.exact_columns(), zero)
+    unsummarised = errors.restricted(np.arange(len(X)))
+    assert unsummarised.summary is None
+    assert np.array_equal(unsummarised.exact_columns(), zero)
 
 
 @pytest.mark.parametrize(

@@ -214,6 +214,9 @@ class KeyCodes:
         self._norms = GrowableColumns(2, np.float32)  # (2, n): each factor contiguous
         self._session: object | None = None
         self._sealed = 0  # rows 0.._sealed-1 are in the session
+        # The sealed rows' largest factors and which of them are exact (all-zero vectors): made
+        # with the session, as every lookup needs them (``ScoreErrors.summary``).
+        self._sealed_summary = (np.zeros(2), np.zeros(0, dtype=np.int64))
 
     def __len__(self) -> int:
         return len(self._norms)
@@ -245,6 +248,7 @@ class KeyCodes:
         for part in (self._blobs, self._scales, self._zero_points, self._norms):
             part.keep(rows)
         self._session, self._sealed = None, 0
+        self._sealed_summary = (np.zeros(2), np.zeros(0, dtype=np.int64))
         if self._session_due():
             self._seal()
 
@@ -282,10 +286,13 @@ class KeyCodes:
             # times slower for one query (softdict._similarity.metric_scores).
             out[:, sealed:] = (vectors[sealed:size] @ queries.T).T
         row_factors = self._norms.view
+        largest, exact = self._sealed_summary
         if sealed < size:
             row_factors = row_factors.copy()
             row_factors[:, sealed:] = 0.0  # scored exactly
-        return out, ScoreErrors(query_factors(queries, self.layout), row_factors)
+            exact = np.concatenate([exact, np.arange(sealed, size)])
+        summary = (largest, exact)
+        return out, ScoreErrors(query_factors(queries, self.layout), row_factors, summary)
 
     def _run(self, queries: np.ndarray) -> np.ndarray:
         session = self._session
@@ -296,6 +303,12 @@ class KeyCodes:
         """Make the session over every row's codes (the store's lock is held: it is a write)."""
         self._session = _session(self.coded(), self.layout, self._threads)
         self._sealed = len(self)
+        norms = self._norms.view
+        largest = norms.max(axis=1).astype(np.float64) if len(self) else np.zeros(2)
+        exact = np.flatnonzero((norms[0] == 0) & (norms[1] == 0))
+        for part in (largest, exact):
+            part.flags.writeable = False  # shared by every lookup's ScoreErrors
+        self._sealed_summary = (largest, exact)
 
 
 def _session(coded: Coded, layout: CodeLayout, threads: int) -> object:

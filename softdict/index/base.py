@@ -107,10 +107,15 @@ class Capabilities:
 class ScoreErrors:
     """Bounds on approximate scores' errors (``IndexBackend.score_approximately``), kept as
     factors: a pair per query, ``query`` (m, 2), and a pair per key, ``keys`` (2, c); the bound
-    for a query and a key is the dot product of their pairs. ``of`` multiplies them out."""
+    for a query and a key is the dot product of their pairs. ``of`` multiplies them out.
+
+    ``summary``: the keys' largest factors (2,) and the columns of those scored exactly (factors
+    0), where the codes keep them (``softdict.index._codes``): each is a pass over every key's
+    factors otherwise, which a lookup then makes for every query."""
 
     query: np.ndarray
     keys: np.ndarray
+    summary: tuple[np.ndarray, np.ndarray] | None = None
 
     def of(self, columns: np.ndarray | slice = slice(None)) -> np.ndarray:
         """(m, c) float64: the bound for each query and each key of ``columns``."""
@@ -118,11 +123,24 @@ class ScoreErrors:
 
     def restricted(self, columns: np.ndarray | slice, scale: float = 1.0) -> ScoreErrors:
         """The bounds of the keys ``columns`` only, times ``scale``."""
-        return ScoreErrors(self.query * scale, self.keys[:, columns])
+        every = isinstance(columns, slice) and columns == slice(None)
+        return ScoreErrors(
+            self.query * scale, self.keys[:, columns], self.summary if every else None
+        )
 
-    def exact_keys(self) -> np.ndarray:
-        """(c,) which keys were scored exactly (a bound of 0 whatever the query)."""
-        return (self.keys[0] == 0) & (self.keys[1] == 0)
+    def largest(self) -> np.ndarray:
+        """(2,) float64: each key factor's largest value (0 where there are no keys)."""
+        if self.summary is not None:
+            return self.summary[0]
+        if not self.keys.shape[1]:
+            return np.zeros(2)
+        return self.keys.max(axis=1).astype(np.float64)
+
+    def exact_columns(self) -> np.ndarray:
+        """The columns of the keys scored exactly (a bound of 0 whatever the query), increasing."""
+        if self.summary is not None:
+            return self.summary[1]
+        return np.flatnonzero((self.keys[0] == 0) & (self.keys[1] == 0))
 
 
 @dataclass(frozen=True)
