@@ -14,3 +14,13 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity where the OS reports one (a
+    ``taskset`` or a container's cpuset shows there, where ``os.cpu_count()`` counts every core
+    of the machine), else ``os.cpu_count()``; at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # no affinity on this OS (macOS, Windows)
+        return max(1, os.cpu_count() or 1)

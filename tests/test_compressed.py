@@ -341,3 +341,21 @@ def test_up_to_the_exact_path_a_compressed_store_answers_as_flat() -> None:
         for a, b in zip(*answers):
             assert a.keys == b.keys and a.k == b.k and a.weight_error == 0.0
             assert_close(a.weights, b.weights)
+
+
+def test_the_kernel_takes_the_cores_the_process_may_run_on(monkeypatch) -> None:
+    """Its threads follow the process's CPU affinity (a container or taskset may allow one core
+    of many), not the machine's count, and never exceed two."""
+    import os
+
+    from softdict.index._codes import kernel_threads
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {3}, raising=False)
+    assert kernel_threads() == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert kernel_threads() == 2
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
+    assert kernel_threads() == 2  # no affinity reported: the machine's count
+    monkeypatch.setattr(os, "cpu_count", lambda: None)
+    assert kernel_threads() == 1

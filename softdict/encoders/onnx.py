@@ -36,6 +36,7 @@ import numpy as np
 
 from softdict._cache import CACHE_ENV_VAR, cache_root, source_key, write_whole
 from softdict._errors import EncoderError
+from softdict._runtime import usable_cores
 
 __all__ = ["CACHE_ENV_VAR", "VARIANTS", "OnnxEncoder", "cache_root", "exported_model"]
 
@@ -47,7 +48,7 @@ _EXPORTERS = ("torch", "transformers", "onnx", "onnxruntime")
 _FILES = {"fp32": "model.onnx", "int8": "model-int8.onnx"}
 VARIANTS = tuple(_FILES)
 # Threads for one inference: 2 on this project's 2-core machines (more only contend).
-_THREADS = min(2, os.cpu_count() or 1)
+_THREADS = min(2, usable_cores())
 
 # By model folder and variant: a second store on the bundled model does not load another session.
 _SESSIONS: dict[tuple[Path, str], tuple[Any, Any]] = {}

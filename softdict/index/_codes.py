@@ -37,12 +37,12 @@ the vectors.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
 
 from softdict._rows import GrowableColumns, GrowableRows
+from softdict._runtime import usable_cores
 from softdict.index.base import ScoreErrors
 
 __all__ = [
@@ -168,10 +168,10 @@ def _padded(rows: np.ndarray, layout: CodeLayout, dtype: type) -> np.ndarray:
 
 
 def kernel_threads() -> int:
-    """The kernel's threads: ``_MAX_KERNEL_THREADS``, or one on a machine of one core (a second
-    there would only take turns with the first). Between runs they wait without spinning
-    (``_session``), so they take no time from a caller's own threads."""
-    return max(1, min(_MAX_KERNEL_THREADS, os.cpu_count() or 1))
+    """The kernel's threads: ``_MAX_KERNEL_THREADS``, or one where the process may run on one
+    core only (a second there would only take turns with the first). Between runs they wait
+    without spinning (``_session``), so they take no time from a caller's own threads."""
+    return min(_MAX_KERNEL_THREADS, usable_cores())
 
 
 def query_factors(queries: np.ndarray, layout: CodeLayout) -> np.ndarray:
