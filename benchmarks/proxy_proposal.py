@@ -3,7 +3,8 @@ proposal come from cheap approximate scores of every key, against exact numpy at
 softdict's own paths, on real text.
 
 Run:  pip install -e '.[bench]' && python benchmarks/proxy_proposal.py [--sizes 1000000]
-      [--corpora words] [--auto-store PATH] [--out benchmarks/results_proxy_proposal.md]
+      [--corpora words places] [--auto-store PATH] [--out benchmarks/results_proxy_proposal.md]
+      [--append]
 
 WHY: at 10^6 keys softdict's default estimates full attention from an HNSW head (1,024 keys)
 and a sample drawn near the query by k-means cells; a scan of every key's 4-bit codes
@@ -288,6 +289,9 @@ def main() -> None:
         "building the HNSW graph (about 7 minutes at 10^6 keys here)",
     )
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results_proxy_proposal.md"))
+    parser.add_argument(
+        "--append", action="store_true", help="add this run's sections to --out, not replace it"
+    )
     args = parser.parse_args()
     sections = {}
     for name in args.corpora:
@@ -302,7 +306,7 @@ def main() -> None:
         "prototype, the data and the columns). Not a softdict feature: a design measured "
         "before it is built.\n"
     )
-    body = [header]
+    body = [args.out.read_text().rstrip("\n") + "\n"] if args.append else [header]
     for title, text in sections.items():
         body.append(
             f"## {title}\n\nCommand: `{command}`, run {date.today()} on {rs.cpu_model()}, "
