@@ -216,7 +216,7 @@ class KeyCodes:
         self._sealed = 0  # rows 0.._sealed-1 are in the session
         # The sealed rows' largest factors and which of them are exact (all-zero vectors): made
         # with the session, as every lookup needs them (``ScoreErrors.summary``).
-        self._sealed_summary = (np.zeros(2), np.zeros(0, dtype=np.int64))
+        self._sealed_summary = _NO_ROWS_SUMMARY
 
     def __len__(self) -> int:
         return len(self._norms)
@@ -248,7 +248,7 @@ class KeyCodes:
         for part in (self._blobs, self._scales, self._zero_points, self._norms):
             part.keep(rows)
         self._session, self._sealed = None, 0
-        self._sealed_summary = (np.zeros(2), np.zeros(0, dtype=np.int64))
+        self._sealed_summary = _NO_ROWS_SUMMARY
         if self._session_due():
             self._seal()
 
@@ -303,12 +303,20 @@ class KeyCodes:
         """Make the session over every row's codes (the store's lock is held: it is a write)."""
         self._session = _session(self.coded(), self.layout, self._threads)
         self._sealed = len(self)
-        norms = self._norms.view
-        largest = norms.max(axis=1).astype(np.float64) if len(self) else np.zeros(2)
-        exact = np.flatnonzero((norms[0] == 0) & (norms[1] == 0))
-        for part in (largest, exact):
-            part.flags.writeable = False  # shared by every lookup's ScoreErrors
-        self._sealed_summary = (largest, exact)
+        self._sealed_summary = _summary(self._norms.view)
+
+
+def _summary(row_factors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``ScoreErrors.summary`` of rows with these factors (2, n), as ``ScoreErrors`` itself
+    computes it, made read-only: every lookup's ``ScoreErrors`` shares it."""
+    rows = ScoreErrors(np.zeros((0, 2)), row_factors)
+    largest, exact = rows.largest(), rows.exact_columns()
+    for part in (largest, exact):
+        part.flags.writeable = False
+    return largest, exact
+
+
+_NO_ROWS_SUMMARY = _summary(np.zeros((2, 0), dtype=np.float32))
 
 
 def _session(coded: Coded, layout: CodeLayout, threads: int) -> object:
