@@ -61,7 +61,7 @@ import real_scale as rs
 from softdict import SoftDict
 from softdict._attention import best_unordered
 from softdict._sampling import estimate_tail, z_of
-from softdict.index._codes import CodeLayout, KeyCodes, _padded
+from softdict.index._codes import CodeLayout, KeyCodes
 
 T = rs.T
 DIMS = 128
@@ -101,7 +101,7 @@ class Proxy:
     def attend(self, query: np.ndarray, draws: int, rng: np.random.Generator) -> Estimate:
         """The estimate of the module docstring for one query (dim,)."""
         projected = (query @ self.basis)[None, :]
-        proxy = self.codes._run(_padded(projected, self.codes.layout, np.float32))[0]
+        proxy = self.codes.sealed_scores(projected)[0]
         candidates = best_unordered(proxy, CANDIDATES)
         exact = self.keys[candidates] @ query
         best = best_unordered(exact, HEAD)

@@ -13,6 +13,8 @@ index=            backend                                       file
 "compressed"      exact numpy and 4-bit codes of every key,     ``compressed`` (``_codes``)
                   read first
 "compressed_8bit" the same with 8-bit codes                     ``compressed`` (``_codes``)
+"projected"       exact numpy up to 150,000 keys, then 4-bit     ``projected`` (``_projection``)
+                  codes of a 128-dim projection, read first
 "hnsw"            FAISS IndexHNSWFlat                           ``hnsw``
 "ivf"             FAISS IndexIVFFlat (exact until 2,000 keys)   ``growing``, ``ivf``
 "ivf_sq8"         FAISS IndexIVFScalarQuantizer, 8 bits a       ``growing``, ``ivf``
@@ -35,6 +37,7 @@ from softdict.index.factory import FactoryBackend, parse_error
 from softdict.index.growing import GrowingBackend
 from softdict.index.hnsw import HNSWBackend
 from softdict.index.ivf import IVFBackend
+from softdict.index.projected import ProjectedBackend
 from softdict.index.registry import (
     BackendSpec,
     backend_names,
@@ -103,6 +106,7 @@ register_backend(
     lambda dim, metric: CompressedBackend(dim, metric, bits=8, name="compressed_8bit"),
     description="compressed_8bit",
 )
+register_backend("projected", ProjectedBackend, description="projected")
 register_backend("hnsw", HNSWBackend, description="hnsw (M=32, efSearch=128)")
 for _encoding in ("Flat", "SQ8"):
     _spec = _ivf(_encoding)

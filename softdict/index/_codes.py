@@ -194,6 +194,8 @@ class KeyCodes:
     again, at least (module docstring). ``codes_from``: up to this many rows there is no
     session, every row is scored exactly (default ``open_rows``). Both 0: a session from the
     first rows (tests use it).
+    ``open_share``: the session is made again only once the rows outside it are also more than
+    the rows in it over this (0: whatever their share).
     ``threads``: the kernel's (default ``kernel_threads()``)."""
 
     def __init__(
@@ -202,10 +204,12 @@ class KeyCodes:
         *,
         open_rows: int = OPEN_ROWS,
         codes_from: int | None = None,
+        open_share: int = _OPEN_SHARE,
         threads: int | None = None,
     ) -> None:
         self.layout = layout
         self._open_rows = open_rows
+        self._open_share = open_share
         self._codes_from = open_rows if codes_from is None else codes_from
         self._threads = kernel_threads() if threads is None else threads
         self._blobs = GrowableRows((layout.blocks, layout.blob_bytes), np.uint8)
@@ -255,9 +259,8 @@ class KeyCodes:
     def _session_due(self) -> bool:
         """Whether to make the session again now (the class docstring's rule)."""
         waiting = len(self) - self._sealed
-        return len(self) > self._codes_from and waiting > max(
-            self._open_rows, self._sealed // _OPEN_SHARE
-        )
+        share = self._sealed // self._open_share if self._open_share else 0
+        return len(self) > self._codes_from and waiting > max(self._open_rows, share)
 
     def coded(self) -> Coded:
         """Every row's codes (views, but for the norms: for saving)."""
@@ -275,7 +278,7 @@ class KeyCodes:
         queries = np.ascontiguousarray(queries, dtype=np.float32)
         m, size = len(queries), len(self)
         sealed = self._sealed
-        coded = self._run(_padded(queries, self.layout, np.float32)) if sealed else None
+        coded = self.sealed_scores(queries) if sealed else None
         if coded is not None and sealed == size:  # every row in the session (the usual case)
             out = coded
         else:
@@ -294,10 +297,14 @@ class KeyCodes:
         summary = (largest, exact)
         return out, ScoreErrors(query_factors(queries, self.layout), row_factors, summary)
 
-    def _run(self, queries: np.ndarray) -> np.ndarray:
+    def sealed_scores(self, queries: np.ndarray) -> np.ndarray:
+        """(m, ``sealed``) float32: the compressed scores of the rows in the session for
+        ``queries`` (m, dim) float32, without bounds; the caller scores the rows after it."""
         session = self._session
-        assert session is not None
-        return session.run(None, {"queries": queries})[0]  # type: ignore[attr-defined]
+        if session is None:
+            return np.zeros((len(queries), 0), dtype=np.float32)
+        padded = _padded(queries, self.layout, np.float32)
+        return session.run(None, {"queries": padded})[0]  # type: ignore[attr-defined]
 
     def _seal(self) -> None:
         """Make the session over every row's codes (the store's lock is held: it is a write)."""

@@ -293,9 +293,11 @@ class FaissBackend(RowsBackend):
         rng: np.random.Generator,
         allow: Allow | None,
         temperature: float,
+        head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
+        # The cells' proposal ignores ``head``: a cell holds about 500 keys, the head's among them.
         if self._cells is None or not self._cells.trained or allow is not None:
-            return super().sample_near(query, count, rng, allow, temperature)
+            return super().sample_near(query, count, rng, allow, temperature, head)
         rows, probability = self._cells.draw(query, count, rng, self._rows.live, temperature)
         return self._rows.ids_of(rows), probability
 

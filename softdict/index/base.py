@@ -239,12 +239,15 @@ class IndexBackend(ABC):
         rng: np.random.Generator,
         allow: Allow | None,
         temperature: float,
+        head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``count`` held (and allowed) ids drawn with replacement for the prepared ``query``
         (d,), and the probability each draw had: the sampled tail of an estimated attention at
         ``temperature``, which weighs each draw by the inverse of its probability. By default
         uniformly (``sample``); a backend that knows where the query's near keys lie may draw
-        them more often (``softdict.index._cells``), as long as every allowed key can be drawn."""
+        them more often (``softdict.index._cells``, ``softdict.index.projected``), as long as
+        every allowed key can be drawn. ``head``: the ids the estimate counts exactly (a draw
+        of one is dropped), which such a backend may draw less often."""
         ids = self.sample(count, rng, allow)
         n = len(allow) if allow is not None else len(self)
         return ids, np.full(len(ids), 1.0 / max(n, 1))
@@ -256,11 +259,12 @@ class IndexBackend(ABC):
         rng: np.random.Generator,
         allow: Allow | None,
         temperature: float,
+        head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """``sample_near``'s draws and probabilities, and the draws' scores (as ``score_ids``
         gives them) where the backend gets them with the draw: a remote index then answers in
         one request, not a draw and a scoring. None: the caller scores the draws it keeps."""
-        ids, probability = self.sample_near(query, count, rng, allow, temperature)
+        ids, probability = self.sample_near(query, count, rng, allow, temperature, head)
         return ids, probability, None
 
     def score_approximately(

@@ -132,8 +132,9 @@ class GrowingBackend(IndexBackend):
         rng: np.random.Generator,
         allow: Allow | None,
         temperature: float,
+        head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        return self._active.sample_near(query, count, rng, allow, temperature)
+        return self._active.sample_near(query, count, rng, allow, temperature, head)
 
     def sample_scored(
         self,
@@ -142,8 +143,9 @@ class GrowingBackend(IndexBackend):
         rng: np.random.Generator,
         allow: Allow | None,
         temperature: float,
+        head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-        return self._active.sample_scored(query, count, rng, allow, temperature)
+        return self._active.sample_scored(query, count, rng, allow, temperature, head)
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
         return self._active.vectors(ids)

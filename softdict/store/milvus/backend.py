@@ -187,6 +187,7 @@ class MilvusBackend(IndexBackend):
         rng: np.random.Generator,
         allow: Allow | None,
         temperature: float,
+        head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Uniform draws (``IndexBackend.sample_near``): by id range where the ids are hashes
         (see the module docstring). A range's keys come without replacement, and each kept draw
@@ -201,6 +202,7 @@ class MilvusBackend(IndexBackend):
         rng: np.random.Generator,
         allow: Allow | None,
         temperature: float,
+        head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """``sample_near``'s draws with their scores, in one search of the id ranges where the
         index is exact (FLAT scores every row a filter passes; IVF would miss some)."""

@@ -1,0 +1,149 @@
+"""Proxy scores of every key, cheap enough to read whole for each query of a million-key store:
+4-bit codes of each key's projection on a few directions, and a proposal for drawing a sampled
+tail by them.
+
+Why: at 10^6 keys an estimated attention (``softdict._sampling``) needs a head search and a
+sample drawn near the query. Codes of the full vectors (``softdict.index._codes``) read 192
+bytes a key, a pass about as slow as the whole estimate there (issue 29's study). A key's
+projection on the top ``PROXY_DIMS`` right singular vectors of the stored keys keeps most of
+what separates them (on real text the leading directions hold most of a unit vector's energy),
+and its 4-bit codes are 81 bytes a key with their scales: one ``MatMulNBits`` pass over every
+key for about a fifth of exact numpy's time (``benchmarks/results_proxy_proposal.md``).
+
+Proxy scores rank keys for the head's candidates, which are then scored exactly, and make the
+sampling proposal (``draw``): an estimate weighs each draw by the inverse of its probability,
+so the proxy's error costs variance, never bias. The rows added since the kernel's session was
+made are scored from their projections in float32 (at most ``OPEN_ROWS`` of them).
+
+The basis is trained once the backend holds ``proxy_from`` keys, on at most ``SVD_SAMPLE``
+of them, and again each time the live keys have grown 4x since; every row is then coded again.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from softdict._rows import GrowableRows
+from softdict.index._codes import OPEN_ROWS, CodeLayout, KeyCodes
+
+__all__ = ["PROXY_DIMS", "SVD_SAMPLE", "Projection", "draw_by"]
+
+# Directions kept. In issue 29's study (50 held-out words among 10^6, a variance formula over
+# exact weights) 128 gave the sampled tail's estimate less variance than 32 or 64 for the same
+# time; a library default chosen on other data may differ (benchmarks/proxy_proposal.py).
+PROXY_DIMS = 128
+# Keys the basis is computed from (a float64 SVD of 50,000 x 384 took about 2 s here).
+SVD_SAMPLE = 50_000
+# Rows coded at a time when the basis changes: bounded memory for the projections.
+_CODING_CHUNK = 100_000
+
+
+class Projection:
+    """The basis, the codes of every row's projection (tombstones included, in row order) and
+    the projections of the rows the kernel's session does not hold yet."""
+
+    def __init__(self, dim: int, dims: int = PROXY_DIMS, open_rows: int = OPEN_ROWS) -> None:
+        self.dim = dim
+        self.dims = min(dims, dim)
+        self._open_rows = open_rows
+        self.basis: np.ndarray | None = None  # (dim, dims) float32, orthonormal columns
+        self.trained_for = 0
+        self._codes = self._new_codes()
+        self._open = GrowableRows((self.dims,), np.float32)  # projections of rows ``sealed``..
+
+    def _new_codes(self) -> KeyCodes:
+        # Sealed whenever more than ``open_rows`` rows wait, whatever their share: an open row
+        # is scored from its float32 projection, 6x the bytes of its codes.
+        layout = CodeLayout(self.dims)
+        return KeyCodes(layout, open_rows=self._open_rows, codes_from=0, open_share=0)
+
+    @property
+    def trained(self) -> bool:
+        return self.basis is not None
+
+    def wants_training(self, n_live: int, proxy_from: int) -> bool:
+        if self.basis is None:
+            return n_live >= proxy_from
+        return n_live >= 4 * self.trained_for
+
+    def train(self, sample: np.ndarray, n_live: int) -> None:
+        """A new basis from ``sample`` (at most ``SVD_SAMPLE`` of the keys, float32) for
+        ``n_live`` keys; ``code_all`` must follow."""
+        _, _, vt = np.linalg.svd(sample.astype(np.float64), full_matrices=False)
+        basis = np.zeros((self.dim, self.dims), dtype=np.float32)
+        found = min(self.dims, len(vt))
+        basis[:, :found] = vt[:found].T
+        self.set_basis(basis, n_live)
+
+    def set_basis(self, basis: np.ndarray, trained_for: int) -> None:
+        self.basis = np.ascontiguousarray(basis, dtype=np.float32)
+        self.trained_for = trained_for
+
+    def code_all(self, vectors: np.ndarray) -> None:
+        """The codes of every row (``vectors``, in row order) under the current basis."""
+        self._codes, self._open = self._new_codes(), GrowableRows((self.dims,), np.float32)
+        for start in range(0, len(vectors), _CODING_CHUNK):
+            self.append(vectors[start : start + _CODING_CHUNK])
+
+    def append(self, vectors: np.ndarray) -> None:
+        """Codes of rows added after the last (``vectors`` (n, dim) float32)."""
+        assert self.basis is not None
+        projected = np.ascontiguousarray(vectors @ self.basis)
+        before = self._codes.sealed
+        self._codes.append(projected)
+        if self._codes.sealed != before:  # the session took every row
+            self._open = GrowableRows((self.dims,), np.float32)
+        else:
+            self._open.append(projected)
+
+    def scores(self, queries: np.ndarray) -> np.ndarray:
+        """(m, rows) float32: every row's proxy score, the projections' inner product."""
+        assert self.basis is not None
+        projected = np.ascontiguousarray(queries, dtype=np.float32) @ self.basis
+        sealed = self._codes.sealed_scores(projected)
+        if not len(self._open):
+            return sealed
+        # (n, d)·(d, m), as ``KeyCodes.scores`` multiplies, not a transposed operand.
+        return np.concatenate([sealed, (self._open.view @ projected.T).T], axis=1)
+
+    def nbytes(self) -> int:
+        basis = 0 if self.basis is None else self.basis.nbytes
+        return int(basis + self._codes.nbytes() + self._open.view.nbytes)
+
+
+def draw_by(
+    weights: np.ndarray, count: int, rng: np.random.Generator, block: int = 64
+) -> tuple[np.ndarray, float]:
+    """``count`` positions drawn with replacement with probability weights_i/Σ weights
+    (weights ≥ 0, float32, not all 0), by inverse CDF in two levels: blocks of ``block`` by
+    their sums, then a position within each drawn block. A cumulative sum of 10^6 entries took
+    3.4 ms here; the block sums take 0.3, the drawn blocks' own sums little. Returns the
+    positions and Σ weights (float64)."""
+    n = len(weights)
+    padded = np.zeros(-(-n // block) * block, dtype=np.float32)
+    padded[:n] = weights
+    blocks = padded.reshape(-1, block)
+    sums = blocks.sum(axis=1, dtype=np.float64)
+    running = np.cumsum(sums)
+    total = float(running[-1])
+    target = rng.random(count) * total
+    chosen = np.minimum(np.searchsorted(running, target, side="right"), len(sums) - 1)
+    within = target - (running[chosen] - sums[chosen])
+    drawn, which = np.unique(chosen, return_inverse=True)
+    inside = np.cumsum(blocks[drawn].astype(np.float64), axis=1)
+    # One increasing sequence over the drawn blocks: each block's sums after the ones before.
+    offsets = np.concatenate([[0.0], np.cumsum(inside[:, -1])[:-1]])
+    flat = (inside + offsets[:, None]).ravel()
+    position = np.searchsorted(flat, offsets[which] + within, side="right")
+    column = np.clip(position - which * block, 0, block - 1)
+    picked = drawn[which] * block + column
+    # Rounding of the two levels' sums can land a draw on a weight of 0 at a block's edge (a
+    # position never to be drawn, or the padding): it takes the block's nearest positive one.
+    stray = np.flatnonzero(padded[picked] == 0)
+    if len(stray):
+        positive = blocks[drawn[which[stray]]] > 0
+        first = np.argmax(positive, axis=1)
+        last = block - 1 - np.argmax(positive[:, ::-1], axis=1)
+        edge = np.where(column[stray] == 0, first, last)
+        picked[stray] = drawn[which[stray]] * block + edge
+    return picked, total

@@ -1,0 +1,291 @@
+"""index="projected" (softdict.index.projected): exact until it holds ``proxy_from`` keys, then
+searches by proxy scores rescored exactly, and a sampled tail drawn by them whose reported
+probabilities are the ones draws happen with; the estimate stays unbiased and errs less than a
+uniform sample; masks, deletes, compaction, growth and a save keep the proxy in step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _support import FakeEncoder, assert_close, close
+
+from softdict import SoftDict, StoreFormatError
+from softdict._files import FileReader
+from softdict._retrieval import RetrievalPolicy, select
+from softdict._similarity import Metric
+from softdict.index import Allow, register_backend
+from softdict.index._projection import draw_by
+from softdict.index.projected import MIX, ProjectedBackend
+
+DIM = 16
+DIMS = 8
+T = 0.05
+N = 6_000
+PROXY_FROM = 2_000
+register_backend(
+    "test-projected",
+    lambda dim, metric: ProjectedBackend(dim, metric, dims=DIMS, proxy_from=PROXY_FROM),
+)
+
+
+def clustered(n: int, seed: int = 0) -> np.ndarray:
+    """Unit vectors around 60 random directions: near keys gather in a few places, and most of
+    the spread lies along a few directions (component j's scale 0.8^j), as in text embeddings.
+    (With the same spread along all 16, 8 directions found 68% of the true 32 best keys.)"""
+    rng = np.random.default_rng(seed)
+    spread = 0.8 ** np.arange(DIM)
+    centres = rng.standard_normal((60, DIM)) * spread
+    X = centres[rng.integers(0, 60, n)] + 0.6 * spread * rng.standard_normal((n, DIM))
+    return (X / np.linalg.norm(X, axis=1, keepdims=True)).astype(np.float32)
+
+
+def projected(X: np.ndarray, metric: Metric = Metric.INNER_PRODUCT) -> ProjectedBackend:
+    backend = ProjectedBackend(DIM, metric, dims=DIMS, proxy_from=PROXY_FROM)
+    backend.add(np.arange(len(X), dtype=np.int64), X)
+    return backend
+
+
+@pytest.fixture(scope="module")
+def backend() -> ProjectedBackend:
+    return projected(clustered(N))
+
+
+def reader(files: dict[str, object]) -> FileReader:
+    from pathlib import Path
+
+    return FileReader(Path("store"), files)  # type: ignore[arg-type]
+
+
+def test_it_is_exact_until_the_proxy_is_due_and_then_reads_it() -> None:
+    X = clustered(PROXY_FROM)
+    small = projected(X[:-1])
+    assert small.capabilities.exact and not small._projection.trained
+    _, probability = small.sample_near(X[0], 50, np.random.default_rng(0), None, T)
+    assert_close(probability, 1 / (PROXY_FROM - 1))  # uniform, as any exact backend
+    small.add(np.array([PROXY_FROM - 1]), X[-1:])
+    capabilities = small.capabilities
+    assert not capabilities.exact and capabilities.scan_max_keys == PROXY_FROM
+    assert small._projection.trained_for == PROXY_FROM
+    assert "8-dim 4-bit proxy" in small.describe()
+
+
+@pytest.mark.parametrize("metric", [Metric.INNER_PRODUCT, Metric.L2])
+def test_a_search_finds_the_true_best_keys_and_scores_them_exactly(metric: Metric) -> None:
+    """The proxy only chooses the candidates: the scores returned are the exact ones, best
+    first, and on clustered keys the true 32 best are (almost all) among them."""
+    X = clustered(N)
+    backend = projected(X, metric)
+    flat = ProjectedBackend(DIM, metric, proxy_from=10**9)
+    flat.add(np.arange(N, dtype=np.int64), X)
+    queries = clustered(20, seed=3)
+    scores, ids = backend.search(queries, 32)
+    _, true_ids = flat.search(queries, 32)
+    recall = np.mean([len(np.intersect1d(a, b)) / 32 for a, b in zip(ids, true_ids)])
+    assert recall >= 0.95
+    for i in range(len(queries)):
+        assert_close(scores[i], flat.score_ids(queries[i : i + 1], ids[i])[0])
+        assert np.all(np.diff(scores[i]) <= 0)
+
+
+def test_a_batch_searches_as_its_queries_do_alone(backend: ProjectedBackend) -> None:
+    queries = clustered(5, seed=9)
+    scores, ids = backend.search(queries, 40)
+    for i in range(5):
+        alone_scores, alone_ids = backend.search(queries[i : i + 1], 40)
+        np.testing.assert_array_equal(alone_ids[0], ids[i])
+        assert_close(alone_scores[0], scores[i])
+
+
+def test_the_reported_probabilities_are_the_ones_draws_happen_with(
+    backend: ProjectedBackend,
+) -> None:
+    """Over 10^6 draws: each key always reports the same probability, the probabilities of all
+    keys sum to 1 (every key got drawn), the head's keys have only the uniform share, and each
+    key's frequency matches its probability (a chi-square test)."""
+    query = clustered(1, seed=7)[0]
+    _, head = backend.search(query[None, :], 64)
+    ids, probability = backend.sample_near(
+        query, 1_000_000, np.random.default_rng(1), None, T, head[0]
+    )
+    keys, first, counts = np.unique(ids, return_index=True, return_counts=True)
+    per_key = probability[first]
+    for key in keys[:50]:
+        assert np.all(probability[ids == key] == per_key[np.searchsorted(keys, key)])
+    assert len(keys) == N
+    assert per_key.sum() == close(1.0)
+    assert_close(per_key[np.isin(keys, head[0])], MIX / N)
+    assert per_key.max() > 20 * per_key.min()  # near keys are drawn more often than far ones
+    expected = 1_000_000 * per_key
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < N + 5 * np.sqrt(2 * N)  # chi-square with N - 1 degrees of freedom
+
+
+def test_the_estimate_is_unbiased_and_errs_less_than_a_uniform_sample(
+    backend: ProjectedBackend,
+) -> None:
+    """Over 200 seeds the mean estimated tail mass is within 3 standard errors of the exact one,
+    and its spread is a fraction of the spread with the same number of keys drawn uniformly."""
+    X = clustered(N)
+    uniform = projected(X)
+
+    def drawn_uniformly(query, count, rng, allow, temperature, head=None):  # type: ignore[no-untyped-def]
+        return uniform.sample(count, rng, allow), np.full(count, 1 / N)
+
+    uniform.sample_near = drawn_uniformly  # type: ignore[method-assign]
+    query = clustered(1, seed=11)
+    weights = np.exp((X @ query[0]) / T)
+    weights /= weights.sum()
+    estimates: dict[str, list[float]] = {"near": [], "uniform": []}
+    truth = None
+    for seed in range(200):
+        policy = RetrievalPolicy(T, max_k=32, max_sample=256, tolerance=0.9, seed=seed)
+        for name, chosen_by in (("near", backend), ("uniform", uniform)):
+            chosen = select(chosen_by, query, policy, None, N)
+            head = chosen.ids[0, : chosen.k[0]]
+            truth = 1 - weights[head].sum()
+            estimates[name].append(chosen.tail_mass[0])
+    near = np.array(estimates["near"])
+    assert abs(near.mean() - truth) < 3 * near.std(ddof=1) / np.sqrt(200)
+    assert near.std() < 0.5 * np.std(estimates["uniform"])
+
+
+def test_masks_and_deletes_are_never_drawn_and_compaction_recodes() -> None:
+    X = clustered(N)
+    backend = projected(X)
+    query = clustered(1, seed=3)[0]
+    allow = Allow.of(np.arange(0, N, 2))
+    ids, probability = backend.sample_near(query, 200_000, np.random.default_rng(0), allow, T)
+    keys, first = np.unique(ids, return_index=True)
+    np.testing.assert_array_equal(keys, allow.ids)
+    assert probability[first].sum() == close(1.0)
+    _, found = backend.search(query[None, :], 50, allow)
+    assert np.isin(found, allow.ids).all()
+    backend.remove(np.arange(0, N, 3))
+    ids, probability = backend.sample_near(query, 500_000, np.random.default_rng(2), None, T)
+    keys, first = np.unique(ids, return_index=True)
+    assert len(keys) == len(backend) and not np.isin(keys, np.arange(0, N, 3)).any()
+    assert probability[first].sum() == close(1.0)
+    backend.remove(np.arange(1, N, 3))  # enough deletes to compact: every row coded again
+    assert backend._rows.size == len(backend) == N // 3
+    fresh = projected(X)
+    fresh.remove(np.concatenate([np.arange(0, N, 3), np.arange(1, N, 3)]))
+    _, found = backend.search(query[None, :], 50)
+    np.testing.assert_array_equal(found, fresh.search(query[None, :], 50)[1])
+    keys = np.unique(backend.sample_near(query, 100_000, np.random.default_rng(4), None, T)[0])
+    np.testing.assert_array_equal(keys, np.arange(2, N, 3))
+
+
+def test_rows_added_after_the_session_are_scored_until_it_is_made_again() -> None:
+    """Rows added one by one wait outside the kernel's session, scored from their float32
+    projections: a search finds them at once, and the session takes them in later."""
+    X = clustered(N + 10)
+    backend = projected(X[:N])
+    sealed = backend._projection._codes.sealed
+    for i in range(N, N + 10):
+        backend.add(np.array([i]), X[i : i + 1])
+    assert backend._projection._codes.sealed == sealed
+    _, found = backend.search(X[N + 5 : N + 6], 1)
+    assert found[0, 0] == N + 5
+    proxy = backend._projection.scores(X[N + 5 : N + 6])
+    assert proxy.shape == (1, N + 10)
+
+
+def test_the_proxy_is_retrained_at_fourfold_growth_and_dropped_below_half() -> None:
+    X = clustered(4 * PROXY_FROM, seed=5)
+    backend = projected(X[:PROXY_FROM])
+    backend.add(np.arange(PROXY_FROM, 4 * PROXY_FROM - 1), X[PROXY_FROM:-1])
+    assert backend._projection.trained_for == PROXY_FROM
+    backend.add(np.array([4 * PROXY_FROM - 1]), X[-1:])
+    assert backend._projection.trained_for == 4 * PROXY_FROM
+    backend.remove(np.arange(4 * PROXY_FROM - PROXY_FROM // 2))
+    assert len(backend) == PROXY_FROM // 2 and not backend.capabilities.exact
+    backend.remove(np.array([4 * PROXY_FROM - 1]))
+    assert backend.capabilities.exact and not backend._projection.trained
+
+
+@pytest.mark.parametrize("temperature", [1e-50, 1e-320, 1e6])
+@pytest.mark.filterwarnings("error")
+def test_any_temperature_gives_a_proposal(backend: ProjectedBackend, temperature: float) -> None:
+    query = clustered(1, seed=5)[0]
+    _, head = backend.search(query[None, :], 16)
+    ids, probability = backend.sample_near(
+        query, 500, np.random.default_rng(0), None, temperature, head[0]
+    )
+    assert np.all(np.isfinite(probability)) and np.all(probability > 0)
+    assert len(ids) == 500
+
+
+def test_a_head_of_every_allowed_key_leaves_uniform_draws(backend: ProjectedBackend) -> None:
+    allow = Allow.of(np.arange(10))
+    ids, probability = backend.sample_near(
+        clustered(1)[0], 100, np.random.default_rng(0), allow, T, allow.ids
+    )
+    assert np.isin(ids, allow.ids).all()
+    assert_close(probability, 0.1)
+
+
+def test_draws_never_land_on_a_weight_of_zero() -> None:
+    """The two-level draw: zeros at blocks' edges, whole zero blocks and a padded last block."""
+    rng = np.random.default_rng(0)
+    weights = rng.random(1_000).astype(np.float32)
+    weights[::64] = 0
+    weights[63::64] = 0
+    weights[128:192] = 0
+    weights[-5:] = 0
+    weights[500] = 1e-30
+    drawn, total = draw_by(weights, 200_000, np.random.default_rng(1))
+    assert total == close(float(weights.sum(dtype=np.float64)))
+    assert np.all(weights[drawn] > 0)
+    counts = np.bincount(drawn, minlength=1_000)
+    expected = 200_000 * weights / total
+    positive = expected > 0
+    chi2 = ((counts[positive] - expected[positive]) ** 2 / expected[positive]).sum()
+    assert chi2 < positive.sum() + 5 * np.sqrt(2 * positive.sum())
+
+
+def test_a_saved_store_answers_the_same_after_loading(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Through SoftDict.save/load (manifest, checksums): the basis comes back and every row is
+    coded again under it, so an estimated lookup draws the same sample; a basis that is not
+    orthonormal and a manifest entry of another shape are refused, naming what is wrong."""
+    X = clustered(N)
+    sd = SoftDict(
+        encoder=FakeEncoder(), index="test-projected", temperature=T, max_k=32, max_sample=512
+    )
+    sd.add_embeddings([f"k{i}" for i in range(N)], X, np.arange(N, dtype=float))
+    sd.save(tmp_path / "store")
+    loaded = SoftDict.load(tmp_path / "store", encoder=FakeEncoder())
+    queries = clustered(4, seed=12)
+    before, after = sd.attend_embeddings(queries), loaded.attend_embeddings(queries)
+    for one, other in zip(before, after):
+        assert one.sampled > 0 and one.sampled == other.sampled
+        assert one.keys == other.keys
+        assert one.value == close(other.value)
+        assert one.tail_mass == close(other.tail_mass)
+    backend = loaded._store.backend  # type: ignore[attr-defined]
+    dump = backend.dump()
+    basis = np.array(dump.files["embedding_basis.npy"])
+    with pytest.raises(StoreFormatError, match=r"embedding_basis\.npy"):
+        ProjectedBackend(DIM, Metric.INNER_PRODUCT, dims=DIMS, proxy_from=PROXY_FROM).restore(
+            dump.meta, reader({**dump.files, "embedding_basis.npy": 2 * basis})
+        )
+    for entry in ({"dims": 3, "trained_for": N}, {"dims": DIMS, "trained_for": True}, "x"):
+        with pytest.raises(StoreFormatError, match="projection"):
+            ProjectedBackend(DIM, Metric.INNER_PRODUCT, dims=DIMS, proxy_from=PROXY_FROM).restore(
+                {**dump.meta, "projection": entry}, reader(dict(dump.files))
+            )
+
+
+def test_an_estimated_lookup_is_close_to_exact_attention() -> None:
+    """Through the store: the estimate over the proxy's head and sample is near the naive
+    softmax(QKᵀ/T)V over every key, within a few of its own standard errors."""
+    X = clustered(N)
+    values = np.arange(N, dtype=float) % 7
+    sd = SoftDict(encoder=FakeEncoder(), index="test-projected", temperature=T, max_k=64)
+    sd.add_embeddings([f"k{i}" for i in range(N)], X, values)
+    for query in clustered(5, seed=21):
+        attention = sd.attend_embeddings(query)
+        logits = X.astype(np.float64) @ query / T
+        weights = np.exp(logits - logits.max())
+        exact = float(weights @ values / weights.sum())
+        assert attention.sampled > 0
+        assert abs(attention.value - exact) < max(5 * float(attention.value_stderr), 0.05)
