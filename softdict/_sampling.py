@@ -115,10 +115,11 @@ def _draws_sd(kept: np.ndarray, n_draws: int) -> np.ndarray:
     return np.sqrt(np.maximum(variance, 0.0))
 
 
-def first_draws(policy: RetrievalPolicy) -> int:
-    """How many keys a query draws first: ``FIRST_SAMPLE``, or ``max_sample`` where it is less,
-    but at least 2 (the spread of one draw is not defined)."""
-    return min(FIRST_SAMPLE, max(policy.max_sample, 2))
+def first_draws(policy: RetrievalPolicy, at_least: int = 0) -> int:
+    """How many keys a query draws first: ``FIRST_SAMPLE`` or the backend's ``at_least``
+    (``Capabilities.first_sample``), or ``max_sample`` where it is less, but at least 2 (the
+    spread of one draw is not defined)."""
+    return min(max(FIRST_SAMPLE, at_least), max(policy.max_sample, 2))
 
 
 def sample_size_for(stderr: float, m: int, tolerance: float, z: float, cap: int) -> int:
@@ -164,10 +165,11 @@ def with_sampled_tail(
     """``head`` (each query's keys scored exactly, best first) with a sample of the other
     allowed keys standing for them: full attention, estimated (``softdict._sampling``).
 
-    Each query draws ``FIRST_SAMPLE`` keys from its own generator (``IndexBackend.sample_near``),
+    Each query draws ``first_draws`` keys from its own generator (``IndexBackend.sample_near``),
     and once more up to the size its tail interval asks for. Where ``max_sample`` would reach the
     keys outside the head, they are scored whole instead."""
     z = z_of(policy.confidence)
+    first = first_draws(policy, backend.capabilities.first_sample)
     rows = []
     for i in range(len(queries)):
         found = head.ids[i] >= 0
@@ -180,7 +182,7 @@ def with_sampled_tail(
             rows.append((found, sample, scored, estimate))
             continue
         rng = query_rng(policy.seed, queries[i])
-        sample = _draw(backend, queries[i], rng, first_draws(policy), allow, head_ids, policy)
+        sample = _draw(backend, queries[i], rng, first, allow, head_ids, policy)
         scored = _score_sample(backend, queries, i, sample, spelling)
         estimate = estimate_tail(
             head.scores[i, found], scored[0], sample.factors(), sample.draws, policy.temperature

@@ -14,7 +14,7 @@ from softdict._files import FileReader
 from softdict._retrieval import RetrievalPolicy, select
 from softdict._similarity import Metric
 from softdict.index import Allow, register_backend
-from softdict.index._projection import draw_by
+from softdict.index._projection import BlockProposal
 from softdict.index.projected import MIX, ProjectedBackend
 
 DIM = 16
@@ -129,9 +129,9 @@ def test_the_estimate_is_unbiased_and_errs_less_than_a_uniform_sample(
     uniform = projected(X)
 
     def drawn_uniformly(query, count, rng, allow, temperature, head=None):  # type: ignore[no-untyped-def]
-        return uniform.sample(count, rng, allow), np.full(count, 1 / N)
+        return uniform.sample(count, rng, allow), np.full(count, 1 / N), None
 
-    uniform.sample_near = drawn_uniformly  # type: ignore[method-assign]
+    uniform.sample_scored = drawn_uniformly  # type: ignore[method-assign]
     query = clustered(1, seed=11)
     weights = np.exp((X @ query[0]) / T)
     weights /= weights.sum()
@@ -147,6 +147,21 @@ def test_the_estimate_is_unbiased_and_errs_less_than_a_uniform_sample(
     near = np.array(estimates["near"])
     assert abs(near.mean() - truth) < 3 * near.std(ddof=1) / np.sqrt(200)
     assert near.std() < 0.5 * np.std(estimates["uniform"])
+
+
+def test_scored_draws_are_sample_near_draws_with_their_exact_scores(
+    backend: ProjectedBackend,
+) -> None:
+    query = clustered(1, seed=13)[0]
+    _, head = backend.search(query[None, :], 32)
+    drawn, probability = backend.sample_near(query, 300, np.random.default_rng(6), None, T, head[0])
+    ids, scored_probability, scores = backend.sample_scored(
+        query, 300, np.random.default_rng(6), None, T, head[0]
+    )
+    np.testing.assert_array_equal(ids, drawn)
+    np.testing.assert_array_equal(scored_probability, probability)
+    assert scores is not None
+    assert_close(scores, backend.score_ids(query[None, :], ids)[0])
 
 
 def test_masks_and_deletes_are_never_drawn_and_compaction_recodes() -> None:
@@ -227,14 +242,18 @@ def test_a_head_of_every_allowed_key_leaves_uniform_draws(backend: ProjectedBack
 def test_draws_never_land_on_a_weight_of_zero() -> None:
     """The two-level draw: zeros at blocks' edges, whole zero blocks and a padded last block."""
     rng = np.random.default_rng(0)
-    weights = rng.random(1_000).astype(np.float32)
+    buffer = BlockProposal.padded(1_000)
+    weights = buffer[:1_000]
+    weights[:] = rng.random(1_000)
     weights[::64] = 0
     weights[63::64] = 0
     weights[128:192] = 0
     weights[-5:] = 0
     weights[500] = 1e-30
-    drawn, total = draw_by(weights, 200_000, np.random.default_rng(1))
+    proposal = BlockProposal(buffer)
+    total = proposal.total
     assert total == close(float(weights.sum(dtype=np.float64)))
+    drawn = proposal.draw(200_000, np.random.default_rng(1))
     assert np.all(weights[drawn] > 0)
     counts = np.bincount(drawn, minlength=1_000)
     expected = 200_000 * weights / total

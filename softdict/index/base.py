@@ -93,6 +93,10 @@ class Capabilities:
             its own): a uniform sample's error grows with the store as a near-query draw's does
             not, and where a search is one request whatever its k (Milvus), a wider head costs
             less than the wider sample that would give the same error.
+        first_sample: an estimated attention's sample starts at least this many draws (within
+            ``max_sample``), where a draw costs little beside the head's search (a pass over
+            every key's proxy scores, ``softdict.index.projected``) and the tail interval's rule
+            alone would stop while the value's error is still large (0: ``FIRST_SAMPLE``).
     """
 
     exact: bool
@@ -101,6 +105,7 @@ class Capabilities:
     scan_max_keys: int = 0
     approximate_scores: bool = False
     head_share: float = 0.0
+    first_sample: int = 0
 
 
 @dataclass(frozen=True)
