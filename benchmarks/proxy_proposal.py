@@ -306,7 +306,7 @@ def main() -> None:
         "# A study: estimated full attention from a low-dimensional proxy's head and sampling "
         "proposal\n\nProduced by `benchmarks/proxy_proposal.py` (its docstring defines the "
         "prototype, the data and the columns). The prototype was measured before the design "
-        "was built; sections run since have a row for it as built, `index=\"projected\"`.\n"
+        'was built; sections run since have a row for it as built, `index="projected"`.\n'
     )
     body = [args.out.read_text().rstrip("\n") + "\n"] if args.append else [header]
     for title, text in sections.items():

@@ -96,6 +96,27 @@ def test_a_batch_searches_as_its_queries_do_alone(backend: ProjectedBackend) -> 
         assert_close(alone_scores[0], scores[i])
 
 
+def test_a_batch_search_and_its_draws_read_the_proxy_scores_once() -> None:
+    """A batch's search keeps each query's proxy scores for its draws, which then draw as a
+    fresh backend (no scores kept) would; a change to the rows forgets them."""
+    X = clustered(N)
+    backend, fresh = projected(X), projected(X)
+    passes = []
+    scores = backend._projection.scores
+    backend._projection.scores = lambda q: passes.append(len(q)) or scores(q)  # type: ignore[method-assign]
+    queries = clustered(4, seed=15)
+    _, head = backend.search(queries, 32)
+    for i, query in enumerate(queries):
+        drawn = backend.sample_near(query, 100, np.random.default_rng(i), None, T, head[i])
+        again = fresh.sample_near(query, 100, np.random.default_rng(i), None, T, head[i])
+        np.testing.assert_array_equal(drawn[0], again[0])
+        np.testing.assert_array_equal(drawn[1], again[1])
+    assert passes == [4]
+    backend.add(np.array([N]), clustered(1, seed=16))
+    backend.sample_near(queries[0], 100, np.random.default_rng(0), None, T)
+    assert passes == [4, 1]
+
+
 def test_the_reported_probabilities_are_the_ones_draws_happen_with(
     backend: ProjectedBackend,
 ) -> None:

@@ -72,9 +72,12 @@ class ProjectedBackend(ExactBackend):
         super().__init__(dim, metric, name=name)
         self.proxy_from = proxy_from
         self._projection = Projection(dim, dims)
-        # The last query scored alone, and its proxy scores: its search and its draws (twice,
-        # ``softdict._sampling``) read them once. Cleared by any change to the rows.
-        self._last_proxy: tuple[bytes, np.ndarray] | None = None
+        # Proxy scores kept by the query's bytes: its search and its draws (twice,
+        # ``softdict._sampling``) read one pass. Those of the last query scored alone, and of
+        # the last batch's queries (at most ``_BATCH_SCORE_BYTES``: a batch of up to 16 queries
+        # at 10^6 keys makes one pass, not two). Cleared by any change to the rows.
+        self._recent_single: tuple[bytes, np.ndarray] | None = None
+        self._recent_batch: dict[bytes, np.ndarray] = {}
 
     @property
     def capabilities(self) -> Capabilities:
@@ -91,7 +94,7 @@ class ProjectedBackend(ExactBackend):
     def add(self, ids: np.ndarray, vectors: np.ndarray) -> None:
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         self._append(ids, vectors)
-        self._last_proxy = None
+        self._forget_proxy()
         if self._projection.wants_training(len(self), self.proxy_from):
             self._train()
         elif self._projection.trained:
@@ -107,13 +110,13 @@ class ProjectedBackend(ExactBackend):
 
     def _keep(self, rows: np.ndarray) -> None:
         super()._keep(rows)
-        self._last_proxy = None
+        self._forget_proxy()
         if self._projection.trained:  # every row coded again (seconds at 10^6 keys)
             self._projection.code_all(self._vectors.view)
 
     def remove(self, ids: np.ndarray) -> None:
         super().remove(ids)
-        self._last_proxy = None
+        self._forget_proxy()
         if self._projection.trained and len(self) < self.proxy_from // 2:
             # Fewer than half the keys it starts at: exact again. Half, not all: a store
             # hovering at the threshold does not code every key on each insert and delete.
@@ -121,17 +124,26 @@ class ProjectedBackend(ExactBackend):
 
     # -- scoring -------------------------------------------------------------------------------
 
+    def _forget_proxy(self) -> None:
+        self._recent_single, self._recent_batch = None, {}
+
     def _proxy(self, queries: np.ndarray) -> np.ndarray:
-        """(m, rows) float32: every row's proxy score under the metric, in row order."""
-        last = self._last_proxy
-        if len(queries) == 1 and last is not None and last[0] == queries.tobytes():
-            return last[1][None, :]
+        """(m, rows) float32: every row's proxy score under the metric, in row order, for
+        prepared float32 ``queries`` (m, dim)."""
+        if len(queries) == 1:
+            key, single = queries.tobytes(), self._recent_single
+            if single is not None and single[0] == key:
+                return single[1][None, :]
+            if key in self._recent_batch:
+                return self._recent_batch[key][None, :]
         dots = self._projection.scores(queries)
         if self.metric is Metric.L2:
             # −‖q − k‖² up to −‖q‖², which every key of a query shares.
             dots = 2.0 * dots - self._sq_norms.view.astype(np.float32)[None, :]
         if len(queries) == 1:
-            self._last_proxy = (queries.tobytes(), dots[0])
+            self._recent_single = (queries.tobytes(), dots[0])
+        else:
+            self._recent_batch = {query.tobytes(): row for query, row in zip(queries, dots)}
         return dots
 
     def _allowed_rows(self, allow: Allow | None) -> np.ndarray | None:
