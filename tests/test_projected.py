@@ -87,6 +87,22 @@ def test_a_search_finds_the_true_best_keys_and_scores_them_exactly(metric: Metri
         assert np.all(np.diff(scores[i]) <= 0)
 
 
+def test_a_small_mask_is_searched_exactly_without_the_proxy() -> None:
+    """Where the candidates would be every allowed key, they are scored from their vectors:
+    the answer is the exact one, and no pass over the proxy scores is made."""
+    X = clustered(N)
+    backend = projected(X)
+    backend._projection.scores = None  # type: ignore[assignment,method-assign]  # unread
+    allow = Allow.of(np.arange(0, N, 40))  # 150 keys, fewer than candidates_for(16)
+    queries = clustered(3, seed=17)
+    scores, ids = backend.search(queries, 16, allow)
+    exact = X[allow.ids] @ queries.T
+    for i in range(3):
+        order = np.argsort(-exact[:, i], kind="stable")[:16]
+        np.testing.assert_array_equal(ids[i], allow.ids[order])
+        assert_close(scores[i], exact[order, i])
+
+
 def test_a_batch_searches_as_its_queries_do_alone(backend: ProjectedBackend) -> None:
     queries = clustered(5, seed=9)
     scores, ids = backend.search(queries, 40)

@@ -4,9 +4,11 @@ _projection``), for stores of 10^6 keys and more.
 
 A search reads every key's proxy score, scores exactly the ``candidates_for(k)`` best of them
 and returns the k best of those: an approximate index, like HNSW, whose recall on real text
-``benchmarks/real_scale.py`` measures, with nothing to build but a basis and the codes (seconds
-at 10^6 keys, where an HNSW graph took minutes). An estimated full attention draws its sampled
-tail by the proxy scores (``sample_near``):
+``benchmarks/proxy_proposal.py`` measures, with nothing to build but a basis and the codes
+(seconds at 10^6 keys, where an HNSW graph took minutes). Where the candidates would be every
+allowed key (a small mask), those keys are scored exactly instead, without the pass.
+
+An estimated full attention draws its sampled tail by the proxy scores (``sample_near``):
 
     p_i = (1 − MIX)·g_i/Σg + MIX/N,    g_i = e^((s̃_i − max s̃)/τ), 0 for the head's keys
 
@@ -168,7 +170,9 @@ class ProjectedBackend(ExactBackend):
         take = min(k, c)
         if not take:
             return best, ids
-        wanted = min(candidates_for(take), c)
+        if candidates_for(take) >= c:  # every allowed key a candidate: scored exactly
+            return super().search(queries, k, allow)
+        wanted = candidates_for(take)
         chunk = max(1, _BATCH_SCORE_BYTES // (4 * self._rows.size))
         for start in range(0, m, chunk):
             proxy = self._proxy(queries[start : start + chunk])
