@@ -128,6 +128,16 @@ class Coded:
     zero_points: np.ndarray
     norms: np.ndarray
 
+    @classmethod
+    def joined(cls, parts: list[Coded]) -> Coded:
+        """The rows of ``parts`` (at least one), one after another."""
+        return cls(
+            np.concatenate([part.blobs for part in parts]),
+            np.concatenate([part.scales for part in parts]),
+            np.concatenate([part.zero_points for part in parts]),
+            np.concatenate([part.norms for part in parts]),
+        )
+
 
 def quantise(vectors: np.ndarray, layout: CodeLayout) -> Coded:
     """The codes of ``vectors`` (n, dim) float32 (module docstring)."""
@@ -235,7 +245,8 @@ class KeyCodes:
         self._add(quantise(vectors, self.layout))
 
     def restore(self, coded: Coded) -> None:
-        """Saved codes in place of none (checked by the caller against the layout and rows)."""
+        """Codes made elsewhere (saved, or quantised in parts) in place of none, made into a
+        session at once where one is due (checked by the caller against the layout and rows)."""
         assert not len(self)
         self._add(coded)
 

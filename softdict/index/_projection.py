@@ -3,12 +3,13 @@
 tail by them.
 
 Why: at 10^6 keys an estimated attention (``softdict._sampling``) needs a head search and a
-sample drawn near the query. Codes of the full vectors (``softdict.index._codes``) read 192
-bytes a key, a pass about as slow as the whole estimate there (issue 29's study). A key's
-projection on the top ``PROXY_DIMS`` right singular vectors of the stored keys keeps most of
-what separates them (on real text the leading directions hold most of a unit vector's energy),
-and its 4-bit codes are 81 bytes a key with their scales: one ``MatMulNBits`` pass over every
-key for about a fifth of exact numpy's time (``benchmarks/results_proxy_proposal.md``).
+sample drawn near the query. Codes of the full vectors (``softdict.index._codes``) read 227
+bytes a key with their scales, a pass about as slow as the whole estimate there (issue 29's
+study). A key's projection on the top ``PROXY_DIMS`` right singular vectors of the stored keys
+keeps most of what separates them (on real text the leading directions hold most of a unit
+vector's energy), and its 4-bit codes are 81 bytes a key: one ``MatMulNBits`` pass over every
+key reads a nineteenth of what exact attention reads (1,536 bytes a key), and the whole
+estimate was 6.8x exact numpy at 10^6 keys (``benchmarks/results_proxy_proposal.md``).
 
 Proxy scores rank keys for the head's candidates, which are then scored exactly, and make the
 sampling proposal (``draw``): an estimate weighs each draw by the inverse of its probability,
@@ -24,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from softdict._rows import GrowableRows
-from softdict.index._codes import OPEN_ROWS, CodeLayout, KeyCodes
+from softdict.index._codes import OPEN_ROWS, Coded, CodeLayout, KeyCodes, quantise
 
 __all__ = ["PROXY_DIMS", "SVD_SAMPLE", "BlockProposal", "Projection"]
 
@@ -34,7 +35,7 @@ __all__ = ["PROXY_DIMS", "SVD_SAMPLE", "BlockProposal", "Projection"]
 PROXY_DIMS = 128
 # Keys the basis is computed from (a float64 SVD of 50,000 x 384 took about 2 s here).
 SVD_SAMPLE = 50_000
-# Rows coded at a time when the basis changes: bounded memory for the projections.
+# Rows projected at a time when every row is coded.
 _CODING_CHUNK = 100_000
 
 
@@ -80,10 +81,23 @@ class Projection:
         self.trained_for = trained_for
 
     def code_all(self, vectors: np.ndarray) -> None:
-        """The codes of every row (``vectors``, in row order) under the current basis."""
+        """The codes of every row (``vectors``, in row order) under the current basis, made
+        into the kernel's session once (appended part by part, each part would make one over
+        every row so far)."""
+        assert self.basis is not None
         self._codes, self._open = self._new_codes(), GrowableRows((self.dims,), np.float32)
-        for start in range(0, len(vectors), _CODING_CHUNK):
-            self.append(vectors[start : start + _CODING_CHUNK])
+        if not len(vectors):
+            return
+        # In parts: bounded memory for the float32 projections.
+        parts = range(0, len(vectors), _CODING_CHUNK)
+        coded = [self._quantised(vectors[start : start + _CODING_CHUNK]) for start in parts]
+        self._codes.restore(Coded.joined(coded))
+        if self._codes.sealed < len(vectors):  # too few rows for a session: scored in float32
+            self._open.append(np.ascontiguousarray(vectors @ self.basis))
+
+    def _quantised(self, vectors: np.ndarray) -> Coded:
+        assert self.basis is not None
+        return quantise(np.ascontiguousarray(vectors @ self.basis), self._codes.layout)
 
     def append(self, vectors: np.ndarray) -> None:
         """Codes of rows added after the last (``vectors`` (n, dim) float32)."""
