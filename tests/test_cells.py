@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _support import assert_close, close
+from _support import assert_close, close, tail_mass_estimates
 
 from softdict import StoreFormatError
 from softdict._files import FileReader
-from softdict._retrieval import RetrievalPolicy, select
 from softdict._similarity import Metric
 from softdict.index._cells import MIN_CELL_KEYS, cell_count
 from softdict.index.hnsw import HNSWBackend
@@ -80,20 +79,10 @@ def test_the_estimate_is_unbiased_and_errs_less_than_a_uniform_sample(
     X = clustered(N)
     uniform = hnsw(X, by_cell=False)
     query = clustered(1, seed=11)
-    weights = np.exp((X @ query[0]) / T)
-    weights /= weights.sum()
-    estimates: dict[str, list[float]] = {"near": [], "uniform": []}
-    truth = None
-    for seed in range(200):
-        policy = RetrievalPolicy(T, max_k=32, max_sample=256, tolerance=0.9, seed=seed)
-        for name, chosen_by in (("near", backend), ("uniform", uniform)):
-            chosen = select(chosen_by, query, policy, None, N)
-            head = chosen.ids[0, : chosen.k[0]]
-            truth = 1 - weights[head].sum()
-            estimates[name].append(chosen.tail_mass[0])
-    near = np.array(estimates["near"])
+    estimates, truth = tail_mass_estimates({"near": backend, "uniform": uniform}, X, query, T)
+    near = estimates["near"]
     assert abs(near.mean() - truth) < 3 * near.std(ddof=1) / np.sqrt(200)
-    assert near.std() < 0.8 * np.std(estimates["uniform"])
+    assert near.std() < 0.8 * estimates["uniform"].std()
 
 
 def test_deleted_keys_are_never_drawn_and_the_rest_keep_their_share() -> None:

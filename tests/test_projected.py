@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _support import FakeEncoder, assert_close, close
+from _support import FakeEncoder, assert_close, close, tail_mass_estimates
 
 from softdict import SoftDict, StoreFormatError
 from softdict._files import FileReader
-from softdict._retrieval import RetrievalPolicy, select
 from softdict._similarity import Metric
 from softdict.index import Allow, register_backend
 from softdict.index._projection import BlockProposal
@@ -170,20 +169,10 @@ def test_the_estimate_is_unbiased_and_errs_less_than_a_uniform_sample(
 
     uniform.sample_scored = drawn_uniformly  # type: ignore[method-assign]
     query = clustered(1, seed=11)
-    weights = np.exp((X @ query[0]) / T)
-    weights /= weights.sum()
-    estimates: dict[str, list[float]] = {"near": [], "uniform": []}
-    truth = None
-    for seed in range(200):
-        policy = RetrievalPolicy(T, max_k=32, max_sample=256, tolerance=0.9, seed=seed)
-        for name, chosen_by in (("near", backend), ("uniform", uniform)):
-            chosen = select(chosen_by, query, policy, None, N)
-            head = chosen.ids[0, : chosen.k[0]]
-            truth = 1 - weights[head].sum()
-            estimates[name].append(chosen.tail_mass[0])
-    near = np.array(estimates["near"])
+    estimates, truth = tail_mass_estimates({"near": backend, "uniform": uniform}, X, query, T)
+    near = estimates["near"]
     assert abs(near.mean() - truth) < 3 * near.std(ddof=1) / np.sqrt(200)
-    assert near.std() < 0.5 * np.std(estimates["uniform"])
+    assert near.std() < 0.5 * estimates["uniform"].std()
 
 
 def test_scored_draws_are_sample_near_draws_with_their_exact_scores(
