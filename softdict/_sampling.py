@@ -237,9 +237,11 @@ def _draw(
 ) -> _Sample:
     """``count`` draws from the allowed keys (``IndexBackend.sample_scored``), those in the head
     dropped: they are counted exactly, and a dropped draw adds 0 to the estimate."""
-    ids, probability, meaning = backend.sample_scored(
-        query, count, rng, allow, policy.temperature, head_ids
-    )
+    if backend.capabilities.draws_outside_head:
+        drawn = backend.sample_scored(query, count, rng, allow, policy.temperature, head_ids)
+    else:  # as a plug-in written before ``head`` was added takes it
+        drawn = backend.sample_scored(query, count, rng, allow, policy.temperature)
+    ids, probability, meaning = drawn
     kept = ~is_in(ids, head_ids)
     return _Sample(
         ids[kept], probability[kept], len(ids), None if meaning is None else meaning[kept]

@@ -288,6 +288,51 @@ def test_draws_never_land_on_a_weight_of_zero() -> None:
     assert chi2 < positive.sum() + 5 * np.sqrt(2 * positive.sum())
 
 
+class _Targets:
+    """A generator whose ``random`` gives chosen numbers: where a draw lands is then known."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = np.array(values)
+
+    def random(self, count: int) -> np.ndarray:
+        return self.values[:count]
+
+
+def test_a_weight_far_below_the_sum_before_it_in_its_block_is_drawn_where_it_lies() -> None:
+    """Within a block the running sums are float64: a weight of 1e-8 after a weight of 1 (half
+    a float32 step of 1 is 6e-8) was never drawn in float32, though its probability was
+    reported, and its share fell to the block's last position."""
+    buffer = BlockProposal.padded(64)
+    buffer[0], buffer[1:] = 1.0, 1e-8
+    proposal = BlockProposal(buffer)
+    # Points halfway through positions 0, 1, 2 and 63 of the block's float64 running sum, as
+    # shares of it (the draw scales a share of the block's float32 sum to that running sum).
+    running = np.cumsum(buffer.astype(np.float64))
+    halfway = running - buffer / 2
+    shares = halfway[[0, 1, 2, 63]] / running[-1]
+    drawn = proposal.draw(4, _Targets(list(shares)))  # type: ignore[arg-type]
+    np.testing.assert_array_equal(drawn, [0, 1, 2, 63])
+
+
+def test_a_tiny_temperature_draws_near_the_best_key_outside_the_head(
+    backend: ProjectedBackend,
+) -> None:
+    """The proposal is shifted by the best key outside the head: shifted by the head's best, at
+    T = 1e-6 every other key's weight underflowed and the draws were uniform."""
+    query = clustered(1, seed=19)[0]
+    _, head = backend.search(query[None, :], 16)
+    _, probability = backend.sample_near(query, 200, np.random.default_rng(0), None, 1e-6, head[0])
+    assert probability.max() > 0.5  # the best key outside the head takes most of 1 − MIX
+
+
+def test_keys_tied_in_score_come_back_by_id() -> None:
+    X = clustered(N)
+    X[1000:1020] = X[7]  # twenty keys with the same vector
+    backend = projected(X)
+    _, ids = backend.search(X[7:8], 10)
+    np.testing.assert_array_equal(ids[0], [7, *range(1000, 1009)])
+
+
 def test_a_saved_store_answers_the_same_after_loading(tmp_path) -> None:  # type: ignore[no-untyped-def]
     """Through SoftDict.save/load (manifest, checksums): the basis comes back and every row is
     coded again under it, so an estimated lookup draws the same sample; a basis that is not
@@ -309,11 +354,19 @@ def test_a_saved_store_answers_the_same_after_loading(tmp_path) -> None:  # type
     backend = loaded._store.backend  # type: ignore[attr-defined]
     dump = backend.dump()
     basis = np.array(dump.files["embedding_basis.npy"])
-    with pytest.raises(StoreFormatError, match=r"embedding_basis\.npy"):
-        ProjectedBackend(DIM, Metric.INNER_PRODUCT, dims=DIMS, proxy_from=PROXY_FROM).restore(
-            dump.meta, reader({**dump.files, "embedding_basis.npy": 2 * basis})
-        )
-    for entry in ({"dims": 3, "trained_for": N}, {"dims": DIMS, "trained_for": True}, "x"):
+    kept_one = basis.copy()
+    kept_one[:, 1:] = 0
+    for bad in (2 * basis, np.zeros_like(basis), kept_one):
+        with pytest.raises(StoreFormatError, match=r"embedding_basis\.npy"):
+            ProjectedBackend(DIM, Metric.INNER_PRODUCT, dims=DIMS, proxy_from=PROXY_FROM).restore(
+                dump.meta, reader({**dump.files, "embedding_basis.npy": bad})
+            )
+    for entry in (
+        {"dims": 3, "trained_for": N},
+        {"dims": float(DIMS), "trained_for": N},
+        {"dims": DIMS, "trained_for": True},
+        "x",
+    ):
         with pytest.raises(StoreFormatError, match="projection"):
             ProjectedBackend(DIM, Metric.INNER_PRODUCT, dims=DIMS, proxy_from=PROXY_FROM).restore(
                 {**dump.meta, "projection": entry}, reader(dict(dump.files))

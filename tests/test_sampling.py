@@ -250,3 +250,25 @@ def test_no_more_keys_are_drawn_than_max_sample_asks_but_two(store, max_sample: 
     chosen = select(backend, diffuse(3, seed=12), policy(max_sample=max_sample), None, N)
     assert chosen.n_draws is not None and np.all(chosen.n_draws == max(max_sample, 2))
     assert np.all(np.isfinite(chosen.weights)) and np.all(np.isfinite(chosen.tail_stderr))
+
+
+class _PluginOfEarlierVersion(ExactBackend):
+    """A plug-in written before ``sample_near`` took the head's ids: its own uniform draws,
+    with the signature it had then (``IndexBackend.sample_near``'s first five arguments)."""
+
+    def sample_near(self, query, count, rng, allow, temperature):  # type: ignore[no-untyped-def,override]
+        ids = self.sample(count, rng, allow)
+        return ids, np.full(len(ids), 1.0 / len(self))
+
+
+def test_a_plug_in_whose_sample_near_takes_no_head_still_estimates(store) -> None:  # type: ignore[no-untyped-def]
+    """The head's ids go only to a backend whose capabilities say it takes them: a plug-in's
+    override with the earlier signature raised TypeError on every estimated lookup."""
+    backend, X, _ = store
+    plug_in = _PluginOfEarlierVersion(DIM, Metric.INNER_PRODUCT)
+    plug_in.add(np.arange(N, dtype=np.int64), X)
+    query = diffuse(1, seed=41)
+    chosen = select(plug_in, query, policy(), None, N)
+    assert chosen.n_sampled[0] > 0
+    same = select(backend, query, policy(), None, N)
+    np.testing.assert_array_equal(chosen.ids, same.ids)  # the same uniform draws

@@ -97,6 +97,9 @@ class Capabilities:
             ``max_sample``), where a draw costs little beside the head's search (a pass over
             every key's proxy scores, ``softdict.index.projected``) and the tail interval's rule
             alone would stop while the value's error is still large (0: ``FIRST_SAMPLE``).
+        draws_outside_head: ``sample_near`` and ``sample_scored`` are given the head's ids
+            (``head=``), which they may draw less often. Without it they are called as before
+            that argument was added, so a plug-in written then keeps working.
     """
 
     exact: bool
@@ -106,6 +109,7 @@ class Capabilities:
     approximate_scores: bool = False
     head_share: float = 0.0
     first_sample: int = 0
+    draws_outside_head: bool = False
 
 
 @dataclass(frozen=True)
@@ -269,7 +273,10 @@ class IndexBackend(ABC):
         """``sample_near``'s draws and probabilities, and the draws' scores (as ``score_ids``
         gives them) where the backend gets them with the draw: a remote index then answers in
         one request, not a draw and a scoring. None: the caller scores the draws it keeps."""
-        ids, probability = self.sample_near(query, count, rng, allow, temperature, head)
+        if head is None:  # as a plug-in's sample_near written before ``head`` takes it
+            ids, probability = self.sample_near(query, count, rng, allow, temperature)
+        else:
+            ids, probability = self.sample_near(query, count, rng, allow, temperature, head)
         return ids, probability, None
 
     def score_approximately(

@@ -134,6 +134,8 @@ class GrowingBackend(IndexBackend):
         temperature: float,
         head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
+        if head is None:
+            return self._active.sample_near(query, count, rng, allow, temperature)
         return self._active.sample_near(query, count, rng, allow, temperature, head)
 
     def sample_scored(
@@ -145,6 +147,8 @@ class GrowingBackend(IndexBackend):
         temperature: float,
         head: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        if head is None:
+            return self._active.sample_scored(query, count, rng, allow, temperature)
         return self._active.sample_scored(query, count, rng, allow, temperature, head)
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:

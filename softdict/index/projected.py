@@ -85,7 +85,12 @@ class ProjectedBackend(ExactBackend):
     def capabilities(self) -> Capabilities:
         if not self._projection.trained:
             return Capabilities(exact=True, scan_max_keys=SCAN_ANY_SIZE)
-        return Capabilities(exact=False, scan_max_keys=self.proxy_from, first_sample=FIRST_SAMPLE)
+        return Capabilities(
+            exact=False,
+            scan_max_keys=self.proxy_from,
+            first_sample=FIRST_SAMPLE,
+            draws_outside_head=True,
+        )
 
     def describe(self) -> str:
         dims, start = self._projection.dims, self.proxy_from
@@ -133,11 +138,12 @@ class ProjectedBackend(ExactBackend):
         """(m, rows) float32: every row's proxy score under the metric, in row order, for
         prepared float32 ``queries`` (m, dim)."""
         if len(queries) == 1:
-            key, single = queries.tobytes(), self._recent_single
+            # Each kept entry read once: another reader may replace it meanwhile.
+            key, single, batch = queries.tobytes(), self._recent_single, self._recent_batch
             if single is not None and single[0] == key:
                 return single[1][None, :]
-            if key in self._recent_batch:
-                return self._recent_batch[key][None, :]
+            if key in batch:
+                return batch[key][None, :]
         dots = self._projection.scores(queries)
         if self.metric is Metric.L2:
             # −‖q − k‖² up to −‖q‖², which every key of a query shares.
@@ -178,7 +184,9 @@ class ProjectedBackend(ExactBackend):
             proxy = self._proxy(queries[start : start + chunk])
             for i, row in enumerate(proxy, start):
                 scores = row if rows is None else row[rows]
-                columns = best_unordered(scores, wanted)
+                # In row order, so that keys tied in exact score come back by id, as on "flat"
+                # (which tied keys are candidates is as arbitrary as on HNSW).
+                columns = np.sort(best_unordered(scores, wanted))
                 picked = columns if rows is None else rows[columns]
                 exact = self._exact_scores(queries[i : i + 1], picked)[0]
                 order = np.argsort(-exact, kind="stable")[:take]
@@ -243,25 +251,28 @@ class ProjectedBackend(ExactBackend):
         if not n or not count:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
         # g (module docstring) written in place into whole blocks for the draw: at 10^6 keys
-        # each pass over the scores is about 0.3 ms. The factor at most float32's range: 1/τ of
-        # a tiny τ overflowed, and inf·0 is NaN.
+        # each pass over the scores is about 0.3 ms. Shifted by the best key outside the head
+        # (at a tiny temperature every other key's g underflowed to 0 when the head's best
+        # shifted it), -inf in the head: e^-inf = 0. The factor at most float32's range: 1/τ
+        # of a tiny τ overflowed, and inf·0 is NaN.
         sharpness = np.float32(min(1.0 / temperature, 1e30))
         weights = BlockProposal.padded(n)
         g = weights[:n]
-        np.subtract(scores, scores.max(), out=g)
+        g[:] = scores
+        if head is not None and len(head):
+            g[self._positions(head, rows)] = -np.inf
+        best = g.max()
+        positions = rng.integers(0, n, size=count)
+        if best == -np.inf:  # every allowed key in the head: the uniform share is all there is
+            return (positions if rows is None else rows[positions]), np.full(count, 1.0 / n)
         with np.errstate(under="ignore", over="ignore"):
+            g -= best
             g *= sharpness
             np.exp(g, out=g)
-        if head is not None and len(head):
-            g[self._positions(head, rows)] = 0.0
-        proposal = BlockProposal(weights)
-        positions = rng.integers(0, n, size=count)
-        if proposal.total <= 0:  # every allowed key in the head: the uniform share is all there is
-            probability = np.full(count, 1.0 / n)
-        else:
-            near = rng.random(count) >= MIX
-            positions[near] = proposal.draw(int(near.sum()), rng)
-            probability = (1 - MIX) * g[positions].astype(np.float64) / proposal.total + MIX / n
+        proposal = BlockProposal(weights)  # Σg >= 1: the best key outside the head has g = 1
+        near = rng.random(count) >= MIX
+        positions[near] = proposal.draw(int(near.sum()), rng)
+        probability = (1 - MIX) * g[positions].astype(np.float64) / proposal.total + MIX / n
         return (positions if rows is None else rows[positions]), probability
 
     def _positions(self, ids: np.ndarray, rows: np.ndarray | None) -> np.ndarray:
@@ -297,11 +308,15 @@ class ProjectedBackend(ExactBackend):
             return
         dims, trained_for = _saved_projection(saved, self._projection.dims, files)
         basis = files.finite_npy("embedding_basis.npy", np.float32, (self.dim, dims))
-        gram = basis.T.astype(np.float64) @ basis
-        # Columns from an SVD are orthonormal, or 0 where the sample had fewer directions.
-        unit_or_zero = np.diag((np.diag(gram) > 0.5).astype(np.float64))
-        if not np.allclose(gram, unit_or_zero, atol=1e-4):
-            raise files.error("embedding_basis.npy", "does not hold orthonormal directions")
+        # An SVD of a sample of ``trained_for`` keys gives min(dims, trained_for) orthonormal
+        # directions, then columns of 0 (a sample with fewer keys than directions).
+        found = min(dims, trained_for)
+        expected = np.diag((np.arange(dims) < found).astype(np.float64))
+        if not np.allclose(basis.T.astype(np.float64) @ basis, expected, atol=1e-4):
+            raise files.error(
+                "embedding_basis.npy",
+                f"does not hold {found} orthonormal directions (and columns of 0 after them)",
+            )
         self._projection.set_basis(basis, trained_for)
         self._projection.code_all(self._vectors.view)
 
@@ -310,9 +325,9 @@ def _saved_projection(saved: Any, dims: int, files: FileReader) -> tuple[int, in
     """The manifest's ``projection`` entry: its dims (this backend's) and ``trained_for``."""
     if (
         not isinstance(saved, dict)
-        or saved.get("dims") != dims
-        or not isinstance(saved.get("trained_for"), int)
-        or isinstance(saved.get("trained_for"), bool)
+        or type(saved.get("dims")) is not int
+        or saved["dims"] != dims
+        or type(saved.get("trained_for")) is not int
         or saved["trained_for"] < 1
     ):
         raise files.error(
