@@ -9,7 +9,7 @@ study). A key's projection on the top ``PROXY_DIMS`` right singular vectors of t
 keeps most of what separates them (on real text the leading directions hold most of a unit
 vector's energy), and its 4-bit codes are 81 bytes a key: one ``MatMulNBits`` pass over every
 key reads a nineteenth of what exact attention reads (1,536 bytes a key), and the whole
-estimate was 6.8x exact numpy at 10^6 keys (``benchmarks/results_proxy_proposal.md``).
+estimate was 7.1x exact numpy at 10^6 keys (``benchmarks/results_proxy_proposal.md``).
 
 Proxy scores rank keys for the head's candidates, which are then scored exactly, and make the
 sampling proposal (``draw``): an estimate weighs each draw by the inverse of its probability,
