@@ -361,3 +361,20 @@ def naive_combined(
     ramps = np.clip((np.asarray(spelled)[:, None] - lows) / (highs - lows), 0.0, 1.0)
     marks = _naive_mark_rows(query, keys)
     return np.asarray(cosine) * factor + offset + ramps @ (b @ x) + marks @ (c @ x)
+
+
+def reloaded_answers_alike(sd: object, path: object, queries: np.ndarray) -> object:
+    """``sd`` saved to ``path`` and loaded back (on ``FakeEncoder``): each estimated lookup of
+    ``queries`` draws the same sample and gives the same keys, value and tail mass. Returns the
+    loaded store."""
+    from softdict import SoftDict
+
+    sd.save(path)  # type: ignore[attr-defined]
+    loaded = SoftDict.load(path, encoder=FakeEncoder())  # type: ignore[arg-type]
+    before, after = sd.attend_embeddings(queries), loaded.attend_embeddings(queries)  # type: ignore[attr-defined]
+    for one, other in zip(before, after):
+        assert one.sampled > 0 and one.sampled == other.sampled
+        assert one.keys == other.keys
+        assert one.value == close(other.value)
+        assert one.tail_mass == close(other.tail_mass)
+    return loaded

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _support import assert_close, close, tail_mass_estimates
+from _support import assert_close, close, reloaded_answers_alike, tail_mass_estimates
 
 from softdict import StoreFormatError
 from softdict._files import FileReader
@@ -182,14 +182,7 @@ def test_a_saved_store_answers_the_same_after_loading(tmp_path) -> None:  # type
     X = clustered(N)
     sd = SoftDict(encoder=FakeEncoder(), index="hnsw", temperature=T, max_k=32, max_sample=512)
     sd.add_embeddings([f"k{i}" for i in range(N)], X, np.arange(N, dtype=float))
-    sd.save(tmp_path / "store")
-    loaded = SoftDict.load(tmp_path / "store", encoder=FakeEncoder())
-    queries = clustered(4, seed=12)
-    before, after = sd.attend_embeddings(queries), loaded.attend_embeddings(queries)
-    for one, other in zip(before, after):
-        assert one.sampled > 0 and one.sampled == other.sampled
-        assert one.value == close(other.value)
-        assert one.tail_mass == close(other.tail_mass)
+    loaded = reloaded_answers_alike(sd, tmp_path / "store", clustered(4, seed=12))
     drawn = loaded._store.backend._cells  # type: ignore[attr-defined]
     assert drawn is not None and drawn.trained
 

@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _support import FakeEncoder, assert_close, close, tail_mass_estimates
+from _support import (
+    FakeEncoder,
+    assert_close,
+    close,
+    reloaded_answers_alike,
+    tail_mass_estimates,
+)
 
 from softdict import SoftDict, StoreFormatError
 from softdict._files import FileReader
@@ -342,15 +348,7 @@ def test_a_saved_store_answers_the_same_after_loading(tmp_path) -> None:  # type
         encoder=FakeEncoder(), index="test-projected", temperature=T, max_k=32, max_sample=512
     )
     sd.add_embeddings([f"k{i}" for i in range(N)], X, np.arange(N, dtype=float))
-    sd.save(tmp_path / "store")
-    loaded = SoftDict.load(tmp_path / "store", encoder=FakeEncoder())
-    queries = clustered(4, seed=12)
-    before, after = sd.attend_embeddings(queries), loaded.attend_embeddings(queries)
-    for one, other in zip(before, after):
-        assert one.sampled > 0 and one.sampled == other.sampled
-        assert one.keys == other.keys
-        assert one.value == close(other.value)
-        assert one.tail_mass == close(other.tail_mass)
+    loaded = reloaded_answers_alike(sd, tmp_path / "store", clustered(4, seed=12))
     backend = loaded._store.backend  # type: ignore[attr-defined]
     dump = backend.dump()
     basis = np.array(dump.files["embedding_basis.npy"])
