@@ -119,7 +119,8 @@ def test_a_batch_searches_as_its_queries_do_alone(backend: ProjectedBackend) -> 
 
 def test_a_batch_search_and_its_draws_read_the_proxy_scores_once() -> None:
     """A batch's search keeps each query's proxy scores for its draws, which then draw as a
-    fresh backend (no scores kept) would; a change to the rows forgets them."""
+    fresh backend (no scores kept) would, to float32's rounding (the kernel scores a batch and
+    one query with different SIMD paths on some CPUs); a change to the rows forgets them."""
     X = clustered(N)
     backend, fresh = projected(X), projected(X)
     passes = []
@@ -131,7 +132,7 @@ def test_a_batch_search_and_its_draws_read_the_proxy_scores_once() -> None:
         drawn = backend.sample_near(query, 100, np.random.default_rng(i), None, T, head[i])
         again = fresh.sample_near(query, 100, np.random.default_rng(i), None, T, head[i])
         np.testing.assert_array_equal(drawn[0], again[0])
-        np.testing.assert_array_equal(drawn[1], again[1])
+        assert_close(drawn[1], again[1])
     assert passes == [4]
     backend.add(np.array([N]), clustered(1, seed=16))
     backend.sample_near(queries[0], 100, np.random.default_rng(0), None, T)
