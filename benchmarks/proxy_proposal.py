@@ -15,9 +15,9 @@ script measures that design end to end before anything of it goes into the libra
 THE PROTOTYPE ("proxy"), per query q, over n stored keys K (unit rows) with values V:
 
 1. proxy scores s̃ of every key: the keys projected on the top ``d`` right singular vectors of
-   a sample of 50,000 keys (float64 SVD), kept as 4-bit codes in blocks of 64
-   (``softdict.index._codes.KeyCodes``: ONNX Runtime's MatMulNBits, two threads), scored
-   against q projected the same way;
+   a sample of 50,000 keys (float64 SVD), kept as 4-bit codes in blocks of 64, scored against q
+   projected the same way (``softdict.index._projection.Projection``, which ``"projected"``
+   uses: ONNX Runtime's MatMulNBits, two threads);
 2. the head: the ``C`` best keys by s̃ (``softdict._attention.best_unordered``), scored exactly
    from their float32 vectors; the ``k`` best of those are the head H;
 3. the sample: M draws with replacement, each with probability
@@ -27,13 +27,14 @@ THE PROTOTYPE ("proxy"), per query q, over n stored keys K (unit rows) with valu
 4. the estimate and its interval: softdict's own formulas (``softdict._sampling``:
    ``estimate_tail``, z = 1.96), the value Σ_H ω·v + Σ_S ω·v.
 
-Constants: d = 128, C = 2,048, k = 1,024, τ = T, MIX = 0.2 (the cells' share), blocks of 64
-for the draws, M = 1,024 / 2,048 / 4,096 (fixed: no tolerance rule). d, τ and C were picked in
-a one-off look at 50 of the held-out words at 10^6 (d of 32, 64, 128; τ of T, 2T, 3T; C of 2,048
-and 4,096; MIX of 0.1 to 0.5; each by a variance formula over exact weights, not by timed runs),
-and a first run of this script that gave g only to the 8,192 or 16,384 best keys by s̃ erred
-3-7% (keys the proxy ranks low still weigh): so the words figures at 10^6 are not held out
-from these choices, and a library default would be chosen on other data.
+Constants: d = 128, C = 2,048, k = 1,024, τ = T, MIX = 0.2 (the cells' share), draws in two
+levels by blocks of 64 (``softdict.index._projection.BlockProposal``, ``"projected"``'s own),
+M = 1,024 / 2,048 / 4,096 (fixed: no tolerance rule). d, τ and C were picked in a one-off look
+at 50 of the held-out words at 10^6 (d of 32, 64, 128; τ of T, 2T, 3T; C of 2,048 and 4,096; MIX
+of 0.1 to 0.5; each by a variance formula over exact weights, not by timed runs), and a first
+run of this script that gave g only to the 8,192 or 16,384 best keys by s̃ erred 3-7% (keys
+the proxy ranks low still weigh): so the words figures at 10^6 are not held out from these
+choices, and a library default would be chosen on other data.
 
 DATA, QUERIES, COLUMNS: as ``real_scale.py`` (the same corpora, the same 200 held-out keys, the
 same columns where they apply); the methods are timed one query per call, interleaved query by
@@ -63,14 +64,13 @@ import real_scale as rs
 from softdict import SoftDict
 from softdict._attention import best_unordered
 from softdict._sampling import estimate_tail, z_of
-from softdict.index._codes import CodeLayout, KeyCodes
+from softdict.index._projection import BlockProposal, Projection
 
 T = rs.T
 DIMS = 128
 CANDIDATES = 2048
 HEAD = 1024
 MIX = 0.2
-BLOCK = 64
 SAMPLES = (1024, 2048, 4096)
 SVD_SAMPLE = 50_000
 
@@ -80,8 +80,7 @@ class Proxy:
     """The prototype's state: the projection, the codes of the projected keys, the keys' float32
     vectors and values."""
 
-    basis: np.ndarray  # (dim, d) float32
-    codes: KeyCodes
+    projection: Projection
     keys: np.ndarray  # (n, dim) float32
     values: np.ndarray  # (n, dv) float64
 
@@ -89,34 +88,33 @@ class Proxy:
     def build(cls, keys: np.ndarray, values: np.ndarray, dims: int) -> Proxy:
         rng = np.random.default_rng(0)
         picked = rng.choice(len(keys), min(len(keys), SVD_SAMPLE), replace=False)
-        _, _, vt = np.linalg.svd(keys[picked].astype(np.float64), full_matrices=False)
-        basis = np.ascontiguousarray(vt[:dims].T, dtype=np.float32)
-        codes = KeyCodes(CodeLayout(dims), open_rows=0, codes_from=0)
-        for start in range(0, len(keys), 100_000):  # bounded memory at 10^6 keys
-            codes.append(keys[start : start + 100_000] @ basis)
-        assert codes.sealed == len(keys)
-        return cls(basis, codes, keys, values)
+        projection = Projection(keys.shape[1], dims)
+        projection.train(keys[picked], len(keys))
+        projection.code_all(keys)
+        return cls(projection, keys, values)
 
     def nbytes_per_key(self) -> float:
-        return self.codes.nbytes() / len(self.keys) + self.keys.shape[1] * 4
+        return self.projection.nbytes() / len(self.keys) + self.keys.shape[1] * 4
 
     def attend(self, query: np.ndarray, draws: int, rng: np.random.Generator) -> Estimate:
         """The estimate of the module docstring for one query (dim,)."""
-        projected = (query @ self.basis)[None, :]
-        proxy = self.codes.sealed_scores(projected)[0]
+        proxy = self.projection.scores(query[None, :])[0]
         candidates = best_unordered(proxy, CANDIDATES)
         exact = self.keys[candidates] @ query
         best = best_unordered(exact, HEAD)
         head, head_scores = candidates[best], exact[best]
         # g over every key but the head's (counted exactly: no draws spent there).
-        g = np.exp((proxy - proxy.max()) * np.float32(1.0 / T))
-        g[head] = 0.0
         n = len(proxy)
+        weights = BlockProposal.padded(n)
+        g = weights[:n]
+        g[:] = np.exp((proxy - proxy.max()) * np.float32(1.0 / T))
+        g[head] = 0.0
         uniform = rng.random(draws) < MIX
         rows = np.empty(draws, dtype=np.int64)
         rows[uniform] = rng.integers(0, n, int(uniform.sum()))
-        rows[~uniform], total = _draw_by(g, int((~uniform).sum()), rng)
-        probability = (1 - MIX) * g[rows].astype(np.float64) / total + MIX / n
+        proposal = BlockProposal(weights)
+        rows[~uniform] = proposal.draw(int((~uniform).sum()), rng)
+        probability = (1 - MIX) * g[rows].astype(np.float64) / proposal.total + MIX / n
         kept = ~np.isin(rows, head)
         rows, probability = rows[kept], probability[kept]
         sample_scores = self.keys[rows] @ query
@@ -124,31 +122,6 @@ class Proxy:
         found = estimate_tail(head_scores, sample_scores, factors, draws, T)
         value = found.head_weights @ self.values[head] + found.sample_weights @ self.values[rows]
         return Estimate(value, head, found.tail_mass, found.tail_stderr, len(rows))
-
-
-def _draw_by(g: np.ndarray, count: int, rng: np.random.Generator) -> tuple[np.ndarray, float]:
-    """``count`` rows drawn with probability g_i/Σg (g ≥ 0, float32) by inverse CDF in two
-    levels: blocks of ``BLOCK`` rows by their sums, then a row within each drawn block. A
-    cumulative sum of 10^6 entries took 3.4 ms here; block sums take 0.3 and the drawn blocks'
-    own sums little. Returns the rows and Σg (float64)."""
-    n = len(g)
-    padded = np.zeros(-(-n // BLOCK) * BLOCK, dtype=np.float32)
-    padded[:n] = g
-    blocks = padded.reshape(-1, BLOCK)
-    sums = blocks.sum(axis=1, dtype=np.float64)
-    running = np.cumsum(sums)
-    total = float(running[-1])
-    target = rng.random(count) * total
-    chosen = np.minimum(np.searchsorted(running, target, side="right"), len(sums) - 1)
-    within = target - (running[chosen] - sums[chosen])
-    drawn, which = np.unique(chosen, return_inverse=True)
-    inside = np.cumsum(blocks[drawn].astype(np.float64), axis=1)
-    # One increasing sequence over the drawn blocks: each block's sums after the ones before.
-    offsets = np.concatenate([[0.0], np.cumsum(inside[:, -1])[:-1]])
-    flat = (inside + offsets[:, None]).ravel()
-    position = np.searchsorted(flat, offsets[which] + within, side="right")
-    column = np.clip(position - which * BLOCK, 0, BLOCK - 1)
-    return np.minimum(drawn[which] * BLOCK + column, n - 1), total
 
 
 @dataclass
