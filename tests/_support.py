@@ -378,3 +378,23 @@ def reloaded_answers_alike(sd: object, path: object, queries: np.ndarray) -> obj
         assert one.value == close(other.value)
         assert one.tail_mass == close(other.tail_mass)
     return loaded
+
+
+def drawn_per_key(
+    ids: np.ndarray, probability: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The distinct keys of a sample's draws, the probability each reported (the same on every
+    draw of it: checked for the first 50), and how often each was drawn."""
+    keys, first, counts = np.unique(ids, return_index=True, return_counts=True)
+    per_key = probability[first]
+    for key in keys[:50]:
+        assert np.all(probability[ids == key] == per_key[np.searchsorted(keys, key)])
+    return keys, per_key, counts
+
+
+def assert_frequencies_match(counts: np.ndarray, per_key: np.ndarray, draws: int) -> None:
+    """Each key's count over ``draws`` draws matches its probability: a chi-square test with
+    len(counts) − 1 degrees of freedom, at five of its standard deviations."""
+    expected = draws * per_key
+    chi2 = ((counts - expected) ** 2 / expected).sum()
+    assert chi2 < len(counts) + 5 * np.sqrt(2 * len(counts))

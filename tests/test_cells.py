@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from _support import assert_close, close, reloaded_answers_alike, tail_mass_estimates
+from _support import (
+    assert_close,
+    assert_frequencies_match,
+    close,
+    drawn_per_key,
+    reloaded_answers_alike,
+    tail_mass_estimates,
+)
 
 from softdict import StoreFormatError
 from softdict._files import FileReader
@@ -59,16 +66,11 @@ def test_the_reported_probabilities_are_the_ones_draws_happen_with(backend) -> N
     matches its probability (a chi-square test)."""
     query = clustered(1, seed=7)[0]
     ids, probability = backend.sample_near(query, 1_000_000, np.random.default_rng(1), None, T)
-    keys, first, counts = np.unique(ids, return_index=True, return_counts=True)
-    per_key = probability[first]
-    for key in keys[:50]:
-        assert np.all(probability[ids == key] == per_key[np.searchsorted(keys, key)])
+    keys, per_key, counts = drawn_per_key(ids, probability)
     assert len(keys) == N
     assert per_key.sum() == close(1.0)
     assert per_key.max() > 5 * per_key.min()  # near keys are drawn more often than far ones
-    expected = 1_000_000 * per_key
-    chi2 = ((counts - expected) ** 2 / expected).sum()
-    assert chi2 < N + 5 * np.sqrt(2 * N)  # chi-square with N - 1 degrees of freedom
+    assert_frequencies_match(counts, per_key, 1_000_000)
 
 
 def test_the_estimate_is_unbiased_and_errs_less_than_a_uniform_sample(
