@@ -146,8 +146,10 @@ class ProjectedBackend(ExactBackend):
                 return batch[key][None, :]
         dots = self._projection.scores(queries)
         if self.metric is Metric.L2:
-            # −‖q − k‖² up to −‖q‖², which every key of a query shares.
-            dots = 2.0 * dots - self._sq_norms.view.astype(np.float32)[None, :]
+            # −‖q − k‖² up to −‖q‖², which every key of a query shares; in place (the scores
+            # are this call's own), without a float32 copy of every norm.
+            dots *= 2.0
+            dots -= self._sq_norms.view[None, :]
         if len(queries) == 1:
             self._recent_single = (queries.tobytes(), dots[0])
         else:
