@@ -74,6 +74,8 @@ def selections(
     # Decided once for the whole batch: no step below asks the backend or the policy again.
     decided = route(backend.capabilities, policy, n_allowed, spelling is not None)
     step = max(1, CHUNK_ENTRIES // decided.columns)
+    if decided.capabilities.batch_queries and not decided.scans_every_key:
+        step = min(step, decided.capabilities.batch_queries)
     if len(prepared) <= step:  # one chunk: the whole batch as it is
         yield (
             slice(0, len(prepared)),

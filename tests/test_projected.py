@@ -381,3 +381,29 @@ def test_an_estimated_lookup_is_close_to_exact_attention() -> None:
         exact = float(weights @ values / weights.sum())
         assert attention.sampled > 0
         assert abs(attention.value - exact) < max(5 * float(attention.value_stderr), 0.05)
+
+
+def test_a_lookups_batch_comes_in_chunks_whose_draws_find_their_proxy_scores_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The backend keeps a few queries' proxy scores (``_BATCH_SCORE_BYTES``): a lookup of more
+    queries than that reaches it in chunks of as many (``Capabilities.batch_queries``), so a
+    query's draws read the pass its search made, and the answers are those of one query at a
+    time."""
+    import softdict.index.projected as projected_module
+
+    X = clustered(N)
+    values = np.arange(N, dtype=float) % 7
+    sd = SoftDict(encoder=FakeEncoder(), index="test-projected", temperature=T, max_k=64)
+    sd.add_embeddings([f"k{i}" for i in range(N)], X, values)
+    monkeypatch.setattr(projected_module, "_BATCH_SCORE_BYTES", 4 * N * 3)  # 3 queries kept
+    backend = sd._store.backend
+    assert backend.capabilities.batch_queries == 3
+    passes: list[int] = []
+    scores = backend._projection.scores
+    backend._projection.scores = lambda q: passes.append(len(q)) or scores(q)  # type: ignore[method-assign]
+    queries = clustered(10, seed=23)
+    together = sd.lookup_embeddings(queries)
+    assert passes == [3, 3, 3, 1]  # no query scored again for its draws
+    alone = np.array([sd.lookup_embeddings(query) for query in queries])
+    assert_close(together, alone)

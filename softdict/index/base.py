@@ -100,6 +100,10 @@ class Capabilities:
         draws_outside_head: ``sample_near`` and ``sample_scored`` are given the head's ids
             (``head=``), which they may draw less often. Without it they are called as before
             that argument was added, so a plug-in written then keeps working.
+        batch_queries: an estimated attention's batch goes through search and sample in chunks
+            of at most this many queries (0: as many as the lookup's memory allows), where the
+            backend keeps what a chunk's search computed for its draws and can keep it for only
+            so many queries (the proxy scores of ``softdict.index.projected``).
     """
 
     exact: bool
@@ -110,6 +114,7 @@ class Capabilities:
     head_share: float = 0.0
     first_sample: int = 0
     draws_outside_head: bool = False
+    batch_queries: int = 0
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,9 @@ class ProjectedBackend(ExactBackend):
         self._projection = Projection(dim, dims)
         # Proxy scores kept by the query's bytes: its search and its draws (twice,
         # ``softdict._sampling``) read one pass. Those of the last query scored alone, and of
-        # the last batch's queries (at most ``_BATCH_SCORE_BYTES``: a batch of up to 16 queries
-        # at 10^6 keys makes one pass, not two). Cleared by any change to the rows.
+        # the last batch's queries (at most ``_BATCH_SCORE_BYTES``: 16 queries at 10^6 keys; a
+        # lookup's batch comes in chunks of that many, ``Capabilities.batch_queries``, so each
+        # query makes one pass, not two). Cleared by any change to the rows.
         self._recent_single: tuple[bytes, np.ndarray] | None = None
         self._recent_batch: dict[bytes, np.ndarray] = {}
 
@@ -90,6 +91,7 @@ class ProjectedBackend(ExactBackend):
             scan_max_keys=self.proxy_from,
             first_sample=FIRST_SAMPLE,
             draws_outside_head=True,
+            batch_queries=self._batch_queries(),
         )
 
     def describe(self) -> str:
@@ -156,6 +158,12 @@ class ProjectedBackend(ExactBackend):
             self._recent_batch = {query.tobytes(): row for query, row in zip(queries, dots)}
         return dots
 
+    def _batch_queries(self) -> int:
+        """How many queries' proxy scores are kept (``_BATCH_SCORE_BYTES``): a search scores
+        this many at a time, and a lookup's batch reaches it in chunks of at most this many
+        (``Capabilities.batch_queries``), so that its draws find their scores kept."""
+        return max(1, _BATCH_SCORE_BYTES // (4 * self._rows.size))
+
     def _allowed_rows(self, allow: Allow | None) -> np.ndarray | None:
         """The rows a search may return, increasing; None: every row (no tombstones)."""
         if allow is not None:
@@ -181,7 +189,7 @@ class ProjectedBackend(ExactBackend):
         if candidates_for(take) >= c:  # every allowed key a candidate: scored exactly
             return super().search(queries, k, allow)
         wanted = candidates_for(take)
-        chunk = max(1, _BATCH_SCORE_BYTES // (4 * self._rows.size))
+        chunk = self._batch_queries()
         for start in range(0, m, chunk):
             proxy = self._proxy(queries[start : start + chunk])
             for i, row in enumerate(proxy, start):
