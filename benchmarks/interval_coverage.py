@@ -39,10 +39,8 @@ from __future__ import annotations
 
 import argparse
 import gc
-import platform
 import sys
 import time
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -87,14 +85,8 @@ def coverage(true_tail: np.ndarray, intervals: np.ndarray) -> tuple[float, float
 
 def measure(corpus_name: str, n: int, indexes: list[str], replicates: int, auto_store) -> str:
     began_all = time.perf_counter()
-    all_keys, all_vectors, all_values = rs.corpus(corpus_name, n)
-    held = np.sort(np.random.default_rng(1).choice(n, rs.N_QUERIES, replace=False))
-    kept = np.setdiff1d(np.arange(n), held)
-    keys = [all_keys[i] for i in kept]
-    vectors = np.ascontiguousarray(all_vectors[kept])
-    values = all_values[kept]
-    queries = all_vectors[held]
-    del all_vectors
+    split = rs.HeldOut.of(corpus_name, n)
+    keys, vectors, values, queries = split.keys, split.vectors, split.values, split.queries
     gc.collect()
     ref = rs.reference(vectors, values, queries)
     position = {key: i for i, key in enumerate(keys)}
@@ -177,18 +169,11 @@ def main() -> None:
             text = measure(name, n, args.indexes, args.replicates, saved)
             sections[f"{name}, {n:,} keys"] = text
             print(text, flush=True)
-    command = "python benchmarks/interval_coverage.py " + " ".join(sys.argv[1:])
     header = (
         "# Whether estimated full attention's intervals hold\n\nProduced by "
         "`benchmarks/interval_coverage.py` (its docstring defines the data and the columns).\n"
     )
-    body = [args.out.read_text().rstrip("\n") + "\n"] if args.append else [header]
-    for title, text in sections.items():
-        body.append(
-            f"## {title}\n\nCommand: `{command}`, run {date.today()} on {rs.cpu_model()}, "
-            f"Python {platform.python_version()}.\n\n{text}"
-        )
-    args.out.write_text("\n".join(body))
+    rs.append_sections(args.out, sections, "interval_coverage.py", header, args.append)
 
 
 if __name__ == "__main__":

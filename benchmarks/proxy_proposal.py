@@ -49,11 +49,9 @@ from __future__ import annotations
 
 import argparse
 import gc
-import platform
 import sys
 import time
 from dataclasses import dataclass
-from datetime import date
 from pathlib import Path
 
 import numpy as np
@@ -135,14 +133,8 @@ class Estimate:
 
 def measure(corpus_name: str, n: int, auto_store: Path | None) -> str:
     began_all = time.perf_counter()
-    all_keys, all_vectors, all_values = rs.corpus(corpus_name, n)
-    held = np.sort(np.random.default_rng(1).choice(n, rs.N_QUERIES, replace=False))
-    kept = np.setdiff1d(np.arange(n), held)
-    keys = [all_keys[i] for i in kept]
-    vectors = np.ascontiguousarray(all_vectors[kept])
-    values = all_values[kept]
-    queries = all_vectors[held]
-    del all_vectors
+    split = rs.HeldOut.of(corpus_name, n)
+    keys, vectors, values, queries = split.keys, split.vectors, split.values, split.queries
     gc.collect()
     ref = rs.reference(vectors, values, queries)
     print(f"{corpus_name} n={n:,}: reference ready", flush=True)
@@ -274,20 +266,13 @@ def main() -> None:
             saved = args.auto_store if n == max(args.sizes) else None
             sections[f"{name}, {n:,} keys"] = measure(name, n, saved)
             print(sections[f"{name}, {n:,} keys"], flush=True)
-    command = "python benchmarks/proxy_proposal.py " + " ".join(sys.argv[1:])
     header = (
         "# A study: estimated full attention from a low-dimensional proxy's head and sampling "
         "proposal\n\nProduced by `benchmarks/proxy_proposal.py` (its docstring defines the "
         "prototype, the data and the columns). The prototype was measured before the design "
         'was built; sections run since have a row for it as built, `index="projected"`.\n'
     )
-    body = [args.out.read_text().rstrip("\n") + "\n"] if args.append else [header]
-    for title, text in sections.items():
-        body.append(
-            f"## {title}\n\nCommand: `{command}`, run {date.today()} on {rs.cpu_model()}, "
-            f"Python {platform.python_version()}.\n\n{text}"
-        )
-    args.out.write_text("\n".join(body))
+    rs.append_sections(args.out, sections, "proxy_proposal.py", header, args.append)
 
 
 if __name__ == "__main__":

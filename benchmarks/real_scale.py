@@ -319,15 +319,36 @@ def fmt(x: float | None, spec: str) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
 
 
+@dataclass
+class HeldOut:
+    """A corpus of n keys with ``N_QUERIES`` of them held out (seed 1): the stored keys, their
+    vectors and values, and the held-out keys' vectors (the queries) and values (the truth)."""
+
+    keys: list[str]
+    vectors: np.ndarray
+    values: np.ndarray
+    queries: np.ndarray
+    truth: np.ndarray
+
+    @classmethod
+    def of(cls, corpus_name: str, n: int) -> HeldOut:
+        all_keys, all_vectors, all_values = corpus(corpus_name, n)
+        held = np.sort(np.random.default_rng(1).choice(n, N_QUERIES, replace=False))
+        kept = np.setdiff1d(np.arange(n), held)
+        return cls(
+            [all_keys[i] for i in kept],
+            np.ascontiguousarray(all_vectors[kept]),
+            all_values[kept],
+            all_vectors[held],
+            all_values[held],
+        )
+
+
 def measure(corpus_name: str, n: int) -> str:
     began_all = time.perf_counter()
-    all_keys, all_vectors, all_values = corpus(corpus_name, n)
-    held = np.sort(np.random.default_rng(1).choice(n, N_QUERIES, replace=False))
-    kept = np.setdiff1d(np.arange(n), held)
-    keys = [all_keys[i] for i in kept]
-    vectors, values = all_vectors[kept], all_values[kept]
-    queries, truth = all_vectors[held], all_values[held]
-    del all_vectors
+    split = HeldOut.of(corpus_name, n)
+    keys, vectors, values = split.keys, split.vectors, split.values
+    queries, truth = split.queries, split.truth
     position = {key: i for i, key in enumerate(keys)}
     print(f"{corpus_name} n={n:,}: data ready in {time.perf_counter() - began_all:.0f} s")
 
@@ -614,6 +635,22 @@ def write(path: Path, sections: dict[str, str], command: str, header: str = HEAD
             f"{machine} (Python {platform.python_version()}).\n\n{body}"
         )
     path.write_text(header + "\n" + "\n".join(kept.values()))
+
+
+def append_sections(
+    path: Path, sections: dict[str, str], script: str, header: str, append: bool
+) -> None:
+    """Write ``sections`` into ``path`` after what it holds (``append``), else after
+    ``header`` alone; each titled and headed by the command and run that made it
+    (``proxy_proposal.py``, ``interval_coverage.py``: sections of one size may repeat)."""
+    command = f"python benchmarks/{script} " + " ".join(sys.argv[1:])
+    body = [path.read_text().rstrip("\n") + "\n"] if append else [header]
+    for title, text in sections.items():
+        body.append(
+            f"## {title}\n\nCommand: `{command}`, run {date.today()} on {cpu_model()}, "
+            f"Python {platform.python_version()}.\n\n{text}"
+        )
+    path.write_text("\n".join(body))
 
 
 if __name__ == "__main__":
