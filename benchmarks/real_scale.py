@@ -576,6 +576,11 @@ def main() -> None:
     )
     args = parser.parse_args()
     sys.stdout.reconfigure(line_buffering=True)
+    if "places" in args.corpora:
+        available = len(place_names(10**9)[0])
+        if max(args.sizes) > available:
+            # Refused before anything is measured: the file is written at the end.
+            raise SystemExit(f"places: only {available:,} names exist; pass --sizes up to that")
     sections = {}
     for name in args.corpora:
         for n in args.sizes:

@@ -18,6 +18,7 @@ from softdict._retrieval import (
     RetrievalPolicy,
     Selection,
     SpellingRequest,
+    draws_a_sample,
     route,
     select,
 )
@@ -47,7 +48,9 @@ __all__ = [
 # chunk (glibc's threshold tops out at 32 MB), and leave the caches between passes. Every query
 # is selected on its own (its sample seeded by the query), so a query's result does not depend
 # on the batch it comes in, but for the last float32 bit of its scores, which BLAS sums in
-# another order for a matrix than for one row (docs/guarantees.md).
+# another order for a matrix than for one row (docs/guarantees.md). A backend that keeps what a
+# search computed for its draws, for a few queries only, caps the chunks of a lookup that draws
+# a sample (``Capabilities.batch_queries``).
 CHUNK_ENTRIES = 1 << 20
 
 
@@ -74,7 +77,8 @@ def selections(
     # Decided once for the whole batch: no step below asks the backend or the policy again.
     decided = route(backend.capabilities, policy, n_allowed, spelling is not None)
     step = max(1, CHUNK_ENTRIES // decided.columns)
-    if decided.capabilities.batch_queries and not decided.scans_every_key:
+    if decided.capabilities.batch_queries and draws_a_sample(decided, policy):
+        # A backend that keeps what a search computed for its draws, for so many queries only.
         step = min(step, decided.capabilities.batch_queries)
     if len(prepared) <= step:  # one chunk: the whole batch as it is
         yield (

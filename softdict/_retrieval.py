@@ -58,6 +58,7 @@ __all__ = [
     "Route",
     "Selection",
     "SpellingRequest",
+    "draws_a_sample",
     "head_size",
     "route",
     "scans_every_key",
@@ -124,6 +125,15 @@ def route(
     return Route(
         n_allowed, capabilities, every, scans and not compressed, columns, head_k, compressed
     )
+
+
+def draws_a_sample(way: Route, policy: RetrievalPolicy) -> bool:
+    """Whether a lookup on this route ends in a sampled tail (``with_sampled_tail``): an
+    estimated full attention, neither every key scored or scanned nor read from codes, nor
+    top-k attention, nor the head alone (``max_sample`` 0)."""
+    if policy.top_k is not None or policy.max_sample == 0:
+        return False
+    return not (way.scores_every_key or way.scans_every_key or way.compressed)
 
 
 def select(
@@ -226,6 +236,6 @@ def _selected(
             valid_bound(way, tail_mass_bound(scores, n_allowed, temperature)),
             scores,
         )
-    if policy.top_k is not None or policy.max_sample == 0:
+    if not draws_a_sample(way, policy):
         return head
     return with_sampled_tail(backend, queries, head, policy, allow, way, spelling)
