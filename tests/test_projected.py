@@ -388,8 +388,11 @@ def test_a_lookups_batch_comes_in_chunks_whose_draws_find_their_proxy_scores_kep
 ) -> None:
     """The backend keeps a few queries' proxy scores (``_BATCH_SCORE_BYTES``): a lookup of more
     queries than that reaches it in chunks of as many (``Capabilities.batch_queries``), so a
-    query's draws read the pass its search made, and the answers are those of one query at a
-    time."""
+    query's draws read the pass its search made, and each answer is its query's alone. Within a
+    tenth of its standard error, not exactly: the kernel scores a batch and one query with
+    different SIMD paths on some CPUs, and a proxy score's last bit can move a draw, which moves
+    the estimate by about one draw's share of it (1e-4 here under generic kernels; the
+    answers of two of these queries differ by 5e-3)."""
     import softdict.index.projected as projected_module
 
     X = clustered(N)
@@ -405,5 +408,6 @@ def test_a_lookups_batch_comes_in_chunks_whose_draws_find_their_proxy_scores_kep
     queries = clustered(10, seed=23)
     together = sd.lookup_embeddings(queries)
     assert passes == [3, 3, 3, 1]  # no query scored again for its draws
-    alone = np.array([sd.lookup_embeddings(query) for query in queries])
-    assert_close(together, alone)
+    alone = [sd.attend_embeddings(query) for query in queries]  # one query a call
+    for value, attention in zip(together, alone):
+        assert abs(value - attention.value) <= 0.1 * attention.value_stderr
