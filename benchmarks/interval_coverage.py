@@ -37,7 +37,6 @@ COLUMNS, per index, over every query and replicate:
 
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
 import time
@@ -83,7 +82,9 @@ def coverage(true_tail: np.ndarray, intervals: np.ndarray) -> tuple[float, float
     )
 
 
-def measure(corpus_name: str, n: int, indexes: list[str], replicates: int, auto_store) -> str:
+def measure(
+    corpus_name: str, n: int, indexes: list[str], replicates: int, auto_store: Path | None
+) -> str:
     began_all = time.perf_counter()
     split = rs.HeldOut.of(corpus_name, n)
     keys, vectors, values, queries = split.keys, split.vectors, split.values, split.queries
@@ -151,29 +152,21 @@ def measure(corpus_name: str, n: int, indexes: list[str], replicates: int, auto_
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
-    parser.add_argument("--corpora", nargs="+", default=["words"], choices=["words", "places"])
+    parser = rs.study_parser(__doc__.split("\n")[0], "benchmarks/results_interval_coverage.md")
     parser.add_argument(
         "--indexes", nargs="+", default=["projected", "auto"], choices=["projected", "auto"]
     )
-    parser.add_argument("--auto-store", type=Path, help="a saved 'auto' store of the same keys")
     parser.add_argument("--replicates", type=int, default=40)
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results_interval_coverage.md"))
-    parser.add_argument("--append", action="store_true", help="add to --out, not replace it")
     args = parser.parse_args()
-    sections = {}
-    for name in args.corpora:
-        for n in args.sizes:
-            saved = args.auto_store if n == max(args.sizes) else None
-            text = measure(name, n, args.indexes, args.replicates, saved)
-            sections[f"{name}, {n:,} keys"] = text
-            print(text, flush=True)
     header = (
         "# Whether estimated full attention's intervals hold\n\nProduced by "
         "`benchmarks/interval_coverage.py` (its docstring defines the data and the columns).\n"
     )
-    rs.append_sections(args.out, sections, "interval_coverage.py", header, args.append)
+
+    def study(name: str, n: int, saved: Path | None) -> str:
+        return measure(name, n, args.indexes, args.replicates, saved)
+
+    rs.run_study(args, study, "interval_coverage.py", header)
 
 
 if __name__ == "__main__":

@@ -47,7 +47,6 @@ from ``2k + 128`` candidates, the sample's size by softdict's tolerance rule, no
 
 from __future__ import annotations
 
-import argparse
 import gc
 import sys
 import time
@@ -246,33 +245,16 @@ def measure(corpus_name: str, n: int, auto_store: Path | None) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000_000])
-    parser.add_argument("--corpora", nargs="+", default=["words"], choices=["words", "places"])
-    parser.add_argument(
-        "--auto-store",
-        type=Path,
-        help="a saved store of index='auto' over the same keys (the largest size), to skip "
-        "building the HNSW graph (about 7 minutes at 10^6 keys here)",
-    )
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results_proxy_proposal.md"))
-    parser.add_argument(
-        "--append", action="store_true", help="add this run's sections to --out, not replace it"
-    )
-    args = parser.parse_args()
-    sections = {}
-    for name in args.corpora:
-        for n in args.sizes:
-            saved = args.auto_store if n == max(args.sizes) else None
-            sections[f"{name}, {n:,} keys"] = measure(name, n, saved)
-            print(sections[f"{name}, {n:,} keys"], flush=True)
+    args = rs.study_parser(
+        __doc__.split("\n")[0], "benchmarks/results_proxy_proposal.md"
+    ).parse_args()
     header = (
         "# A study: estimated full attention from a low-dimensional proxy's head and sampling "
         "proposal\n\nProduced by `benchmarks/proxy_proposal.py` (its docstring defines the "
         "prototype, the data and the columns). The prototype was measured before the design "
         'was built; sections run since have a row for it as built, `index="projected"`.\n'
     )
-    rs.append_sections(args.out, sections, "proxy_proposal.py", header, args.append)
+    rs.run_study(args, measure, "proxy_proposal.py", header)
 
 
 if __name__ == "__main__":
