@@ -170,7 +170,8 @@ def evidence_marks(query_form: str, key_forms: list[str]) -> np.ndarray:
             if _in_order(short_query, short_key):
                 abbreviation.append(i)
     for mark, rows in enumerate(found):
-        marks[rows, mark] = 1.0
+        if rows:  # most lists are empty: an assignment of none still costs a microsecond or two
+            marks[rows, mark] = 1.0
     return marks
 
 

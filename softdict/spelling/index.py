@@ -247,11 +247,15 @@ class SpellingIndex:
         if could is None:
             could = could_mark(queries.counts[i], self._counts.view, rows)
         possible = np.flatnonzero(could)
+        if not len(possible):  # often so for a misspelt query: no key holds all its letters
+            return marks
         begins = self._first.view[rows[possible]] == ord(form[0])
         alike, other = possible[begins], possible[~begins]
         key_forms = list(self._forms.view[rows[alike]])
-        marks[alike] = evidence_marks(form, key_forms)
-        marks[other, WORD_START] = word_start_marks(form, list(self._forms.view[rows[other]]))
+        if len(alike):
+            marks[alike] = evidence_marks(form, key_forms)
+        if len(other):
+            marks[other, WORD_START] = word_start_marks(form, list(self._forms.view[rows[other]]))
         return marks
 
     def _held_rows(self, ids: np.ndarray) -> np.ndarray:
