@@ -18,11 +18,11 @@ typed in small letters (pycountry's ISO 3166 alpha-3 codes, "deu"), the queries 
 ``rule-8`` reads from their best meaning score (``typed_as_code``): past the exact size it
 searches the index for the best key before it spells them.
 
-Every method runs on each query in turn, the order rotated query by query, for ``--rounds``
-rounds. Columns: each store's p50 (ms); and the median over queries of the per-query difference
-from ``rule-1``'s lookup of the same query in the same round (a paired difference: a busy moment
-of the machine falls on both). Accuracy is not measured here: ``results_matching.md`` has each
-combination's.
+Every method runs on each query in turn, in a new random order for each (``speed.turns``),
+for ``--rounds`` rounds. Columns: each store's p50 (ms); and the median over queries of the
+per-query difference from ``rule-1``'s lookup of the same query in the same round (a paired
+difference: a busy moment of the machine falls on both). Accuracy is not measured here:
+``results_matching.md`` has each combination's.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from matching_data import typo
 from matching_scale import key_embeddings, scale_keys
 from real_scale import write
-from speed import EMBED_MAX, QUERIES, QueriesFromCache, build, exact_attention, typeable
+from speed import EMBED_MAX, QUERIES, QueriesFromCache, build, exact_attention, turns, typeable
 
 from softdict._config import SoftDictConfig
 from softdict.encoders import resolve_encoder
@@ -92,12 +92,12 @@ def timed(n: int, rounds: int) -> dict[str, dict[str, np.ndarray]]:
             call(q)
     found: dict[str, dict[str, np.ndarray]] = {}
     names = list(methods)
+    order = turns(names)
     for title, chosen in sets.items():
         seconds = {name: np.zeros((rounds, len(chosen))) for name in names}
         for round_ in range(rounds):
             for i, q in enumerate(chosen):
-                turn = (i + round_) % len(names)
-                for name in names[turn:] + names[:turn]:  # rotate the order
+                for name in next(order):
                     began = time.perf_counter()
                     methods[name](q)
                     seconds[name][round_, i] = time.perf_counter() - began

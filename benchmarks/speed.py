@@ -27,7 +27,8 @@ Rows (each a store built on the same keys, default options but for what the row 
   all cores).
 
 Columns: single-query p50 and p99 (ms) per store size, every method timed query by query in
-one loop (interleaved, so a busy moment of the shared machine hits all of them alike); softdict's
+one loop, in a new random order for each query (``turns``: a busy moment of the shared machine
+hits all of them alike, and no method always follows the same other); softdict's
 own cost, the p50 of ``lookup(text)`` minus the p50 of its encoder on the same queries, and for
 each encoder's default store timed directly (``direct_own_cost``: its query embedded beforehand,
 right after the encoder ran, then again on warm caches: what the subtraction holds besides
@@ -48,7 +49,7 @@ import functools
 import gc
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from string import ascii_lowercase
 
@@ -208,9 +209,9 @@ def single_queries(n: int, labels: list[str]) -> tuple[dict[str, list[float]], s
         for call in methods.values():
             call(q)
     times: dict[str, list[float]] = {name: [] for name in methods}
-    for i, q in enumerate(queries):
-        names = list(methods)
-        for name in names[i % len(names) :] + names[: i % len(names)]:  # rotate the order
+    order = turns(list(methods))
+    for q in queries:
+        for name in next(order):
             began = time.perf_counter()
             methods[name](q)
             times[name].append(time.perf_counter() - began)
@@ -327,6 +328,19 @@ def bulk(labels: list[str]) -> list[str]:
         f"| rapidfuzz cdist (ratio, all cores) | {rate:,.0f} | | | | nothing to build | | |"
     )
     return rows
+
+
+def turns(names: list[str], seed: int = 0) -> Iterator[list[str]]:
+    """The order in which to time ``names`` on each query in turn: a new random order for each
+    (seeded), so that a busy moment of the machine falls on every method alike and no method
+    always runs right after the same other. Rotating one order kept each method's predecessor:
+    the default store's lookups always came right after rapidfuzz's ``WRatio`` scan of every
+    key, which left them 0.56 ms slower at 10^4 keys than the same work under ``rule-7``
+    (2026-11-29, at add7399; both 2.05-2.12 ms of own cost timed alternately with the encoder
+    alone)."""
+    rng = np.random.default_rng(seed)
+    while True:
+        yield [names[i] for i in rng.permutation(len(names))]
 
 
 def exact_attention(queries: np.ndarray, keys: np.ndarray, values: np.ndarray) -> np.ndarray:
