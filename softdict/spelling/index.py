@@ -251,9 +251,8 @@ class SpellingIndex:
             return marks
         begins = self._first.view[rows[possible]] == ord(form[0])
         alike, other = possible[begins], possible[~begins]
-        key_forms = list(self._forms.view[rows[alike]])
         if len(alike):
-            marks[alike] = evidence_marks(form, key_forms)
+            marks[alike] = evidence_marks(form, list(self._forms.view[rows[alike]]))
         if len(other):
             marks[other, WORD_START] = word_start_marks(form, list(self._forms.view[rows[other]]))
         return marks
