@@ -11,6 +11,7 @@ __all__ = [
     "GrowableRows",
     "compaction_due",
     "counting",
+    "every_slot",
     "positions_of",
 ]
 
@@ -48,6 +49,19 @@ def counting(n: int) -> np.ndarray:
         counted.flags.writeable = False
         _counted = counted
     return counted[:n]
+
+
+def every_slot(slots: np.ndarray, n: int) -> bool:
+    """Whether ``slots`` are 0, 1, ..., n − 1: every key in slot order, which a blend reads
+    without a gather. A view ``counting`` gave is told at once, without reading it (comparing
+    it with 0..n−1 cost ~8 µs a lookup at 10^4 keys and ~45 at 10^5); any other array is
+    compared."""
+    if len(slots) != n:
+        return False
+    base = _counted
+    if slots.base is base and slots.ndim == 1 and slots.strides == base.strides:
+        return bool(slots.__array_interface__["data"][0] == base.__array_interface__["data"][0])
+    return bool(np.array_equal(slots, counting(n)))
 
 
 def positions_of(held: np.ndarray, ids: np.ndarray) -> np.ndarray:

@@ -24,7 +24,7 @@ from softdict import (
 )
 from softdict._config import SoftDictConfig
 from softdict._files import FileReader, encode_file
-from softdict._rows import counting
+from softdict._rows import counting, every_slot
 from softdict.store import MemoryStore, Store, open_store
 
 ENCODER = FakeEncoder()
@@ -215,3 +215,14 @@ def test_counting_is_0_to_n_read_only_whatever_was_asked_before() -> None:
         rows = counting(n)
         assert rows.dtype == np.int64 and np.array_equal(rows, np.arange(n))
         assert not rows.flags.writeable
+
+
+def test_every_slot_tells_0_to_n_from_counting_or_by_its_values() -> None:
+    """A blend reads every value without a gather where the slots are 0..n-1: a view
+    ``counting`` gave is told without reading it, any other array by its values; a view that
+    starts later, runs backwards or is shorter is not every slot."""
+    assert every_slot(counting(10), 10) and every_slot(counting(40)[:10], 10)
+    assert every_slot(np.arange(10), 10) and every_slot(np.arange(0, dtype=np.int64), 0)
+    assert not every_slot(counting(10), 9) and not every_slot(counting(20)[1:11], 10)
+    assert not every_slot(counting(10)[::-1], 10)
+    assert not every_slot(np.array([0, 1, 2, 4]), 4)

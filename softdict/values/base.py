@@ -22,6 +22,7 @@ import numpy as np
 
 from softdict._errors import ValueKindError, ValueShapeError, short_repr
 from softdict._files import FileReader, StoreFiles
+from softdict._rows import every_slot
 from softdict._types import BatchValue, Value
 from softdict.values.distribution import Distribution
 
@@ -300,7 +301,7 @@ def gather_blend(weights: np.ndarray, slots: np.ndarray, column: np.ndarray) -> 
     """Weighted sums of ``column`` rows: shared (c,) slots or per-query (m, c) slots."""
     if slots.ndim == 1:
         # Every stored key in slot order (the exact path, no deletes pending): no gather needed.
-        every = len(slots) == len(column) and np.array_equal(slots, np.arange(len(column)))
+        every = every_slot(slots, len(column))
         return np.asarray(weights @ (column if every else column[slots]))
     # (m, k) weights against the (m, k[, d]) values of each query's own slots.
     return np.einsum("mk,mk...->m...", weights, column[slots])

@@ -15,7 +15,7 @@ import numpy as np
 
 from softdict._errors import InvalidValueError, ValueKindError, ValueShapeError
 from softdict._files import FileReader, StoreFiles
-from softdict._rows import GrowableColumns, counting
+from softdict._rows import GrowableColumns, every_slot
 from softdict._types import BatchValue, Value
 from softdict.values.base import (
     MAX_EXACT_INT,
@@ -161,7 +161,7 @@ class VectorColumn(ValueColumn[np.ndarray]):
         weights = np.asarray(weights, dtype=np.float64)
         if slots.ndim == 2:  # each query its own slots
             return np.einsum("mk,dmk->md", weights, components[:, slots])
-        every = len(slots) == components.shape[1] and np.array_equal(slots, counting(len(slots)))
+        every = every_slot(slots, components.shape[1])
         return (components @ weights.T if every else components[:, slots] @ weights.T).T
 
     def check_batch_default(self, default: object) -> None:
