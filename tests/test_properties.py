@@ -246,8 +246,10 @@ def test_the_character_count_ceiling_bounds_the_spelling_similarity(
         ceiling_and_could,
         character_counts,
         could_mark,
+        several_words,
         similarity_ceiling,
     )
+    from softdict.spelling.evidence import may_bear_marks
 
     forms = [spelling_form(key) for key in keys]
     query_form = spelling_form(query)
@@ -273,6 +275,10 @@ def test_the_character_count_ceiling_bounds_the_spelling_similarity(
     np.testing.assert_array_equal(part_could, could[rows])
     marked = np.array([any(naive_marks(query, key)) for key in keys])
     assert np.all(could[marked]), (query_form, forms)
+    # And only a key that begins with the query's first character, or has several words.
+    first = np.array([ord(form[0]) if form else -1 for form in forms])
+    begins_or_spaced = may_bear_marks(query_form, first, several_words(key_counts))
+    assert np.all(begins_or_spaced[marked]), (query_form, forms)
     # A few forms are counted in Python, many in numpy: the same counts.
     few = character_counts(forms[:8])
     np.testing.assert_array_equal(few, character_counts(forms[:8] * 9)[: len(few)])

@@ -27,7 +27,14 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["BUCKETS", "ceiling_and_could", "character_counts", "could_mark", "similarity_ceiling"]
+__all__ = [
+    "BUCKETS",
+    "ceiling_and_could",
+    "character_counts",
+    "could_mark",
+    "several_words",
+    "similarity_ceiling",
+]
 
 BUCKETS = 64
 _SPACE = 36
@@ -155,6 +162,13 @@ def ceiling_and_could(
     bound += _ROUNDING
     bound *= shared
     return np.minimum(bound, np.float32(1.0), out=bound), could
+
+
+def several_words(key_counts: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """(n,) bool: which keys (counts held by column, (64, n); ``rows``: only those n of its
+    columns) have several words: a space in their form, which is trimmed."""
+    spaces = key_counts[_SPACE]
+    return (spaces if rows is None else spaces[rows]) > 0
 
 
 def _held(key_counts: np.ndarray, columns: np.ndarray, rows: np.ndarray | None) -> np.ndarray:

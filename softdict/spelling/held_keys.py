@@ -16,7 +16,7 @@ import numpy as np
 
 from softdict.spelling.bounded import BoundedBatch, bounded_batch, bounded_scores
 from softdict.spelling.bounds import ceiling_and_could
-from softdict.spelling.evidence import EVIDENCE
+from softdict.spelling.evidence import EVIDENCE, may_bear_marks
 from softdict.spelling.scores import (
     KeyForms,
     QueryColumns,
@@ -53,6 +53,8 @@ class HeldKeys:
         lengths: the c keys' form lengths, float32.
         forms: the c keys' forms.
         marks: their marks with a query (``Marks``), by position among the c keys.
+        first: the c keys' forms' first characters (code points; -1 for an empty form).
+        several_words: (c,) bool, which of the c keys have several words.
     """
 
     counts: np.ndarray
@@ -60,6 +62,8 @@ class HeldKeys:
     lengths: np.ndarray
     forms: KeyForms
     marks: Marks
+    first: np.ndarray
+    several_words: np.ndarray
 
 
 def score_held_keys(
@@ -91,7 +95,9 @@ def score_held_keys(
                 terms.marks_count_for(form),
             )  # fmt: skip
             if marked is not None and could is not None:
-                marked[j] = could
+                # Of the keys that hold every character of the query, those that begin with
+                # another and have one word bear no mark either.
+                marked[j] = could & may_bear_marks(form, keys.first, keys.several_words)
         return ceiling, marked
 
     if m == 1 or n > _BATCH_MAX_KEYS:  # query by query, the one-query form (``bounded``)

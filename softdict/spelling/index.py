@@ -23,7 +23,7 @@ from softdict._rows import GrowableColumns, GrowableRows
 from softdict.index._ids import IdRows
 from softdict.index.base import Allow, sorted_unique
 from softdict.spelling.bounded import BoundedBatch
-from softdict.spelling.bounds import BUCKETS, character_counts, could_mark
+from softdict.spelling.bounds import BUCKETS, character_counts, could_mark, several_words
 from softdict.spelling.evidence import (
     EVIDENCE,
     WORD_START,
@@ -282,9 +282,11 @@ class SpellingIndex:
             held = positions if rows is None else rows[positions]
             return self._marks_of_rows(queries, i, held, could)
 
+        first = self._first.view if rows is None else self._first.view[rows]
         keys = HeldKeys(
-            self._counts.view, rows, lengths.astype(np.float32), self._key_forms(rows), marks
-        )
+            self._counts.view, rows, lengths.astype(np.float32), self._key_forms(rows), marks,
+            first, several_words(self._counts.view, rows),
+        )  # fmt: skip
         return score_held_keys(queries, keys, meaning, terms, temperature, keep)
 
     def candidates(
