@@ -223,7 +223,9 @@ class SpellingIndex:
         for i, row_ids in enumerate(ids):
             found = np.flatnonzero(row_ids >= 0)
             rows = self._held_rows(row_ids[found])
-            can = reach(queries, i, terms, self._counts.view, self._length.view, rows)
+            can = reach(
+                queries, i, terms, self._counts.view, self._length.view, self._first.view, rows
+            )
             similarity[i, found[can.ceiling == 0]] = 0.0
             spelled, at = found[can.open], rows[can.open]
             similarity[i, spelled] = spelling_similarity(queries.row(i), self._key_forms(at))[0]
@@ -378,7 +380,7 @@ class SpellingIndex:
         nothing); without ``terms``, every row spelled."""
         if terms is None:
             return self._gains(queries, i, pool, terms)
-        can = reach(queries, i, terms, self._counts.view, self._length.view, pool)
+        can = reach(queries, i, terms, self._counts.view, self._length.view, self._first.view, pool)
 
         def exact(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
             could = None if can.could is None else can.could[positions]

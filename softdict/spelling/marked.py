@@ -130,7 +130,7 @@ def proposed_outside(
         rows = rows[pool[at] != rows]
     if not len(rows):
         return rows
-    upper = reach(queries, i, terms, counts, lengths, rows).upper(terms)
+    upper = reach(queries, i, terms, counts, lengths, first, rows).upper(terms)
     # A row that gains nothing could only fill a pool of fewer than n rows: never proposed.
     return rows[upper > max(threshold, 0.0)]
 

@@ -8,7 +8,8 @@ Most of them are spelled nothing like the query: of the dense and sampled keys, 
 of 420 a query could gain anything, and ``best_by_gain`` spells a median of 370 of the pool's
 rows (one-off counts on those 10^5 names, bundled-static, 200 typo queries). A key's
 similarity is at most its character-count ceiling (``bounds``), and it can bear a mark only if
-it holds the query's characters (``could_mark``), so:
+it holds the query's characters (``could_mark``) and begins with its first or has several words
+(``evidence.may_bear_marks``), so:
 
 * ``reach``: each key's ceiling and whether it could bear a mark (``Reach.upper``: the most
   spelling and marks could add to its score, ``QueryTerms.most_gain``). A key whose ceiling is
@@ -30,7 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from softdict.spelling.bounds import ceiling_and_could
+from softdict.spelling.bounds import ceiling_and_could, several_words
+from softdict.spelling.evidence import may_bear_marks
 from softdict.spelling.terms import QueryTerms
 from softdict.spelling.text import SpellingQueries
 
@@ -73,15 +75,19 @@ def reach(
     terms: QueryTerms,
     counts: np.ndarray,
     lengths: np.ndarray,
+    first: np.ndarray,
     rows: np.ndarray,
 ) -> Reach:
     """Query ``i``'s ``Reach`` over the keys at ``rows`` of a spelling index's columns:
-    ``counts`` (64, every row) and ``lengths`` (every row's form length)."""
+    ``counts`` (64, every row), ``lengths`` (every row's form length) and ``first`` (every
+    row's form's first character, a code point)."""
     form = queries.forms[i]
     ceiling, could = ceiling_and_could(
         queries.counts[i], len(form), counts, lengths[rows].astype(np.float32), rows,
         terms.marks_count_for(form),
     )  # fmt: skip
+    if could is not None:  # a mark needs a key that begins as the query does, or a later word
+        could &= may_bear_marks(form, first[rows], several_words(counts, rows))
     return Reach(i, ceiling, could, terms.could_gain(ceiling, could))
 
 
