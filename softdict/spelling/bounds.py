@@ -126,30 +126,26 @@ def ceiling_and_could(
     None), from one gather of the query's buckets at their rows: a large store's lookup asks
     for both of a few thousand keys several times (``reach``)."""
     n = len(key_lengths)
-    columns = np.flatnonzero(query_counts)
-    # Each key's sum is at most the query's length (< 255).
-    held = _held(key_counts, columns, rows)
-    wanted = _spread(query_counts, columns, n)
     could = None
     if query_length >= _SATURATED:
-        if marking:
-            enough = held >= wanted
-            enough[columns == _SPACE] = True  # a mark needs the query's characters, not spaces
-            could = np.asarray(enough.all(axis=0))
         # Its counts saturate, and their sum could pass 255: the characters shared are bounded
         # by the shorter form instead, loose for keys as long as the query but tight for the
         # short ones most keys are (a ceiling of 1 scored every key of 10^4 with rapidfuzz
-        # for a 100,000-character query: 1.5 s).
+        # for a 100,000-character query: 1.5 s). Which keys could bear a mark: bucket by bucket.
         shared = np.minimum(key_lengths, query_length).astype(np.float32)
+        if marking:
+            could = could_mark(query_counts, key_counts, rows)
     else:
-        capped = np.minimum(held, wanted)
+        columns = np.flatnonzero(query_counts)
+        # Each key's sum is at most the query's length (< 255).
+        capped = np.minimum(_held(key_counts, columns, rows), _spread(query_counts, columns, n))
         shared = capped.sum(axis=0, dtype=np.uint8)
         if marking:
             # A key holds every character of the query, spaces aside, where it shares all of
-            # them: one comparison of the sums, not one of every bucket (which took ~15 us of
-            # a lookup at 10^4 keys).
+            # them: one comparison of the sums, not one of every bucket (``could_mark``, which
+            # took ~15 us of a lookup at 10^4 keys).
             spaces = np.flatnonzero(columns == _SPACE)
-            needed = int(query_counts[columns].sum()) - int(query_counts[_SPACE])
+            needed = int(query_counts.sum()) - int(query_counts[_SPACE])
             found = shared if not len(spaces) else shared - capped[spaces[0]]
             could = np.asarray(found == needed)
     if query_length == 0 or not n:
